@@ -1,0 +1,26 @@
+"""The conversation model every policy works over: turns, plans, latents and rendering.
+
+>>> from rhea.context import Conversation, Turn
+>>> c = Conversation([Turn("hi", "hello")])
+>>> len(c)
+1
+"""
+from rhea.context.conversation import Conversation, Turn
+from rhea.context.errors import (
+    ContextOverflowError,
+    EmptyMessageError,
+    InvalidTurnError,
+    MissingMemTokenError,
+    PlaceholderCountError,
+    SpoofedPlaceholderError,
+)
+from rhea.context.latent import Latent
+from rhea.context.plan import ContextPlan, PlanDecisions, TokenLedger, TurnDecision
+from rhea.context.render import FALLBACK_CHAT_TEMPLATE, RenderedBatch, RenderedContext, mem_token_id, render, render_batch
+
+__all__ = [
+    "Conversation", "Turn", "Latent", "ContextPlan", "PlanDecisions", "TokenLedger", "TurnDecision",
+    "render", "render_batch", "RenderedContext", "RenderedBatch", "mem_token_id", "FALLBACK_CHAT_TEMPLATE",
+    "ContextOverflowError", "EmptyMessageError", "InvalidTurnError", "MissingMemTokenError",
+    "PlaceholderCountError", "SpoofedPlaceholderError",
+]
