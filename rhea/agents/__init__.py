@@ -1,0 +1,14 @@
+"""LLM-driven context controllers (Sculptor; later ACR, ACE, Context-Agent).
+
+Controllers talk to models only through `rhea.llm.TextGenerator`, and read tool calls
+from model output with `rhea.agents.toolcalls.parse_tool_calls`.
+
+>>> from rhea.agents import parse_tool_calls
+>>> parse_tool_calls('{"name": "fold_fragment", "parameters": {"fragment_id": "a1b2c3"}}').calls[0].arguments
+{'fragment_id': 'a1b2c3'}
+"""
+from __future__ import annotations
+
+from rhea.agents.toolcalls import ParsedToolCalls, ToolCall, loads_lenient, parse_tool_calls
+
+__all__ = ["ToolCall", "ParsedToolCalls", "parse_tool_calls", "loads_lenient"]

@@ -1,0 +1,18 @@
+"""Sculptor (arXiv 2508.04664): reversible context tools a model uses on its own history.
+
+- `AcmStore`: the sculptable, undoable view over a conversation's messages;
+- `SculptorToolbox`: the six tools (fragment, summarize, fold, restore, search, detail);
+- `SculptorLoop`: the tool-calling loop around any `rhea.llm.TextGenerator`;
+- `trajectory_instances` / `write_jsonl`: Algorithm 1 training data from a loop's run.
+"""
+from __future__ import annotations
+
+from rhea.agents.sculptor.errors import AcmError
+from rhea.agents.sculptor.schemas import TOOL_NAMES, tool_schemas
+from rhea.agents.sculptor.store import AcmStore, Fragment, OpRecord, SearchRecord
+from rhea.agents.sculptor.tools import SculptorToolbox, ToolOutcome
+
+__all__ = [
+    "AcmError", "AcmStore", "Fragment", "OpRecord", "SearchRecord",
+    "SculptorToolbox", "ToolOutcome", "TOOL_NAMES", "tool_schemas",
+]

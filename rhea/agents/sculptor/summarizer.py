@@ -1,0 +1,32 @@
+"""Focused summaries of fragments, written by any `TextGenerator`."""
+from __future__ import annotations
+
+from rhea.llm import TextGenerator
+
+SUMMARY_SYSTEM_PROMPT = (
+    "You condense text for another assistant's working memory. Keep every fact, name, number "
+    "and value that matters for the stated focus, and the most recent value where things were "
+    "updated. Drop everything else. Reply with the summary only."
+)
+
+
+def summary_messages(text: str, focus: str) -> list[dict]:
+    """The chat messages that ask for a summary of `text` focused on `focus`.
+
+    >>> summary_messages("a=1, a=2", "latest value of a")[1]["content"].splitlines()[0]
+    'Focus: latest value of a'
+    """
+    return [
+        {"role": "system", "content": SUMMARY_SYSTEM_PROMPT},
+        {"role": "user", "content": f"Focus: {focus}\n\nText:\n{text}"},
+    ]
+
+
+def summarize_text(generator: TextGenerator, text: str, focus: str, *, max_new_tokens: int = 256) -> str:
+    """Ask `generator` for a greedy, focused summary of `text`.
+
+    >>> from rhea.llm import ScriptedGenerator
+    >>> summarize_text(ScriptedGenerator(["  a is 2  "]), "a=1, a=2", "latest a")
+    'a is 2'
+    """
+    return generator.generate(summary_messages(text, focus), max_new_tokens=max_new_tokens, temperature=0.0).strip()
