@@ -1,0 +1,458 @@
+"""`RheaForCausalLM`: one backbone, two named LoRA adapters, and `<mem>` latent slots.
+
+* ``compress(texts)`` runs the backbone with the **compress** adapter on ``text + <mem>×n`` and
+  reads the final hidden states at the n slots: one ``[n, hidden]`` latent block per text.
+* ``forward``/``generate`` run the **generate** adapter on ``input_ids`` in which ``<mem>``
+  placeholders (n per latent block) have their embeddings replaced, in order, by supplied
+  latent vectors -- the LLaVA convention for image features.
+
+Both adapters live on the same PEFT model; :meth:`RheaForCausalLM.adapter` switches the active
+one without freezing the other (PEFT's ``set_adapter`` would), so one graph can train both.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import torch
+from torch import nn
+
+from rhea.constants import MEM_TOKEN
+from rhea.errors import CheckpointError, LatentMismatchError, RheaConfigError
+from rhea.modeling.config import CONFIG_NAME, RheaConfig
+
+ADAPTERS = ("compress", "generate")
+MEM_WEIGHTS_NAME = "mem_tokens.safetensors"
+TOKENIZER_DIR = "tokenizer"
+
+
+def _text_config(config):
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that ignore left padding, so a padded row computes exactly as if unpadded."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def add_mem_token(base: nn.Module, tokenizer) -> int:
+    """Add `<mem>` to the tokenizer (special, atomic) and give it an embedding row.
+
+    The row is the mean of the existing vocabulary embeddings: deterministic on every load
+    (``mean_resizing=True`` would draw random rows). Returns the token id.
+    """
+    from tokenizers import AddedToken
+
+    if MEM_TOKEN not in tokenizer.get_vocab():
+        tokenizer.add_tokens([AddedToken(MEM_TOKEN, special=True, normalized=False)], special_tokens=True)
+    mem_id = tokenizer.convert_tokens_to_ids(MEM_TOKEN)
+    emb = base.get_input_embeddings()
+    old_rows = emb.weight.shape[0]
+    if mem_id >= old_rows:
+        base.resize_token_embeddings(mem_id + 1, mean_resizing=False)
+        with torch.no_grad():
+            weight = base.get_input_embeddings().weight
+            weight[old_rows:] = weight[:old_rows].float().mean(0).to(weight.dtype)
+            out = base.get_output_embeddings()
+            if out is not None and out.weight.data_ptr() != weight.data_ptr():
+                out.weight[old_rows:] = out.weight[:old_rows].float().mean(0).to(out.weight.dtype)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return mem_id
+
+
+def _lora_config(config: RheaConfig):
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=config.target_modules,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+class RheaForCausalLM(nn.Module):
+    """A causal LM with a compress adapter, a generate adapter and `<mem>` latent slots.
+
+    Build one on any Hugging Face causal LM, or load a saved one:
+
+    >>> from rhea import RheaForCausalLM, load_base_model            # doctest: +SKIP
+    >>> base, tok = load_base_model("smollm2-135m")                   # doctest: +SKIP
+    >>> model = RheaForCausalLM.from_base(base, tok)                  # doctest: +SKIP
+    >>> latents = model.compress(["Paris is the capital of France."])  # [1, 8, 576]  # doctest: +SKIP
+    >>> ids = tok("<mem>" * 8 + " What city?", return_tensors="pt").input_ids    # doctest: +SKIP
+    >>> out = model.generate(ids, latent_embeds=latents, max_new_tokens=8)      # doctest: +SKIP
+    >>> model.save_pretrained("my-rhea")                              # doctest: +SKIP
+    >>> model = RheaForCausalLM.from_pretrained("my-rhea")            # doctest: +SKIP
+    """
+
+    def __init__(self, peft_model, tokenizer, config: RheaConfig, mem_token_id: int):
+        super().__init__()
+        self.peft_model = peft_model
+        self.tokenizer = tokenizer
+        self.config = config
+        self.mem_token_id = int(mem_token_id)
+        hidden = self.hidden_size
+        # Trainable embeddings of the n compression read-out slots (saved by us, not PEFT).
+        self.mem_slot_embeds = nn.Parameter(torch.zeros(config.n_mem, hidden, dtype=self.dtype, device=self.device))
+        self.peft_model.set_requires_grad(list(ADAPTERS), True)
+        self.anchor_attention_registered = False
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_base(cls, base: nn.Module, tokenizer, config: RheaConfig | None = None) -> "RheaForCausalLM":
+        """Wrap a plain HF causal LM with fresh (untrained) compress and generate adapters."""
+        from peft import get_peft_model
+
+        config = RheaConfig.from_dict(config.to_dict()) if config is not None else RheaConfig()
+        text_cfg = _text_config(base.config)
+        config.base_model = config.base_model or getattr(base.config, "_name_or_path", None) or None
+        config.base_hidden_size = int(text_cfg.hidden_size)
+        config.base_vocab_size = int(base.get_input_embeddings().weight.shape[0])
+        config.extra.setdefault("adapters_trained", False)
+        mem_id = add_mem_token(base, tokenizer)
+        peft_model = get_peft_model(base, _lora_config(config), adapter_name="compress")
+        peft_model.add_adapter("generate", _lora_config(config))
+        model = cls(peft_model, tokenizer, config, mem_id)
+        with torch.no_grad():
+            vocab = base.get_input_embeddings().weight[: config.base_vocab_size]
+            model.mem_slot_embeds.copy_(vocab.float().mean(0).to(model.mem_slot_embeds.dtype).expand_as(model.mem_slot_embeds))
+        model._apply_anchor_config()
+        return model
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: str | os.PathLike,
+        base_model: str | nn.Module | None = None,
+        *,
+        dtype: torch.dtype = torch.float32,
+    ) -> "RheaForCausalLM":
+        """Load a directory written by :meth:`save_pretrained`.
+
+        `base_model` overrides the base recorded in ``rhea_config.json``: a model-zoo name, a
+        path or hub id already on disk, or an already-loaded ``PreTrainedModel``.
+        """
+        from peft import PeftModel
+        from safetensors.torch import load_file
+        from transformers import AutoTokenizer
+
+        from rhea.modeling.loading import load_base_model
+
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise CheckpointError(f"{directory} is not a directory; pass the folder written by save_pretrained()")
+        config = RheaConfig.load(directory)
+        required = [CONFIG_NAME, MEM_WEIGHTS_NAME, TOKENIZER_DIR, *(f"{a}/adapter_config.json" for a in ADAPTERS)]
+        missing = [r for r in required if not (directory / r).exists()]
+        if missing:
+            raise CheckpointError(f"{directory} is missing {missing}; it was not fully written by save_pretrained()")
+
+        if base_model is None:
+            if not config.base_model:
+                raise CheckpointError(f"{directory / CONFIG_NAME} records no base_model; pass base_model=")
+            base_model = config.base_model
+        if isinstance(base_model, (str, os.PathLike)):
+            base, _ = load_base_model(str(base_model), dtype=dtype)
+        else:
+            base = base_model
+        text_cfg = _text_config(base.config)
+        if config.base_hidden_size is not None and int(text_cfg.hidden_size) != config.base_hidden_size:
+            raise CheckpointError(
+                f"base model has hidden size {text_cfg.hidden_size}, but {directory} was saved for hidden size "
+                f"{config.base_hidden_size} (base {config.base_model!r}); load it onto that base model"
+            )
+        rows = int(base.get_input_embeddings().weight.shape[0])
+        # rows == vocab + 1: a base that already carries the <mem> row (e.g. an exported merge)
+        if config.base_vocab_size is not None and rows not in (config.base_vocab_size, config.base_vocab_size + 1):
+            raise CheckpointError(
+                f"base model has {rows} embedding rows, but {directory} was saved for a vocabulary of "
+                f"{config.base_vocab_size} (base {config.base_model!r}); load it onto that base model"
+            )
+        tokenizer = AutoTokenizer.from_pretrained(directory / TOKENIZER_DIR)
+        mem_id = add_mem_token(base, tokenizer)
+        try:
+            mem = load_file(str(directory / MEM_WEIGHTS_NAME))
+        except Exception as e:  # safetensors raises its own error type on corrupt headers
+            raise CheckpointError(f"{directory / MEM_WEIGHTS_NAME} is corrupted or unreadable ({e})") from e
+        for key, shape in (("mem_slot_embeds", (config.n_mem, int(text_cfg.hidden_size))), ("mem_token_row", (int(text_cfg.hidden_size),))):
+            if key not in mem or tuple(mem[key].shape) != shape:
+                got = tuple(mem[key].shape) if key in mem else "missing"
+                raise CheckpointError(f"{directory / MEM_WEIGHTS_NAME}: {key} should have shape {shape}, got {got}")
+        with torch.no_grad():
+            base.get_input_embeddings().weight[mem_id] = mem["mem_token_row"].to(base.dtype)
+        try:
+            peft_model = PeftModel.from_pretrained(base, str(directory / "compress"), adapter_name="compress", is_trainable=True)
+            peft_model.load_adapter(str(directory / "generate"), adapter_name="generate", is_trainable=True)
+        except Exception as e:
+            raise CheckpointError(f"could not load the LoRA adapters from {directory} ({type(e).__name__}: {e})") from e
+        model = cls(peft_model, tokenizer, config, mem_id)
+        with torch.no_grad():
+            model.mem_slot_embeds.copy_(mem["mem_slot_embeds"].to(model.mem_slot_embeds.dtype))
+        model._apply_anchor_config()
+        return model.eval()
+
+    def save_pretrained(self, directory: str | os.PathLike) -> None:
+        """Write ``rhea_config.json``, ``mem_tokens.safetensors``, ``tokenizer/``, ``compress/`` and ``generate/``.
+
+        The base model's weights are not copied: ``rhea_config.json`` names the base.
+        """
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.config.save(directory)
+        save_file(
+            {
+                "mem_slot_embeds": self.mem_slot_embeds.detach().cpu().contiguous(),
+                "mem_token_row": self.base_model.get_input_embeddings().weight[self.mem_token_id].detach().cpu().contiguous(),
+            },
+            str(directory / MEM_WEIGHTS_NAME),
+            metadata={"mem_token": MEM_TOKEN, "mem_token_id": str(self.mem_token_id)},
+        )
+        self.tokenizer.save_pretrained(directory / TOKENIZER_DIR)
+        # Non-default adapter names go to subfolders; the <mem> rows are ours, never PEFT's
+        # (save_embedding_layers="auto" could write the whole resized embedding matrix).
+        self.peft_model.save_pretrained(str(directory), save_embedding_layers=False)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def base_model(self) -> nn.Module:
+        """The underlying Hugging Face model (with LoRA layers injected)."""
+        return self.peft_model.get_base_model()
+
+    @property
+    def hidden_size(self) -> int:
+        return int(_text_config(self.base_model.config).hidden_size)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.base_model.get_input_embeddings().weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.base_model.get_input_embeddings().weight.device
+
+    @property
+    def n_mem(self) -> int:
+        return self.config.n_mem
+
+    @property
+    def max_context(self) -> int | None:
+        return getattr(_text_config(self.base_model.config), "max_position_embeddings", None)
+
+    @property
+    def adapters_trained(self) -> bool:
+        return bool(self.config.extra.get("adapters_trained", False))
+
+    def trainable_parameters(self) -> Iterator[nn.Parameter]:
+        """Both adapters' LoRA weights and the `<mem>` slot embeddings."""
+        return (p for p in self.parameters() if p.requires_grad)
+
+    # ------------------------------------------------------------------ adapters
+    @contextlib.contextmanager
+    def adapter(self, name: str):
+        """Make `name` the active adapter inside the block, leaving every ``requires_grad`` as it was.
+
+        >>> with model.adapter("compress"):    # doctest: +SKIP
+        ...     out = model.peft_model(input_ids)
+        """
+        if name not in ADAPTERS:
+            raise ValueError(f"adapter {name!r} is not one of {ADAPTERS}")
+        prev = self.peft_model.active_adapter
+        if prev == name:
+            yield
+            return
+        grads = {n: p.requires_grad for n, p in self.peft_model.named_parameters() if "lora_" in n}
+        params = dict(self.peft_model.named_parameters())
+
+        def switch(to: str) -> None:
+            self.peft_model.base_model.set_adapter(to)
+            for n, flag in grads.items():  # set_adapter froze the other adapter: undo that
+                params[n].requires_grad_(flag)
+
+        switch(name)
+        try:
+            yield
+        finally:
+            switch(prev)
+
+    def disable_adapters(self):
+        """Context manager: run the plain base model (no LoRA), e.g. for the recognizer's classifier."""
+        return self.peft_model.disable_adapter()
+
+    # ------------------------------------------------------------------ latent slots
+    def embed_with_latents(self, input_ids: torch.Tensor, latent_embeds: torch.Tensor | None) -> torch.Tensor:
+        """Token embeddings of `input_ids` with each `<mem>` placeholder replaced, in order, by a latent row.
+
+        `latent_embeds` is ``[R, hidden]`` or any ``[..., hidden]`` (flattened row-major); R must
+        equal the number of placeholders in the whole batch, counted row by row.
+        """
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be [batch, seq], got shape {tuple(input_ids.shape)}")
+        embeds = self.base_model.get_input_embeddings()(input_ids)
+        slots = input_ids == self.mem_token_id
+        n_slots = int(slots.sum())
+        if latent_embeds is None:
+            if n_slots:
+                raise LatentMismatchError(
+                    f"input_ids contain {n_slots} {MEM_TOKEN} placeholders but no latent_embeds were given; "
+                    f"pass latent_embeds with {n_slots} rows (or remove the placeholders)"
+                )
+            return embeds
+        if latent_embeds.shape[-1] != embeds.shape[-1]:
+            raise LatentMismatchError(
+                f"latent_embeds have width {latent_embeds.shape[-1]} but the model's hidden size is {embeds.shape[-1]}"
+            )
+        rows = latent_embeds.reshape(-1, latent_embeds.shape[-1])
+        if rows.shape[0] != n_slots:
+            raise LatentMismatchError(
+                f"input_ids contain {n_slots} {MEM_TOKEN} placeholders but latent_embeds has {rows.shape[0]} rows; "
+                f"each latent block of {self.n_mem} vectors needs exactly {self.n_mem} placeholders"
+            )
+        return embeds.masked_scatter(slots.unsqueeze(-1), rows.to(embeds.dtype))
+
+    def _tokenize_for_compression(self, texts: Sequence[str]) -> list[list[int]]:
+        if isinstance(texts, str):
+            raise TypeError("compress() takes a list of strings; wrap a single text as [text]")
+        ids = []
+        limit = self.max_context
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"texts[{i}] is {type(text).__name__}, expected str")
+            # split_special_tokens: a literal "<mem>" (or "<|im_end|>") in a reply is plain text here.
+            toks = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            if limit is not None and len(toks) + self.n_mem > limit:
+                raise ValueError(
+                    f"texts[{i}] has {len(toks)} tokens; with {self.n_mem} {MEM_TOKEN} slots that exceeds the "
+                    f"model's context of {limit} tokens. Split the text and compress the parts separately."
+                )
+            ids.append(toks)
+        return ids
+
+    def compress(self, texts: Sequence[str], *, batch_size: int | None = None) -> torch.Tensor:
+        """Compress each text into ``n_mem`` latent vectors with the compress adapter.
+
+        Returns ``[len(texts), n_mem, hidden]``; differentiable (no ``torch.no_grad`` inside), so
+        joint training backpropagates through it. Texts are left-padded per batch.
+        """
+        ids = self._tokenize_for_compression(texts)
+        if not ids:
+            return torch.zeros(0, self.n_mem, self.hidden_size, dtype=self.dtype, device=self.device)
+        step = batch_size or len(ids)
+        return torch.cat([self._compress_ids(ids[i : i + step]) for i in range(0, len(ids), step)], dim=0)
+
+    def _compress_ids(self, ids: list[list[int]]) -> torch.Tensor:
+        n, pad = self.n_mem, self.tokenizer.pad_token_id
+        width = max(len(t) for t in ids) + n
+        input_ids = torch.full((len(ids), width), pad, dtype=torch.long, device=self.device)
+        attention_mask = torch.zeros((len(ids), width), dtype=torch.long, device=self.device)
+        for row, toks in enumerate(ids):
+            seq = toks + [self.mem_token_id] * n
+            input_ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+            attention_mask[row, width - len(seq):] = 1
+        text_embeds = self.base_model.get_input_embeddings()(input_ids[:, :-n])
+        slots = self.mem_slot_embeds.to(text_embeds.dtype).unsqueeze(0).expand(len(ids), -1, -1)
+        embeds = torch.cat([text_embeds, slots], dim=1)
+        with self.adapter("compress"):
+            # The decoder alone: no lm_head over the vocabulary, which compression never needs.
+            hidden = self.base_model.get_decoder()(
+                inputs_embeds=embeds,
+                attention_mask=attention_mask,
+                position_ids=positions_from_mask(attention_mask),
+                use_cache=False,
+            ).last_hidden_state
+        return hidden[:, -n:, :]
+
+    # ------------------------------------------------------------------ generate side
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        latent_embeds: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        prefix_len: torch.Tensor | None = None,
+        **kwargs,
+    ):
+        """Causal-LM forward with the generate adapter; `<mem>` placeholders take `latent_embeds`.
+
+        `prefix_len` (``[batch]``, tokens of the instruction block, counted from the first real
+        token) is used by the anchored attention when ``config.anchor_bias > 0``.
+        Returns the base model's ``CausalLMOutputWithPast``.
+        """
+        if inputs_embeds is None:
+            if input_ids is None:
+                raise ValueError("forward() needs input_ids (with <mem> placeholders) or inputs_embeds")
+            inputs_embeds = self.embed_with_latents(input_ids, latent_embeds)
+        elif latent_embeds is not None:
+            raise ValueError("pass latent_embeds with input_ids, not with inputs_embeds (they would be ignored)")
+        if position_ids is None and attention_mask is not None and kwargs.get("past_key_values") is None:
+            position_ids = positions_from_mask(attention_mask)
+        kwargs.update(self._anchor_kwargs(prefix_len, attention_mask, inputs_embeds.shape[0]))
+        with self.adapter("generate"):
+            return self.peft_model(
+                inputs_embeds=inputs_embeds,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                labels=labels,
+                **kwargs,
+            )
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        latent_embeds: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        prefix_len: torch.Tensor | None = None,
+        **generate_kwargs,
+    ) -> torch.Tensor:
+        """Generate with the generate adapter; latents fill the placeholders on the prefill step.
+
+        Returns ``input_ids`` followed by the new tokens, like ``transformers``' ``generate``.
+        `<mem>` is never generated. Left padding is supported (pass `attention_mask`).
+        """
+        inputs_embeds = self.embed_with_latents(input_ids, latent_embeds)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        suppress = list(generate_kwargs.pop("suppress_tokens", None) or [])
+        generate_kwargs["suppress_tokens"] = sorted(set(suppress) | {self.mem_token_id})
+        generate_kwargs.setdefault("pad_token_id", self.tokenizer.pad_token_id)
+        if generate_kwargs.get("max_new_tokens") is None and generate_kwargs.get("max_length") is None:
+            generate_kwargs["max_new_tokens"] = 256
+        generate_kwargs.update(self._anchor_kwargs(prefix_len, attention_mask, input_ids.shape[0]))
+        with self.adapter("generate"):
+            return self.peft_model.generate(
+                input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask, **generate_kwargs
+            )
+
+    # ------------------------------------------------------------------ anchored attention
+    def _apply_anchor_config(self) -> None:
+        """Switch the backbone to the prefix-anchored attention when ``anchor_bias > 0``."""
+        if self.config.anchor_bias <= 0:
+            return
+        try:
+            from rhea_kernels.hf import register_anchored_attention
+        except ImportError as e:  # pragma: no cover - rhea_kernels ships with rhea
+            raise RheaConfigError(f"anchor_bias={self.config.anchor_bias} needs rhea_kernels.hf ({e})") from e
+        name = register_anchored_attention()
+        self.base_model.set_attn_implementation(name)
+        self.anchor_attention_registered = True
+
+    def _anchor_kwargs(self, prefix_len, attention_mask, batch: int) -> dict:
+        if not self.anchor_attention_registered:
+            return {}
+        if prefix_len is None:
+            prefix_len = torch.zeros(batch, dtype=torch.long, device=self.device)
+        prefix_len = torch.as_tensor(prefix_len, dtype=torch.long, device=self.device).reshape(-1)
+        if attention_mask is not None:
+            # prefix counted from the first real token: shift by each row's left padding
+            prefix_len = prefix_len + (attention_mask.shape[-1] - attention_mask.long().sum(-1))
+        return {"rhea_prefix_len": prefix_len, "rhea_anchor_bias": float(self.config.anchor_bias)}

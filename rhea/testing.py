@@ -1,0 +1,66 @@
+"""Tiny, offline, deterministic models for tests and examples (no downloads).
+
+>>> tok = tiny_tokenizer(); base = tiny_llama(len(tok))
+>>> base.config.hidden_size
+32
+"""
+from __future__ import annotations
+
+import torch
+
+CHATML_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+_WORDS = (
+    "the a an is are was of to in on at and or not it this that what which who how why when where "
+    "please answer reply respond always never from now on json english french short long question "
+    "paris france capital city weather cat dog blue red green one two three four five yes no "
+    "user assistant system summary fact value key name color number said told remember forget"
+).split()
+
+
+def tiny_tokenizer(extra_words: list[str] | None = None):
+    """A word-level fast tokenizer with a ChatML chat template, `<pad>`/`<eos>`/`<unk>` and chat specials."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<eos>", "<unk>", "<|im_start|>", "<|im_end|>"]
+    words = specials + sorted(set(_WORDS + list("abcdefghijklmnopqrstuvwxyz0123456789") + list(".,?!:;'\"()[]{}-") + (extra_words or [])))
+    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(), pre_tokenizers.Punctuation()])
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tok.chat_template = CHATML_TEMPLATE
+    return tok
+
+
+def tiny_llama(vocab_size: int, *, hidden_size: int = 32, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+               max_positions: int = 512, seed: int = 0):
+    """A randomly initialised Llama; the same seed gives the same weights."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        max_position_embeddings=max_positions, tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+def tiny_rhea(n_mem: int = 4, seed: int = 0, **config_kwargs):
+    """A `RheaForCausalLM` on a tiny Llama, LoRA B matrices randomised so adapters are not no-ops."""
+    from rhea.modeling import RheaConfig, RheaForCausalLM
+
+    tok = tiny_tokenizer()
+    base = tiny_llama(len(tok), seed=seed)
+    config_kwargs = {"lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0, **config_kwargs}
+    model = RheaForCausalLM.from_base(base, tok, RheaConfig(n_mem=n_mem, **config_kwargs))
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+    return model.eval()

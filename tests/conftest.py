@@ -1,0 +1,6 @@
+
+@pytest.fixture
+def tiny_model():
+    from rhea.testing import tiny_rhea
+
+    return tiny_rhea()
