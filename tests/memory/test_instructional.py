@@ -1,0 +1,101 @@
+import pytest
+
+from rhea.context import EmptyMessageError
+from rhea.memory import InstructionalMemory, infer_slots
+from rhea.memory.instructional import HEADER
+
+
+def test_add_keeps_order_and_renders_verbatim():
+    im = InstructionalMemory()
+    im.add("Always end with 'Over and out.'", turn=0)
+    im.add("Never use commas in your replies.", turn=2)
+    assert im.render() == HEADER + "\n- Always end with 'Over and out.'\n- Never use commas in your replies."
+    assert [e.turn for e in im.entries] == [0, 2] and im.version == 2
+
+
+def test_duplicate_does_not_change_version():
+    im = InstructionalMemory()
+    im.add("From now on, respond in French.", turn=0)
+    before = (im.render(), im.version)
+    again = im.add("  from now on, respond in French  ", turn=4)
+    assert (im.render(), im.version) == before and again.turn == 0
+    assert im.history[-1].action == "duplicate" and "entry 0" in im.history[-1].reason
+
+
+def test_conflicting_language_and_length_replace_with_reasons():
+    im = InstructionalMemory()
+    im.add("From now on, respond in French.", turn=0)
+    im.add("Keep all your answers under 50 words.", turn=1)
+    im.add("Respond in English from here on.", turn=2)
+    im.add("Limit every reply to 3 sentences.", turn=3)
+    assert [e.text for e in im.entries] == ["Respond in English from here on.", "Limit every reply to 3 sentences."]
+    replaced = [h for h in im.history if h.action == "replace"]
+    assert [h.text for h in replaced] == ["From now on, respond in French.", "Keep all your answers under 50 words."]
+    assert "language" in replaced[0].reason and "replaces" in replaced[0].reason
+    assert replaced[1].by_id == im.entries[1].id
+
+
+def test_unknown_slots_and_partial_overlap_keep_both():
+    im = InstructionalMemory()
+    im.add("Mention the word 'banana' in each response.", turn=0)
+    im.add("Include a relevant quote in all your answers.", turn=1)
+    assert len(im) == 2
+    im2 = InstructionalMemory()
+    im2.add("Answer in French using bullet points.", turn=0)
+    im2.add("Answer in German from now on.", turn=1)
+    assert len(im2) == 2 and im2.history[-2].action == "conflict-kept"
+
+
+@pytest.mark.parametrize("instruction,revocation", [
+    ("From now on, open every response with the letter O.", "Stop starting with O."),
+    ("Reply in valid JSON from now on.", "Forget the JSON rule."),
+    ("Do not use any commas in your answers.", "Feel free to use commas again."),
+    ("Include an emoji in each of your replies.", "No need to include emojis anymore."),
+    ("Cite a source in every answer.", "You don't have to cite a source anymore."),
+])
+def test_revocation_removes_the_matching_entry(instruction, revocation):
+    im = InstructionalMemory()
+    im.add("Call me Sam from now on.", turn=0)
+    im.add(instruction, turn=1)
+    v = im.version
+    gone = im.revoke(revocation, reason="user revoked", turn=5)
+    assert [e.text for e in gone] == [instruction]
+    assert [e.text for e in im.entries] == ["Call me Sam from now on."]
+    assert im.version == v + 1
+    assert im.history[-1].action == "revoke" and "user revoked" in im.history[-1].reason
+
+
+def test_revoke_all_by_id_and_unmatched():
+    im = InstructionalMemory()
+    a = im.add("Always answer in haiku.", turn=0)
+    im.add("Sign off every message with '- Bot'.", turn=1)
+    assert [e.id for e in im.revoke(a.id, reason="by id")] == [a.id]
+    v = im.version
+    assert im.revoke("Stop talking about the weather.", reason="nothing") == []
+    assert im.version == v and im.history[-1].action == "revoke-unmatched"
+    im.revoke("Forget all previous instructions.", reason="reset")
+    assert len(im) == 0 and im.render() == ""
+    with pytest.raises(ValueError, match="live ids"):
+        im.revoke(99, reason="x")
+
+
+def test_round_trip_and_bad_inputs():
+    im = InstructionalMemory()
+    im.add("From now on, respond in French.", turn=0)
+    im.add("Respond in English.", turn=1)
+    again = InstructionalMemory.from_dict(im.to_dict())
+    assert again.to_dict() == im.to_dict() and again.render() == im.render()
+    again.add("Be sarcastic in every reply.", turn=2)
+    assert again.entries[-1].id == 2  # ids continue after a reload, never reused
+    with pytest.raises(EmptyMessageError):
+        im.add("   ", turn=0)
+    with pytest.raises(ValueError, match="turn"):
+        im.add("Be brief.", turn=-1)
+    with pytest.raises(ValueError, match="to_dict"):
+        InstructionalMemory.from_dict({"entries": []})
+
+
+def test_slot_inference():
+    assert infer_slots("Write everything in lowercase.") == ("case",)
+    assert infer_slots("End every response with 'Hope this helps!'.") == ("end",)
+    assert infer_slots("Mention bananas.") == ()
