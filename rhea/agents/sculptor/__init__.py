@@ -7,12 +7,17 @@
 """
 from __future__ import annotations
 
-from rhea.agents.sculptor.errors import AcmError
+from rhea.agents.sculptor.errors import AcmError, ConversationMismatchError
+from rhea.agents.sculptor.loop import LoopResult, SculptorLoop, Step, TraceEntry
+from rhea.agents.sculptor.prompts import PAPER_UNIFIED_PROMPT
 from rhea.agents.sculptor.schemas import TOOL_NAMES, tool_schemas
 from rhea.agents.sculptor.store import AcmStore, Fragment, OpRecord, SearchRecord
 from rhea.agents.sculptor.tools import SculptorToolbox, ToolOutcome
+from rhea.agents.sculptor.trajectories import TrainingInstance, trajectory_instances, write_jsonl
 
 __all__ = [
-    "AcmError", "AcmStore", "Fragment", "OpRecord", "SearchRecord",
+    "AcmError", "ConversationMismatchError", "AcmStore", "Fragment", "OpRecord", "SearchRecord",
     "SculptorToolbox", "ToolOutcome", "TOOL_NAMES", "tool_schemas",
+    "SculptorLoop", "LoopResult", "Step", "TraceEntry", "PAPER_UNIFIED_PROMPT",
+    "TrainingInstance", "trajectory_instances", "write_jsonl",
 ]

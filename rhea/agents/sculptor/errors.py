@@ -46,3 +46,10 @@ class ToolArgumentError(AcmError):
 
 class UnknownToolError(AcmError):
     """The model called a tool the toolbox does not have."""
+
+
+class ConversationMismatchError(ValueError):
+    """`SculptorLoop.run` got messages that do not continue the store's conversation.
+
+    Not an `AcmError`: it is a caller's mistake, never reported to the model.
+    """

@@ -4,7 +4,9 @@ The store never edits the original conversation. It keeps the original messages,
 fragments (character spans inside one message, each with a 6-char id and a state), the
 searches made so far, and an op log. `render()` builds the visible messages from those:
 a visible fragment shows its original text, a folded one a one-line marker, a summarized
-one its summary between id-tagged markers. Message count, order, roles and every other
+one its summary between id-tagged markers. Fragments and searches draw ids from one seeded
+stream, so ids are unique across both and reproducible for a seed and op sequence.
+Message count, order, roles and every other
 key are never changed, and with no operations `render()` equals the input exactly.
 """
 from __future__ import annotations
@@ -75,7 +77,7 @@ class SearchRecord:
 class OpRecord:
     """One entry of the op log; `undo_data` is what `undo()` needs to revert it."""
 
-    kind: str  # "fragment" | "fold" | "summarize" | "restore" | "search"
+    kind: str  # "fragment" | "fold" | "summarize" | "restore" | "search" | "extend"
     target: tuple[str, ...]  # fragment ids, or the search id
     changes_view: bool
     undo_data: Any = field(default=None, repr=False, compare=False)
@@ -221,6 +223,18 @@ class AcmStore:
         """The original text around a match, `radius` chars either side."""
         return window(self._original[match.message_index]["content"], match.start, match.end, radius)
 
+    def extend(self, messages: Sequence[dict]) -> int:
+        """Append messages (new turns) to the conversation; fragments and searches stay valid.
+
+        Returns the number of messages added. Undo removes them again.
+        """
+        added = _validated_copy(messages)
+        if not added:
+            return 0
+        self._original.extend(added)
+        self._log.append(OpRecord("extend", (), True, undo_data=len(added)))
+        return len(added)
+
     def undo(self) -> OpRecord:
         """Revert the last operation and return its record."""
         if not self._log:
@@ -231,6 +245,8 @@ class AcmStore:
                 del self._fragments[fid]
         elif op.kind == "search":
             del self._searches[op.target[0]]
+        elif op.kind == "extend":
+            del self._original[-op.undo_data:]
         else:
             self._fragments[op.target[0]] = op.undo_data
         return op
