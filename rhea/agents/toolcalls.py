@@ -124,25 +124,26 @@ def _read_fenced(text: str, calls: list, errors: list, spans: list) -> None:
 
 
 def _read_bare(text: str, calls: list, errors: list, spans: list) -> None:
-    pos = 0
+    pos, unterminated = 0, None
     while True:
         start = text.find("{", pos)
         if start == -1:
-            return
+            break
+        pos = start + 1
         if _inside(start, spans):
-            pos = start + 1
             continue
         end = _balanced_end(text, start)
         if end is None:
-            if _looks_like_call(text[start:]):
-                errors.append(f"unterminated JSON tool call: {_clip(text[start:])}")
-            return
+            # A stray "{" in prose must not hide a later call, so keep scanning.
+            if unterminated is None and _looks_like_call(text[start:]):
+                unterminated = start
+            continue
         raw = text[start:end]
         if _add_parsed(raw, raw, calls, errors, required=False):
             spans.append((start, end))
             pos = end
-        else:
-            pos = start + 1
+    if unterminated is not None and not any(lo > unterminated for lo, _ in spans):
+        errors.append(f"unterminated JSON tool call: {_clip(text[unterminated:])}")
 
 
 def _add_parsed(body: str, raw: str, calls: list, errors: list, *, required: bool) -> bool:

@@ -97,3 +97,10 @@ def test_malformed_calls_are_reported_not_dropped_silently():
 
 def test_prose_json_that_is_not_a_call_is_ignored():
     assert parse_tool_calls('The user record is {"name": "Bob", "age": 3}.').calls == []
+
+
+def test_stray_brace_in_prose_does_not_hide_a_later_call():
+    text = 'Sets look like {a, b. Now: {"name": "fold_fragment", "arguments": {"fragment_id": "a1b2c3"}}'
+    calls, errors, rest = parse_tool_calls(text)
+    assert calls == [ToolCall("fold_fragment", ARGS)] and errors == []
+    assert rest == "Sets look like {a, b. Now:"

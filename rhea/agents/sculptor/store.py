@@ -6,8 +6,8 @@ searches made so far, and an op log. `render()` builds the visible messages from
 a visible fragment shows its original text, a folded one a one-line marker, a summarized
 one its summary between id-tagged markers. Fragments and searches draw ids from one seeded
 stream, so ids are unique across both and reproducible for a seed and op sequence.
-Message count, order, roles and every other
-key are never changed, and with no operations `render()` equals the input exactly.
+Message count, order, roles and every other key are never changed (`extend` only appends
+new turns), and with no operations `render()` equals the input exactly.
 """
 from __future__ import annotations
 
