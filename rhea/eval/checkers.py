@@ -717,7 +717,7 @@ def _exclude_keywords(text: str, forbidden_words: Sequence[str]) -> bool:
                   "every response.",
            revoke="You no longer need to repeat the word '{keyword}'.",
            sample=lambda rng: {"keyword": rng.choice(["simply", "clearly", "notably"]),
-                               "relation": "at least", "frequency": rng.choice([1, 2])},
+                               "relation": "at least", "frequency": rng.choice([2, 3])},
            ifeval="keywords:frequency")
 def _keyword_frequency(text: str, keyword: str, relation: str, frequency: int) -> bool:
     count = len(re.findall(re.escape(keyword), text, flags=re.IGNORECASE))
@@ -767,6 +767,9 @@ _CONFLICTING_SLOTS = {
     ]
 }
 _FORMAT_COMPATIBLE = {"case", "forbidden", "keywords"}
+# Pairs of instructions that clash although their slots usually do not.
+_CONFLICTING_IDS = {frozenset(("constrained_response", "lowercase")),
+                    frozenset(("constrained_response", "uppercase"))}
 _LANGUAGE_COMPATIBLE = {"length", "sentences", "paragraphs", "bullets", "punctuation",
                         "placeholders", "highlights", "wrap", "title", "format"}
 
@@ -777,7 +780,7 @@ def conflicts(a: InstructionSpec, b: InstructionSpec) -> bool:
     >>> conflicts(InstructionSpec("lowercase"), InstructionSpec("uppercase"))
     True
     """
-    if a.slot == b.slot:
+    if a.slot == b.slot or frozenset((a.id, b.id)) in _CONFLICTING_IDS:
         return True
     slots = {a.slot, b.slot}
     if "format" in slots:

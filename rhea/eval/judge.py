@@ -1,0 +1,145 @@
+"""LLM-as-a-judge with FastChat's MT-Bench single-answer grading prompts.
+
+The judge is any `rhea.llm.TextGenerator` (a local model, an OpenAI-compatible endpoint,
+or a `ScriptedGenerator` in tests). Prompts follow FastChat's ``judge_prompts.jsonl``
+(``single-v1``, ``single-math-v1`` and their ``-multi-turn`` forms; Apache-2.0): the judge
+explains, then rates 1–10 as ``[[rating]]``. Ratings are parsed as FastChat does
+(``[[x]]``, falling back to ``[x]``); output with no rating, or one outside 1–10, gives
+``rating=None`` and an ``error`` rather than a made-up score.
+
+>>> from rhea.llm import ScriptedGenerator
+>>> judge = Judge(ScriptedGenerator(["Accurate and clear. Rating: [[8]]"]))
+>>> judge.rate("What is 2+2?", "4").rating
+8.0
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from rhea.llm import TextGenerator
+
+#: MT-Bench categories that FastChat grades against a reference answer.
+REFERENCE_CATEGORIES = ("math", "reasoning", "coding")
+
+_RATING = re.compile(r"\[\[(\d+\.?\d*)\]\]")
+_RATING_BACKUP = re.compile(r"\[(\d+\.?\d*)\]")
+
+_FORMAT_RULE = ('After providing your explanation, you must rate the response on a scale of '
+                '1 to 10 by strictly following this format: "[[rating]]", for example: '
+                '"Rating: [[5]]".')
+_GENERAL = ("Your evaluation should consider factors such as the helpfulness, relevance, "
+            "accuracy, depth, creativity, and level of detail of the response.")
+_WITH_REFERENCE = ("Your evaluation should consider correctness and helpfulness. You will be "
+                   "given a reference answer and the assistant's answer.")
+_INTRO = ("Please act as an impartial judge and evaluate the quality of the response "
+          "provided by an AI assistant to the user question displayed below. ")
+
+
+def _single_prompt(question: str, answer: str, reference: str | None) -> str:
+    if reference is None:
+        criteria = (f"{_GENERAL} Begin your evaluation by providing a short explanation. "
+                    f"Be as objective as possible.")
+        reference_block = ""
+    else:
+        criteria = (f"{_WITH_REFERENCE} Begin your evaluation by comparing the assistant's "
+                    f"answer with the reference answer. Identify and correct any mistakes. "
+                    f"Be as objective as possible.")
+        reference_block = (f"[The Start of Reference Answer]\n{reference}\n"
+                           f"[The End of Reference Answer]\n\n")
+    return (f"[Instruction]\n{_INTRO}{criteria} {_FORMAT_RULE}\n\n[Question]\n{question}\n\n"
+            f"{reference_block}[The Start of Assistant's Answer]\n{answer}\n"
+            f"[The End of Assistant's Answer]")
+
+
+def _multi_turn_messages(questions: tuple[str, str], answers: tuple[str, str],
+                         references: tuple[str, str] | None) -> list[dict]:
+    if references is None:
+        criteria = (f"{_GENERAL} You evaluation should focus on the assistant's answer to the "
+                    f"second user question. Begin your evaluation by providing a short "
+                    f"explanation. Be as objective as possible.")
+        reference_block = ""
+    else:
+        criteria = (f"{_WITH_REFERENCE} You evaluation should focus on the assistant's answer "
+                    f"to the second question. Begin your evaluation by comparing the "
+                    f"assistant's answer with the reference answer. Identify and correct any "
+                    f"mistakes. Be as objective as possible.")
+        reference_block = (f"<|The Start of Reference Answer|>\n\n### User:\n{questions[0]}\n\n"
+                           f"### Reference answer:\n{references[0]}\n\n### User:\n"
+                           f"{questions[1]}\n\n### Reference answer:\n{references[1]}\n\n"
+                           f"<|The End of Reference Answer|>\n\n\n")
+    system = f"{_INTRO}{criteria} {_FORMAT_RULE}\n\n"
+    user = (f"{reference_block}<|The Start of Assistant A's Conversation with User|>\n\n"
+            f"### User:\n{questions[0]}\n\n### Assistant A:\n{answers[0]}\n\n### User:\n"
+            f"{questions[1]}\n\n### Assistant A:\n{answers[1]}\n\n"
+            f"<|The End of Assistant A's Conversation with User|>")
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def parse_rating(judgment: str) -> float | None:
+    """The 1–10 rating in a judge's output, or None when absent or out of range.
+
+    >>> parse_rating("Solid answer. Rating: [[7]]"), parse_rating("Rating: [6.5]")
+    (7.0, 6.5)
+    >>> parse_rating("I would give it a seven.") is None, parse_rating("[[11]]") is None
+    (True, True)
+    """
+    match = _RATING.search(judgment) or _RATING_BACKUP.search(judgment)
+    if not match:
+        return None
+    rating = float(match.group(1))
+    return rating if 1.0 <= rating <= 10.0 else None
+
+
+@dataclass(frozen=True)
+class Judgment:
+    """A judge's verdict: `rating` in [1, 10] or None (then `error` says why)."""
+
+    rating: float | None
+    raw: str
+    prompt_name: str
+    error: str | None = None
+
+
+class Judge:
+    """Rates answers 1–10 with an LLM, MT-Bench single-answer style.
+
+    >>> from rhea.llm import ScriptedGenerator
+    >>> j = Judge(ScriptedGenerator(["no rating here"]))
+    >>> j.rate("Q?", "A.").error
+    'no [[rating]] in 1-10 found in judge output'
+    """
+
+    def __init__(self, generator: TextGenerator, *, max_new_tokens: int = 512):
+        if not isinstance(generator, TextGenerator):
+            raise TypeError(f"generator={generator!r} must implement rhea.llm.TextGenerator "
+                            "(a generate(messages, ...) -> str method)")
+        if max_new_tokens < 16:
+            raise ValueError(f"max_new_tokens={max_new_tokens} is too small for an explanation "
+                             "plus a rating; use >= 16 (FastChat uses 2048)")
+        self.generator = generator
+        self.max_new_tokens = max_new_tokens
+
+    def rate(self, question: str, answer: str, *, reference: str | None = None) -> Judgment:
+        """Rate one answer (FastChat ``single-v1``, or ``single-math-v1`` with a reference)."""
+        name = "single-v1" if reference is None else "single-math-v1"
+        messages = [{"role": "system", "content": "You are a helpful assistant."},
+                    {"role": "user", "content": _single_prompt(question, answer, reference)}]
+        return self._ask(messages, name)
+
+    def rate_multi_turn(self, questions: tuple[str, str], answers: tuple[str, str], *,
+                        references: tuple[str, str] | None = None) -> Judgment:
+        """Rate the second answer of a two-turn exchange (``single-v1-multi-turn``)."""
+        if len(questions) != 2 or len(answers) != 2 or (references and len(references) != 2):
+            raise ValueError(f"multi-turn judging takes exactly 2 questions and 2 answers "
+                             f"(got {len(questions)} and {len(answers)})")
+        name = "single-v1-multi-turn" if references is None else "single-math-v1-multi-turn"
+        return self._ask(_multi_turn_messages(tuple(questions), tuple(answers),
+                                              tuple(references) if references else None), name)
+
+    def _ask(self, messages: list[dict], name: str) -> Judgment:
+        raw = self.generator.generate(messages, max_new_tokens=self.max_new_tokens,
+                                      temperature=0.0)
+        rating = parse_rating(raw)
+        error = None if rating is not None else "no [[rating]] in 1-10 found in judge output"
+        return Judgment(rating, raw, name, error)

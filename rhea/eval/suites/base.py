@@ -1,0 +1,203 @@
+"""The shape every suite shares: scripted turns, episodes, and a scoring contract.
+
+A runner drives an `Episode` turn by turn: send ``turn.user`` through the chat session,
+take the reply, call ``episode.score_turn(turn, reply, history=...)``, keep the dict;
+after all episodes, ``suite.aggregate(all_turn_scores)`` gives the suite's metrics. The
+runner may add its own numbers (tokens, latency) to each turn-score dict; `aggregate`
+summarises every numeric field it does not already know.
+
+>>> turn = SuiteTurn("Hello!", "filler")
+>>> turn.kind, turn.active_instructions
+('filler', ())
+"""
+from __future__ import annotations
+
+import random
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from rhea.eval.checkers import InstructionSpec
+
+#: Turn kinds: a global instruction, its revocation, an ordinary question, small talk that
+#: only adds distance, a fact the model must track ("update"), and a question whose answer
+#: is known ("probe").
+TURN_KINDS = ("instruction", "revoke", "query", "filler", "update", "probe")
+
+
+class SuiteConfigError(ValueError):
+    """A suite parameter or data set that cannot build episodes."""
+
+
+@dataclass(frozen=True)
+class SuiteTurn:
+    """One scripted user turn and what is expected of the reply to it."""
+
+    user: str
+    kind: str
+    active_instructions: tuple[InstructionSpec, ...] = ()
+    expected: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in TURN_KINDS:
+            raise SuiteConfigError(f"turn kind={self.kind!r} must be one of {TURN_KINDS}")
+        object.__setattr__(self, "active_instructions", tuple(self.active_instructions))
+
+
+@dataclass
+class Episode:
+    """A scripted conversation of one suite; scoring is delegated to that suite."""
+
+    episode_id: str
+    suite: "Suite"
+    turns: list[SuiteTurn]
+    meta: dict = field(default_factory=dict)
+
+    def score_turn(self, turn: SuiteTurn, reply: str, *,
+                   history: Sequence[tuple[str, str]] = ()) -> dict:
+        """Metrics for `reply` to `turn`; `history` is the earlier (user, reply) pairs."""
+        scores = self.suite.score_turn(turn, reply, history=history)
+        return {"episode_id": self.episode_id, "turn_index": turn.meta.get("index"),
+                "kind": turn.kind, **scores}
+
+    def aggregate(self, turn_scores: Sequence[dict]) -> dict:
+        return self.suite.aggregate(turn_scores)
+
+    def __len__(self) -> int:
+        return len(self.turns)
+
+
+class Suite:
+    """Base class: subclasses set `name`, build episodes, score turns and aggregate.
+
+    Subclasses implement ``_episodes(n_turns, rng)``, ``score_turn`` and ``_aggregate``;
+    ``load(path)`` (a classmethod) reads the public data format into the ``data=`` value.
+    """
+
+    name = "suite"
+    default_turns = 20
+
+    def __init__(self, *, data: Any = None, n_episodes: int = 4):
+        require_int("n_episodes", n_episodes, 1)
+        self.data = data
+        self.n_episodes = n_episodes
+
+    @classmethod
+    def load(cls, path: str) -> Any:
+        raise NotImplementedError(f"suite {cls.name!r} reads no data files")
+
+    @classmethod
+    def from_path(cls, path: str, **kwargs: Any) -> "Suite":
+        """The suite over a public benchmark file (see the subclass's `load`)."""
+        return cls(data=cls.load(path), **kwargs)
+
+    def generate(self, n_turns: int | None = None, seed: int = 0) -> list[Episode]:
+        """`n_episodes` episodes of `n_turns` user turns each; same seed → same episodes."""
+        n_turns = self.default_turns if n_turns is None else n_turns
+        require_int("n_turns", n_turns, self.min_turns())
+        rng = random.Random(f"{self.name}:{seed}")
+        episodes = []
+        for number in range(self.n_episodes):
+            turns, meta = self._episode(n_turns, rng)
+            indexed = [SuiteTurn(t.user, t.kind, t.active_instructions, t.expected,
+                                 {**t.meta, "index": i}) for i, t in enumerate(turns)]
+            episodes.append(Episode(f"{self.name}/{seed}/{number}", self, indexed,
+                                    {**meta, "seed": seed}))
+        return episodes
+
+    def min_turns(self) -> int:
+        return 1
+
+    def _episode(self, n_turns: int, rng: random.Random) -> tuple[list[SuiteTurn], dict]:
+        raise NotImplementedError
+
+    def score_turn(self, turn: SuiteTurn, reply: str, *,
+                   history: Sequence[tuple[str, str]] = ()) -> dict:
+        raise NotImplementedError
+
+    def aggregate(self, turn_scores: Sequence[dict]) -> dict:
+        """Suite metrics plus a summary of any extra numeric fields the runner recorded."""
+        result = {"suite": self.name, "n_turns": len(turn_scores),
+                  "n_episodes": len({s.get("episode_id") for s in turn_scores})}
+        result.update(self._aggregate(turn_scores))
+        known = {"turn_index", "index"} | set(self.score_fields)
+        extras = summarize_numeric(turn_scores, exclude=known)
+        if extras:
+            result["recorded"] = extras
+        return result
+
+    #: Fields `score_turn` produces (not re-summarised as runner extras).
+    score_fields: tuple[str, ...] = ()
+
+    def _aggregate(self, turn_scores: Sequence[dict]) -> dict:
+        return {}
+
+
+def require_int(name: str, value: Any, minimum: int) -> None:
+    """Raise `SuiteConfigError` unless `value` is an int >= `minimum`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SuiteConfigError(f"{name}={value!r} must be an integer >= {minimum}")
+
+
+def mean(values: Iterable[float | None]) -> float | None:
+    """Mean of the non-None values, None if there are none."""
+    kept = [v for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else None
+
+
+def summarize_numeric(rows: Sequence[Mapping[str, Any]], *, exclude: Iterable[str] = ()
+                      ) -> dict[str, dict[str, float]]:
+    """For each numeric field in `rows`: count, mean, p50, p90, total.
+
+    >>> summarize_numeric([{"ms": 10}, {"ms": 30}])["ms"]["mean"]
+    20.0
+    """
+    skip = set(exclude)
+    columns: dict[str, list[float]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key not in skip and isinstance(value, (int, float)) and not isinstance(value, bool):
+                columns.setdefault(key, []).append(float(value))
+    summary = {}
+    for key, values in columns.items():
+        ordered = sorted(values)
+        summary[key] = {"count": len(values), "mean": statistics.fmean(values),
+                        "p50": statistics.median(values),
+                        "p90": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
+                        "total": sum(values)}
+    return summary
+
+
+def fill_turns(rng: random.Random, pool: Sequence[str], n: int) -> list[str]:
+    """`n` items from `pool`, without repeats until the pool is used up."""
+    if not pool:
+        raise SuiteConfigError("the query pool is empty; pass data with at least one query")
+    out: list[str] = []
+    while len(out) < n:
+        out.extend(rng.sample(list(pool), min(len(pool), n - len(out))))
+    return out
+
+
+def _normalize(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+def _mentions(text: str, phrase: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(_normalize(phrase))}(?!\w)", _normalize(text)) is not None
+
+
+def value_matches(answer: str, expected: str, candidates: Sequence[str] = ()) -> bool:
+    """True if `answer` names `expected` and no other candidate value.
+
+    >>> value_matches("It is in the kitchen.", "kitchen", ["kitchen", "garden"])
+    True
+    >>> value_matches("kitchen or garden", "kitchen", ["kitchen", "garden"])
+    False
+    """
+    if not _mentions(answer, expected):
+        return False
+    rivals = [c for c in candidates if _normalize(c) not in _normalize(expected)
+              and _normalize(expected) not in _normalize(c)]
+    return not any(_mentions(answer, c) for c in rivals)

@@ -1,0 +1,204 @@
+"""state-tracking: facts change over the conversation; does the model know the latest?
+
+Two sources of change, one scoring:
+- key/value streams in the style of PI-LLM ("Unable to Forget"): each ``update`` turn sets a
+  key (a category such as "fruit") to a new value from the vocabulary; the final ``probe``
+  asks for the current value of every key, one ``key: value`` line each. Old values are the
+  interference: answering one is counted as ``stale``.
+- bAbI: one fact per turn ("Mary went to the kitchen."). With a task file (``load``), the
+  story's own questions become probes where they stand; the built-in generator simulates
+  task qa1 and ends with a probe for every person's current place.
+Filler turns (ordinary questions) between facts add distance.
+
+A key is right when its answer names the expected value and no other candidate value
+(so "kitchen or garden" is wrong). Metrics: accuracy over keys, JGA (joint goal accuracy:
+probes with every key right), accuracy by key and by how often the key was updated.
+
+>>> suite = StateTrackingSuite(n_episodes=1, n_keys=2)
+>>> ep = suite.generate(n_turns=5, seed=0)[0]
+>>> ep.turns[-1].kind, sorted(ep.turns[-1].meta["answers"]) == sorted(ep.meta["keys"])
+('probe', True)
+"""
+from __future__ import annotations
+
+import random
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable, Sequence
+
+from rhea.eval import loaders
+from rhea.eval.suites.base import (Suite, SuiteConfigError, SuiteTurn, fill_turns, mean,
+                                   require_int, value_matches)
+from rhea.eval.suites.builtin import (BABI_ACTORS, BABI_LOCATIONS, BABI_VERBS,
+                                      KV_VOCABULARY, ORDINARY_QUESTIONS)
+
+MODES = ("kv", "babi")
+
+
+def extract_line(reply: str, key: str) -> str | None:
+    """The value after ``key:`` (or ``key =``, ``key -``, ``key is``) on a line of `reply`.
+
+    >>> extract_line("fruit: mango\\ncity: Oslo", "city")
+    'Oslo'
+    """
+    pattern = rf"^[\s*\-•\d.)]*{re.escape(key)}\W*?(?:\s*[:=\-–]|\s+is|\s+was)\s*(.+?)\s*$"
+    match = re.search(pattern, reply, flags=re.IGNORECASE | re.MULTILINE)
+    return match.group(1) if match else None
+
+
+class StateTrackingSuite(Suite):
+    """Key/value (PI-LLM-style) or bAbI fact streams, probed for the current state."""
+
+    name = "state-tracking"
+    default_turns = 20
+    score_fields = ("accuracy",)
+
+    def __init__(self, *, data: dict | list | None = None, mode: str | None = None,
+                 n_episodes: int = 4, n_keys: int = 4, filler_ratio: float = 0.3):
+        super().__init__(data=data, n_episodes=n_episodes)
+        inferred = "babi" if isinstance(data, list) else "kv"
+        mode = mode or inferred
+        if mode not in MODES:
+            raise SuiteConfigError(f"mode={mode!r} must be one of {MODES}")
+        if data is not None and mode != inferred:
+            raise SuiteConfigError(f"mode={mode!r} does not fit the data given (it looks like "
+                                   f"{inferred!r} data); drop mode= or pass matching data")
+        require_int("n_keys", n_keys, 1)
+        if not 0.0 <= filler_ratio < 1.0:
+            raise SuiteConfigError(f"filler_ratio={filler_ratio} must be in [0, 1)")
+        self.mode, self.n_keys, self.filler_ratio = mode, n_keys, filler_ratio
+        if mode == "kv":
+            vocabulary = data if data is not None else KV_VOCABULARY
+            if len(vocabulary) < n_keys:
+                raise SuiteConfigError(f"n_keys={n_keys} exceeds the {len(vocabulary)} "
+                                       "categories in the vocabulary; lower n_keys")
+            self.vocabulary = vocabulary
+        elif data is not None:
+            self.answer_pool = sorted({line.answer for story in data for line in story
+                                       if line.is_question})
+
+    @staticmethod
+    def load(path: str | Path) -> dict | list:
+        """A PI-LLM vocabulary (``.json``) or a bAbI task file (``.txt``)."""
+        if Path(path).suffix == ".json":
+            return loaders.load_pi_llm_vocabulary(path)
+        return loaders.load_babi(path)
+
+    def min_turns(self) -> int:
+        return 3 if self.mode == "babi" and self.data is not None else self.n_keys + 1
+
+    # ---------------------------------------------------------------------- episodes
+
+    def _episode(self, n_turns: int, rng: random.Random):
+        if self.mode == "kv":
+            keys = rng.sample(sorted(self.vocabulary), self.n_keys)
+            return self._stream(
+                rng, n_turns, keys, lambda k: self.vocabulary[k],
+                say=lambda k, v: f"Please keep track of this: the current {k} is {v}.",
+                probe=("What is the current value of each of these: {keys}? Answer with one "
+                       "line per item in the form 'name: value'."))
+        if self.data is None:
+            actors = rng.sample(BABI_ACTORS, min(self.n_keys, len(BABI_ACTORS)))
+            return self._stream(
+                rng, n_turns, actors, lambda _: BABI_LOCATIONS,
+                say=lambda k, v: f"{k} {rng.choice(BABI_VERBS)} the {v}.",
+                probe=("Where is each of these people now: {keys}? Answer with one line per "
+                       "person in the form 'name: place'."))
+        return self._babi_story(rng, n_turns)
+
+    def _stream(self, rng: random.Random, n_turns: int, keys: list[str],
+                values_of: Callable[[str], Sequence[str]], say: Callable[[str, str], str],
+                probe: str):
+        n_body = n_turns - 1
+        n_updates = max(len(keys), round(n_body * (1 - self.filler_ratio)))
+        order = rng.sample(keys, len(keys)) + [rng.choice(keys)
+                                               for _ in range(n_updates - len(keys))]
+        fillers = iter(fill_turns(rng, ORDINARY_QUESTIONS, n_body - n_updates))
+        update_slots = set(rng.sample(range(n_body), n_updates))
+        history: dict[str, list[str]] = defaultdict(list)
+        turns, updates = [], iter(order)
+        for slot in range(n_body):
+            if slot not in update_slots:
+                turns.append(SuiteTurn(next(fillers), "filler"))
+                continue
+            key = next(updates)
+            value = rng.choice([v for v in values_of(key) if v not in history[key][-1:]])
+            history[key].append(value)
+            turns.append(SuiteTurn(say(key, value), "update", meta={"key": key, "value": value}))
+        answers = {k: history[k][-1] for k in keys}
+        turns.append(SuiteTurn(
+            probe.format(keys=", ".join(keys)), "probe",
+            expected="\n".join(f"{k}: {v}" for k, v in answers.items()),
+            meta={"answers": answers, "format": "lines",
+                  "candidates": {k: list(values_of(k)) for k in keys},
+                  "previous": {k: history[k][:-1] for k in keys},
+                  "n_updates": {k: len(history[k]) for k in keys}}))
+        return turns, {"keys": keys, "mode": self.mode}
+
+    def _babi_story(self, rng: random.Random, n_turns: int):
+        stories = [s for s in self.data if any(line.is_question for line in s[:n_turns])]
+        if not stories:
+            raise SuiteConfigError(f"n_turns={n_turns} is too short for any story in the data "
+                                   "to reach its first question; raise n_turns")
+        story_index = rng.randrange(len(stories))
+        story = stories[story_index][:n_turns]
+        last_question = max(i for i, line in enumerate(story) if line.is_question)
+        story = story[:last_question + 1]
+        fillers = iter(fill_turns(rng, ORDINARY_QUESTIONS, n_turns - len(story)))
+        # Fillers go anywhere before the last probe, so the story still ends the episode.
+        filler_slots = sorted(rng.choices(range(len(story)), k=n_turns - len(story)))
+        turns = []
+        for i, line in enumerate(story):
+            while filler_slots and filler_slots[0] == i:
+                filler_slots.pop(0)
+                turns.append(SuiteTurn(next(fillers), "filler"))
+            if line.is_question:
+                turns.append(SuiteTurn(f"{line.text} Answer in one word.", "probe",
+                                       expected=line.answer,
+                                       meta={"answers": {line.text: line.answer},
+                                             "format": "single",
+                                             "candidates": {line.text: self.answer_pool}}))
+            else:
+                turns.append(SuiteTurn(line.text, "update"))
+        return turns, {"keys": [l.text for l in story if l.is_question], "mode": "babi",
+                       "story": story_index}
+
+    # ----------------------------------------------------------------------- scoring
+
+    def score_turn(self, turn: SuiteTurn, reply: str, *, history=()) -> dict:
+        if turn.kind != "probe":
+            return {}
+        answers = turn.meta["answers"]
+        correct, stale = {}, {}
+        for key, expected in answers.items():
+            said = reply if turn.meta["format"] == "single" else extract_line(reply, key)
+            candidates = turn.meta["candidates"][key]
+            correct[key] = said is not None and value_matches(said, expected, candidates)
+            stale[key] = said is not None and any(
+                value_matches(said, old, candidates)
+                for old in turn.meta.get("previous", {}).get(key, ()) if old != expected)
+        return {"accuracy": sum(correct.values()) / len(correct), "joint": all(correct.values()),
+                "correct": correct, "stale": stale,
+                "n_updates": dict(turn.meta.get("n_updates", {}))}
+
+    def _aggregate(self, turn_scores: Sequence[dict]) -> dict:
+        probes = [s for s in turn_scores if s.get("kind") == "probe"]
+        by_key, by_updates, by_episode = defaultdict(list), defaultdict(list), defaultdict(list)
+        stale = []
+        for score in probes:
+            by_episode[score["episode_id"]].append(score["joint"])
+            for key, ok in score["correct"].items():
+                by_key[key].append(float(ok))
+                if key in score["n_updates"]:
+                    by_updates[score["n_updates"][key]].append(float(ok))
+            stale.extend(float(v) for v in score["stale"].values())
+        checks = [v for values in by_key.values() for v in values]
+        return {
+            "accuracy": mean(checks),
+            "jga": mean(float(s["joint"]) for s in probes),
+            "episode_jga": mean(float(all(v)) for v in by_episode.values()),
+            "stale_rate": mean(stale),
+            "accuracy_by_key": {k: mean(v) for k, v in sorted(by_key.items())},
+            "accuracy_by_n_updates": {n: mean(v) for n, v in sorted(by_updates.items())},
+        }
