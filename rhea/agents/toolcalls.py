@@ -150,7 +150,7 @@ def _add_parsed(body: str, raw: str, calls: list, errors: list, *, required: boo
     """Parse `body` and append its calls; return whether it was a tool call at all."""
     try:
         obj = loads_lenient(body)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # absurdly deep nesting must not escape either
         if required or _looks_like_call(body):
             errors.append(f"could not parse tool call JSON ({exc}): {_clip(body)}")
             return True
@@ -214,7 +214,7 @@ def _arguments(value: Any) -> tuple[dict, str | None]:
     if isinstance(value, str):
         try:
             value = loads_lenient(value)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             return {}, f"arguments are not valid JSON ({exc}): {_clip(value)}"
     if not isinstance(value, dict):
         return {}, f"arguments must be a JSON object, got {type(value).__name__}"

@@ -75,7 +75,7 @@ def test_arguments_given_as_json_string_inside_hermes_block():
 @pytest.mark.parametrize("garbage", [
     "", "Just an answer: 42.", "{", "}{", "{{{{", "```json\n```", "<tool_call></tool_call>x",
     "<tool_call>{\"name\": \"fold_fragment\", \"arguments\": {\"fragment_id\": }</tool_call>",
-    "{'name': 'don't'}", "\x00\xff", "{\"name\": \"x\", \"arguments\": [1]}", "[1, 2, {\"a\": }]",
+    "{'name': 'don't'}", "\x00\xff", "[" * 5000 + "]" * 5000, '{"name": "f", "arguments": ' + "[" * 5000 + "]" * 5000 + "}", "{\"name\": \"x\", \"arguments\": [1]}", "[1, 2, {\"a\": }]",
 ])
 def test_garbage_never_raises(garbage):
     result = parse_tool_calls(garbage)
@@ -104,3 +104,16 @@ def test_stray_brace_in_prose_does_not_hide_a_later_call():
     calls, errors, rest = parse_tool_calls(text)
     assert calls == [ToolCall("fold_fragment", ARGS)] and errors == []
     assert rest == "Sets look like {a, b. Now:"
+
+
+def test_random_json_like_noise_never_raises():
+    import random
+
+    rng = random.Random(0)
+    pieces = ['{', '}', '[', ']', '"', "'", ':', ',', '\\', ' ', 'name', 'arguments', '"name":', 'x',
+              '<tool_call>', '</tool_call>', '```json\n', '```', 'True', '1', '<function=f>', '</function>']
+    for _ in range(400):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
+        result = parse_tool_calls(text)
+        assert all(isinstance(c, ToolCall) and isinstance(c.arguments, dict) for c in result.calls)
+        assert all(isinstance(e, str) for e in result.errors) and isinstance(result.text, str)

@@ -136,7 +136,7 @@ class SculptorLoop:
                     run.add({"role": "user", "content": FORCE_TOOL_PROMPT}, None)
                     continue
                 run.steps.append(Step(prompt, reply, sources, "final"))
-                return self._result(run, reply.strip(), prompt, budget_exhausted=False)
+                return self._result(run, parsed.text or reply.strip(), prompt, budget_exhausted=False)
             run.add({"role": "assistant", "content": reply}, step_index)
             changed = self._execute(run, parsed, step_index)
             run.steps.append(Step(prompt, reply, sources, "tool_call", changed))
