@@ -1,0 +1,64 @@
+import pytest
+
+from rhea.eval.judge import Judge, parse_rating
+from rhea.llm import ScriptedGenerator
+
+
+@pytest.mark.parametrize("text,rating", [
+    ("Good answer.\nRating: [[8]]", 8.0),
+    ("Rating: [[7.5]]", 7.5),
+    ("Rating: [9]", 9.0),  # FastChat's backup pattern
+    ("[[3]] at first, but on reflection [[4]]", 3.0),  # the first match wins, as in FastChat
+    ("Rating: [[10]]", 10.0),
+    ("Rating: 8/10", None),
+    ("I would rate it eight.", None),
+    ("Rating: [[0]]", None),
+    ("Rating: [[11]]", None),
+    ("", None),
+    ("Rating: [[N/A]]", None),
+])
+def test_parse_rating(text, rating):
+    assert parse_rating(text) == rating
+
+
+def test_single_answer_prompt_follows_fastchat_format():
+    gen = ScriptedGenerator(["Helpful. Rating: [[6]]"])
+    verdict = Judge(gen).rate("Why is the sky blue?", "Rayleigh scattering.")
+    assert (verdict.rating, verdict.prompt_name, verdict.error) == (6.0, "single-v1", None)
+    system, user = gen.calls[0]
+    assert system == {"role": "system", "content": "You are a helpful assistant."}
+    assert user["content"].startswith("[Instruction]\nPlease act as an impartial judge")
+    assert '"[[rating]]", for example: "Rating: [[5]]"' in user["content"]
+    assert "[Question]\nWhy is the sky blue?\n\n[The Start of Assistant's Answer]\n" \
+           "Rayleigh scattering.\n[The End of Assistant's Answer]" in user["content"]
+    assert "Reference Answer" not in user["content"]
+
+
+def test_reference_and_multi_turn_prompts():
+    gen = ScriptedGenerator(["[[9]]", "Wrong second step. [[2]]"])
+    judge = Judge(gen)
+    assert judge.rate("2+2?", "4", reference="4").prompt_name == "single-math-v1"
+    assert "[The Start of Reference Answer]\n4\n[The End of Reference Answer]" in \
+        gen.calls[0][1]["content"]
+    verdict = judge.rate_multi_turn(("Q1", "Q2"), ("A1", "A2"), references=("R1", "R2"))
+    assert (verdict.rating, verdict.prompt_name) == (2.0, "single-math-v1-multi-turn")
+    system, user = gen.calls[1]
+    assert "second" in system["content"] and "[[rating]]" in system["content"]
+    assert "### User:\nQ2\n\n### Assistant A:\nA2" in user["content"]
+    assert "### Reference answer:\nR2" in user["content"]
+
+
+def test_malformed_judge_output_gives_no_rating():
+    verdict = Judge(ScriptedGenerator(["I think it is decent."])).rate("Q", "A")
+    assert verdict.rating is None
+    assert verdict.raw == "I think it is decent."
+    assert "no [[rating]]" in verdict.error
+
+
+def test_judge_validates_its_inputs():
+    with pytest.raises(TypeError, match="TextGenerator"):
+        Judge(object())
+    with pytest.raises(ValueError, match="max_new_tokens=4"):
+        Judge(ScriptedGenerator([]), max_new_tokens=4)
+    with pytest.raises(ValueError, match="exactly 2 questions"):
+        Judge(ScriptedGenerator([])).rate_multi_turn(("Q",), ("A",))
