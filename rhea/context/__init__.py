@@ -16,7 +16,7 @@ from rhea.context.errors import (
 )
 from rhea.context.latent import Latent
 from rhea.context.plan import ContextPlan, PlanDecisions, TokenLedger, TurnDecision
-from rhea.context.render import FALLBACK_CHAT_TEMPLATE, RenderedBatch, RenderedContext, mem_token_id, render, render_batch
+from rhea.context.rendering import FALLBACK_CHAT_TEMPLATE, RenderedBatch, RenderedContext, mem_token_id, render, render_batch
 
 __all__ = [
     "Conversation", "Turn", "Latent", "ContextPlan", "PlanDecisions", "TokenLedger", "TurnDecision",

@@ -12,7 +12,7 @@ from rhea.context import (
     render,
     render_batch,
 )
-from rhea.context.render import ESCAPED_MEM, FALLBACK_CHAT_TEMPLATE
+from rhea.context.rendering import ESCAPED_MEM, FALLBACK_CHAT_TEMPLATE
 
 
 def _plan(system: str | None = "be brief .", latents=()):

@@ -1,0 +1,21 @@
+"""Context policies: each turns (conversation, query) into a `ContextPlan`.
+
+Importing this package registers the text baselines: "vanilla", "recent-k", "bm25",
+"summary".
+
+>>> from rhea.context.policies import get_policy
+>>> get_policy("bm25", k=3).name
+'bm25'
+"""
+from rhea.context.policies.assemble import assemble_plan, count_tokens, resolve_system
+from rhea.context.policies.base import ContextPolicy
+from rhea.context.policies.bm25 import BM25
+from rhea.context.policies.recent_k import RecentK
+from rhea.context.policies.registry import available_policies, get_policy, register_policy
+from rhea.context.policies.summary import RollingSummary
+from rhea.context.policies.vanilla import Vanilla
+
+__all__ = [
+    "ContextPolicy", "Vanilla", "RecentK", "BM25", "RollingSummary",
+    "get_policy", "register_policy", "available_policies", "assemble_plan", "count_tokens", "resolve_system",
+]

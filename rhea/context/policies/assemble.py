@@ -1,0 +1,118 @@
+"""Steps every policy shares: resolving the system block, turning tiered turns into
+messages, and filling the token ledger. Policies decide tiers; this file builds the plan."""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Sequence, Union
+
+from rhea.context.conversation import Conversation
+from rhea.context.errors import InvalidTurnError, require_text
+from rhea.context.latent import Latent
+from rhea.context.plan import ContextPlan, PlanDecisions, TokenLedger, TurnDecision
+
+SystemSource = Union[str, Callable[[], str], Any, None]
+_APPROX_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def check_system_source(source: SystemSource) -> SystemSource:
+    if source is None or isinstance(source, str) or hasattr(source, "render") or callable(source):
+        return source
+    raise ValueError(
+        f"system_prompt={source!r} must be a str, an object with render() (e.g. InstructionalMemory) or a callable returning str"
+    )
+
+
+def resolve_system(source: SystemSource) -> tuple[str, list[str]]:
+    """(system text, instruction texts recorded in the plan) for a policy's system source."""
+    if source is None:
+        return "", []
+    if isinstance(source, str):
+        return source, [source] if source.strip() else []
+    if hasattr(source, "render"):
+        text = source.render()
+        entries = getattr(source, "entries", None)
+        return text, [e.text for e in entries] if entries is not None else ([text] if text else [])
+    text = source()
+    if not isinstance(text, str):
+        raise InvalidTurnError(f"system_prompt callable returned {type(text).__name__}, expected str")
+    return text, [text] if text.strip() else []
+
+
+def count_tokens(text: str, tokenizer: Any = None) -> int:
+    """Tokens in `text`: exact with a tokenizer, else a words-and-punctuation approximation.
+
+    >>> count_tokens("Hello, world!")
+    4
+    """
+    if not text:
+        return 0
+    if tokenizer is None:
+        return len(_APPROX_TOKEN.findall(text))
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def assemble_plan(
+    policy: str,
+    conversation: Conversation,
+    query: str,
+    decisions: Sequence[TurnDecision],
+    *,
+    system_source: SystemSource = None,
+    extra_system: Sequence[str] = (),
+    latents: dict[int, Latent] | None = None,
+    records: Sequence[dict] = (),
+    tokenizer: Any = None,
+) -> ContextPlan:
+    """Build the plan: [system] + kept turns in chronological order + [user: query].
+
+    `decisions` must hold exactly one `TurnDecision` per past turn, so no turn leaves the
+    context without a recorded reason. "raw" turns keep both texts; "latent" turns keep the
+    user text and put `latents[turn]` in place of the reply; "drop" turns are left out.
+    `extra_system` (e.g. a summary) follows the instructions inside the system block.
+    Ledger token counts cover message text only (chat-template markup excluded), the same
+    way for the plan and for the full history, so the two compare.
+    """
+    require_text(query, "query")
+    by_turn = {d.turn: d for d in decisions}
+    if len(by_turn) != len(decisions) or set(by_turn) != set(range(len(conversation))):
+        raise InvalidTurnError(
+            f"policy {policy!r} decided turns {sorted(by_turn)} but the conversation has turns 0..{len(conversation) - 1}; "
+            "record exactly one decision per turn"
+        )
+    latents = latents or {}
+    system_text, instructions = resolve_system(system_source)
+    system = "\n\n".join(part for part in (system_text, *extra_system) if part and part.strip())
+
+    messages: list[dict] = [{"role": "system", "content": system}] if system else []
+    text_tokens = count_tokens(system, tokenizer)
+    full_tokens = count_tokens(system_text, tokenizer) + count_tokens(query, tokenizer)
+    latent_slots = dropped = 0
+    for index, turn in enumerate(conversation):
+        turn_tokens = count_tokens(turn.user, tokenizer) + count_tokens(turn.assistant, tokenizer)
+        full_tokens += turn_tokens
+        tier = by_turn[index].tier
+        if tier == "drop":
+            dropped += 1
+            continue
+        messages.append({"role": "user", "content": turn.user})
+        if tier == "raw":
+            messages.append({"role": "assistant", "content": turn.assistant})
+            text_tokens += turn_tokens
+        else:
+            if index not in latents:
+                raise InvalidTurnError(f"turn {index} is tiered 'latent' but policy {policy!r} supplied no Latent for it")
+            messages.append({"role": "assistant", "content": [latents[index]]})
+            text_tokens += count_tokens(turn.user, tokenizer)
+            latent_slots += latents[index].n_slots
+    messages.append({"role": "user", "content": query})
+    text_tokens += count_tokens(query, tokenizer)
+
+    ledger = TokenLedger(
+        text_tokens=text_tokens,
+        latent_slots=latent_slots,
+        dropped_turns=dropped,
+        full_history_tokens=full_tokens,
+        counter="tokenizer" if tokenizer is not None else "regex-approx",
+    )
+    ordered = sorted(decisions, key=lambda d: d.turn)
+    return ContextPlan(messages, PlanDecisions(ordered, instructions, list(records)), ledger, policy)

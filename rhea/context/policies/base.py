@@ -1,0 +1,63 @@
+"""`ContextPolicy`: the one interface every context-management method implements."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from rhea.context.conversation import Conversation, Turn
+from rhea.context.plan import ContextPlan
+from rhea.context.policies.assemble import SystemSource, check_system_source
+
+
+class ContextPolicy(ABC):
+    """Decides what the model sees for a query, given the conversation so far.
+
+    system_prompt: a str, an object with `render() -> str` (e.g. `InstructionalMemory`,
+    whose `entries` are then recorded in the plan) or a zero-argument callable; it becomes
+    the system block, so Rhea's instructional memory layers onto any policy.
+    tokenizer: optional; when given, ledgers count real tokens instead of approximating.
+
+    Subclasses implement `build`; stateful ones also override `observe`, `reset`,
+    `_state` and `_load_state`.
+    """
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, *, system_prompt: SystemSource = None, tokenizer: Any = None):
+        self.system_prompt = check_system_source(system_prompt)
+        self.tokenizer = tokenizer
+
+    @abstractmethod
+    def build(self, conversation: Conversation, query: str) -> ContextPlan:
+        """The plan to answer `query` after `conversation` (which excludes the query)."""
+
+    def observe(self, turn: Turn) -> None:
+        """Update incremental state with a completed turn. Stateless policies ignore it."""
+        if not isinstance(turn, Turn):
+            raise TypeError(f"observe() takes a Turn, got {type(turn).__name__}")
+
+    def reset(self) -> None:
+        """Forget incremental state, for a new conversation."""
+
+    def config(self) -> dict:
+        """Constructor settings worth saving with a session (JSON-friendly)."""
+        return {}
+
+    def state_dict(self) -> dict:
+        """Everything needed to resume: `{"name", "config", "state"}`."""
+        return {"name": self.name, "config": self.config(), "state": self._state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if not isinstance(state, dict) or state.get("name") != self.name:
+            got = state.get("name") if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"state is for policy {got!r}, not {self.name!r}; load it into get_policy({got!r})")
+        self._load_state(state.get("state", {}))
+
+    def _state(self) -> dict:
+        return {}
+
+    def _load_state(self, state: dict) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config()})"

@@ -1,0 +1,46 @@
+"""Policies by name: `register_policy("name")` on a class, `get_policy("name", **kwargs)`."""
+from __future__ import annotations
+
+from rhea.context.policies.base import ContextPolicy
+
+_POLICIES: dict[str, type[ContextPolicy]] = {}
+
+
+def register_policy(name: str):
+    """Class decorator adding a `ContextPolicy` subclass to the registry under `name`.
+
+    >>> @register_policy("echo-doc")
+    ... class Echo(ContextPolicy):
+    ...     def build(self, conversation, query): ...
+    >>> Echo.name, "echo-doc" in available_policies()
+    ('echo-doc', True)
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"policy name={name!r} must be a non-empty str")
+
+    def decorate(cls):
+        if not (isinstance(cls, type) and issubclass(cls, ContextPolicy)):
+            raise TypeError(f"register_policy({name!r}) decorates ContextPolicy subclasses, got {cls!r}")
+        existing = _POLICIES.get(name)
+        if existing is not None and existing.__qualname__ != cls.__qualname__:
+            raise ValueError(f"policy name {name!r} is already taken by {existing.__qualname__}; choose another name")
+        cls.name = name
+        _POLICIES[name] = cls
+        return cls
+
+    return decorate
+
+
+def get_policy(name: str, **kwargs) -> ContextPolicy:
+    """A new policy instance by registered name.
+
+    >>> get_policy("recent-k", k=3).k
+    3
+    """
+    if name not in _POLICIES:
+        raise ValueError(f"unknown policy {name!r}; registered: {available_policies()}")
+    return _POLICIES[name](**kwargs)
+
+
+def available_policies() -> list[str]:
+    return sorted(_POLICIES)

@@ -1,0 +1,126 @@
+"""RollingSummary: an LLM-written running summary replaces turns once they are folded in."""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from rhea.context.conversation import Conversation, Turn
+from rhea.context.plan import ContextPlan, TurnDecision
+from rhea.context.policies.assemble import SystemSource, assemble_plan
+from rhea.context.policies.base import ContextPolicy
+from rhea.context.policies.registry import register_policy
+from rhea.context.policies.validation import positive_int
+from rhea.llm import TextGenerator
+
+SUMMARY_HEADER = "Summary of the conversation so far:"
+
+SUMMARIZER_SYSTEM = (
+    "You maintain a running summary of a conversation between a user and an assistant. "
+    "Keep every fact, name, number, decision and open question the assistant may need later; "
+    "drop pleasantries. Write plain prose, no preamble."
+)
+
+
+def summarizer_messages(summary: str, turns: list[Turn]) -> list[dict]:
+    """The prompt that folds `turns` into `summary`."""
+    exchanges = "\n\n".join(f"User: {t.user}\nAssistant: {t.assistant}" for t in turns)
+    current = summary if summary else "(empty: this is the start of the conversation)"
+    return [
+        {"role": "system", "content": SUMMARIZER_SYSTEM},
+        {"role": "user", "content": f"Current summary:\n{current}\n\nNew exchanges:\n{exchanges}\n\nWrite the updated summary."},
+    ]
+
+
+@register_policy("summary")
+class RollingSummary(ContextPolicy):
+    """The summary (in the system block, after any instructions) plus the turns not yet
+    folded into it, verbatim. The summary is rewritten every `every` observed turns.
+
+    If the generator returns an empty summary the turns stay pending (verbatim), so nothing
+    is lost; a warning says so. `build` catches up on turns it was not shown via `observe`.
+
+    >>> from rhea.context import Conversation, Turn
+    >>> from rhea.llm import ScriptedGenerator
+    >>> policy = RollingSummary(ScriptedGenerator(["User's cat is Tom."]), every=1)
+    >>> conv = Conversation([Turn("My cat is Tom.", "Nice name!")])
+    >>> plan = policy.build(conv, "What is my cat called?")
+    >>> plan.system_text
+    "Summary of the conversation so far:\\nUser's cat is Tom."
+    """
+
+    def __init__(
+        self,
+        generator: TextGenerator,
+        *,
+        every: int = 1,
+        max_summary_tokens: int = 256,
+        system_prompt: SystemSource = None,
+        tokenizer: Any = None,
+    ):
+        super().__init__(system_prompt=system_prompt, tokenizer=tokenizer)
+        if not isinstance(generator, TextGenerator):
+            raise ValueError(f"generator={generator!r} must implement TextGenerator.generate(messages, ...)")
+        self.generator = generator
+        self.every = positive_int(every, "every")
+        self.max_summary_tokens = positive_int(max_summary_tokens, "max_summary_tokens", minimum=8)
+        self.reset()
+
+    def config(self) -> dict:
+        return {"every": self.every, "max_summary_tokens": self.max_summary_tokens}
+
+    def reset(self) -> None:
+        self.summary = ""
+        self.summarized = 0  # turns [0, summarized) are folded into the summary
+        self.pending: list[Turn] = []
+        self.updates = 0
+
+    @property
+    def observed(self) -> int:
+        return self.summarized + len(self.pending)
+
+    def observe(self, turn: Turn) -> None:
+        super().observe(turn)
+        self.pending.append(turn)
+        if len(self.pending) >= self.every:
+            self._fold()
+
+    def _fold(self) -> None:
+        reply = self.generator.generate(summarizer_messages(self.summary, self.pending), max_new_tokens=self.max_summary_tokens)
+        if not reply or not reply.strip():
+            warnings.warn(
+                f"summary: generator returned an empty summary; keeping {len(self.pending)} turns verbatim", stacklevel=3
+            )
+            return
+        self.summary = reply.strip()
+        self.summarized += len(self.pending)
+        self.pending = []
+        self.updates += 1
+
+    def build(self, conversation: Conversation, query: str) -> ContextPlan:
+        if len(conversation) < self.observed:
+            raise ValueError(
+                f"summary policy has observed {self.observed} turns but the conversation has {len(conversation)}; "
+                "call reset() before starting another conversation"
+            )
+        for turn in conversation.turns[self.observed:]:
+            self.observe(turn)
+        decisions = [
+            TurnDecision(i, "drop", None, f"folded into the summary (update {self.updates})") if i < self.summarized
+            else TurnDecision(i, "raw", None, "not yet summarized")
+            for i in range(len(conversation))
+        ]
+        extra = [f"{SUMMARY_HEADER}\n{self.summary}"] if self.summary else []
+        records = [{"event": "summary", "turns_summarized": self.summarized, "updates": self.updates, "summary": self.summary}]
+        return assemble_plan(self.name, conversation, query, decisions, system_source=self.system_prompt,
+                             extra_system=extra, records=records, tokenizer=self.tokenizer)
+
+    def _state(self) -> dict:
+        return {"summary": self.summary, "summarized": self.summarized, "updates": self.updates,
+                "pending": [t.to_dict() for t in self.pending]}
+
+    def _load_state(self, state: dict) -> None:
+        try:
+            self.summary, self.summarized, self.updates = str(state["summary"]), int(state["summarized"]), int(state["updates"])
+            self.pending = [Turn.from_dict(t) for t in state["pending"]]
+        except KeyError as exc:
+            raise ValueError(f"summary state lacks {exc}; pass what state_dict() returned") from exc
