@@ -87,11 +87,11 @@ def load_retention_data(path: str | Path) -> RetentionData:
                              tuple(sorted(unsupported)))
     if "instructions" in first and "query" in first:
         mapping = mt_eval_id_map()
+        rows = loaders.load_mt_eval_global_inst(path)
         queries = tuple(
             RetentionQuery(q.query, frozenset(mapping[i] for i in q.instructions if i in mapping))
-            for q in loaders.load_mt_eval_global_inst(path))
-        unsupported = sorted({i for q in loaders.load_mt_eval_global_inst(path)
-                              for i in q.instructions if i not in mapping})
+            for q in rows)
+        unsupported = sorted({i for q in rows for i in q.instructions if i not in mapping})
         return RetentionData(queries, None, "mt_eval", tuple(unsupported))
     if "turns" in first or "prompt" in first:
         questions = loaders.load_mt_bench_questions(path)
