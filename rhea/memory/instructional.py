@@ -188,6 +188,27 @@ class InstructionalMemory:
         self.version += 1
         return targets
 
+    def update(self, text: str, decision, turn: int) -> list[MemoryEvent]:
+        """Apply a `RecognizerDecision` for message `text`; return the events it caused.
+
+        A revocation that matches no live entry ("stop using em dashes" with no dash rule
+        stored) is a new prohibition, so it is added rather than dropped.
+
+        >>> from rhea.memory import InstructionRecognizer
+        >>> im, rec = InstructionalMemory(), InstructionRecognizer(None)
+        >>> msg = "Stop using em dashes in your replies."
+        >>> [e.action for e in im.update(msg, rec(msg), turn=4)]
+        ['revoke-unmatched', 'add']
+        """
+        start = len(self.history)
+        if decision.kind == "add":
+            self.add(text, turn)
+        elif decision.kind == "revoke":
+            if not self.revoke(text, reason=f"revoked by the user at turn {turn} ({decision.source})", turn=turn):
+                self.add(text, turn)
+                self.history[-1].reason += "; a revocation that matched nothing is kept as a standing instruction"
+        return self.history[start:]
+
     def _match_revocation(self, text: str) -> tuple[list[InstructionEntry], str]:
         slots = set(infer_slots(text))
         if slots:

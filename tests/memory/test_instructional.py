@@ -99,3 +99,18 @@ def test_slot_inference():
     assert infer_slots("Write everything in lowercase.") == ("case",)
     assert infer_slots("End every response with 'Hope this helps!'.") == ("end",)
     assert infer_slots("Mention bananas.") == ()
+
+
+def test_update_applies_recognizer_decisions():
+    from rhea.memory import InstructionRecognizer
+
+    rec, im = InstructionRecognizer(None), InstructionalMemory()
+    for turn, msg in enumerate([
+        "From now on, open every response with the letter O.",
+        "What is the capital of Peru?",
+        "Stop starting with O.",
+    ]):
+        im.update(msg, rec(msg), turn)
+    assert len(im) == 0 and [h.action for h in im.history] == ["add", "revoke"]
+    events = im.update("Stop using em dashes in your replies.", rec("Stop using em dashes in your replies."), 3)
+    assert [e.action for e in events] == ["revoke-unmatched", "add"] and "standing instruction" in events[-1].reason
