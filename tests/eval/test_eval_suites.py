@@ -269,3 +269,24 @@ def test_efficiency_from_mt_bench_file(tmp_path):
     assert len(suite.data) == 6
     (episode,) = suite.generate(n_turns=7, seed=0)
     assert {t.user for t in episode.turns} == set(suite.data)
+
+
+@pytest.mark.parametrize("name", ["instruction-retention", "state-tracking", "long-horizon",
+                                  "efficiency"])
+def test_episodes_serialise_to_json(name):
+    import json
+
+    kwargs = {"n_instructions": 2, "n_revoke": 1} if name == "instruction-retention" else {}
+    (episode,) = get_suite(name, n_episodes=1, **kwargs).generate(n_turns=8, seed=0)
+    data = json.loads(json.dumps(episode.to_dict()))
+    assert data["suite"] == name and len(data["turns"]) == 8
+    assert [t["user"] for t in data["turns"]] == [t.user for t in episode.turns]
+
+
+def test_probe_lines_tolerate_prose_and_markdown():
+    suite = get_suite("state-tracking", n_episodes=1, n_keys=2, filler_ratio=0.0)
+    (episode,) = suite.generate(n_turns=5, seed=0)
+    probe = episode.turns[-1]
+    reply = "\n".join(f"* The current **{k}** is {v}." for k, v in probe.meta["answers"].items())
+    assert episode.score_turn(probe, reply)["joint"] is True
+    assert episode.score_turn(probe, "I don't know.")["accuracy"] == 0.0

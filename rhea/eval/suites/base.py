@@ -45,6 +45,12 @@ class SuiteTurn:
             raise SuiteConfigError(f"turn kind={self.kind!r} must be one of {TURN_KINDS}")
         object.__setattr__(self, "active_instructions", tuple(self.active_instructions))
 
+    def to_dict(self) -> dict:
+        """A JSON-ready view (instruction specs as ``{"id", "kwargs"}``), for run logs."""
+        return {"user": self.user, "kind": self.kind, "expected": self.expected,
+                "active_instructions": [s.to_dict() for s in self.active_instructions],
+                "meta": _jsonable(dict(self.meta))}
+
 
 @dataclass
 class Episode:
@@ -67,6 +73,20 @@ class Episode:
 
     def __len__(self) -> int:
         return len(self.turns)
+
+    def to_dict(self) -> dict:
+        return {"episode_id": self.episode_id, "suite": self.suite.name,
+                "meta": _jsonable(self.meta), "turns": [t.to_dict() for t in self.turns]}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, InstructionSpec):
+        return value.to_dict()
+    if isinstance(value, Mapping):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
 
 
 class Suite:

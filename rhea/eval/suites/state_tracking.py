@@ -41,8 +41,11 @@ def extract_line(reply: str, key: str) -> str | None:
 
     >>> extract_line("fruit: mango\\ncity: Oslo", "city")
     'Oslo'
+    >>> extract_line("- The current **city** is Oslo.", "city")
+    'Oslo.'
     """
-    pattern = rf"^[\s*\-•\d.)]*{re.escape(key)}\W*?(?:\s*[:=\-–]|\s+is|\s+was)\s*(.+?)\s*$"
+    pattern = (rf"^[^\n]*?(?<!\w){re.escape(key)}(?!\w)\W*?(?:\s*[:=\-–]|\s+is|\s+was)"
+               rf"\s*(.+?)\s*$")
     match = re.search(pattern, reply, flags=re.IGNORECASE | re.MULTILINE)
     return match.group(1) if match else None
 
