@@ -78,6 +78,11 @@ def _convert_gguf_to_cache(zoo: ZooModel, target: Path) -> None:
     t0 = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
     model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file, dtype=torch.float32)
+    # The weights are already dequantized to fp32; the GGUF "quantizer" transformers leaves
+    # attached only blocks save_pretrained, so detach it.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
     target.parent.mkdir(parents=True, exist_ok=True)
     # Write into a temp dir and rename, so an interrupted conversion never leaves a half cache.
     tmp = Path(tempfile.mkdtemp(prefix=f".{zoo.name}-", dir=target.parent))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -61,6 +62,14 @@ def add_mem_token(base: nn.Module, tokenizer) -> int:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return mem_id
+
+
+@contextlib.contextmanager
+def _quiet_peft():
+    """peft calls a transformers API that transformers deprecates; users can do nothing about it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
 
 
 def _lora_config(config: RheaConfig):
@@ -116,8 +125,9 @@ class RheaForCausalLM(nn.Module):
         config.base_vocab_size = int(base.get_input_embeddings().weight.shape[0])
         config.extra.setdefault("adapters_trained", False)
         mem_id = add_mem_token(base, tokenizer)
-        peft_model = get_peft_model(base, _lora_config(config), adapter_name="compress")
-        peft_model.add_adapter("generate", _lora_config(config))
+        with _quiet_peft():
+            peft_model = get_peft_model(base, _lora_config(config), adapter_name="compress")
+            peft_model.add_adapter("generate", _lora_config(config))
         model = cls(peft_model, tokenizer, config, mem_id)
         with torch.no_grad():
             vocab = base.get_input_embeddings().weight[: config.base_vocab_size]
@@ -187,8 +197,9 @@ class RheaForCausalLM(nn.Module):
         with torch.no_grad():
             base.get_input_embeddings().weight[mem_id] = mem["mem_token_row"].to(base.dtype)
         try:
-            peft_model = PeftModel.from_pretrained(base, str(directory / "compress"), adapter_name="compress", is_trainable=True)
-            peft_model.load_adapter(str(directory / "generate"), adapter_name="generate", is_trainable=True)
+            with _quiet_peft():
+                peft_model = PeftModel.from_pretrained(base, str(directory / "compress"), adapter_name="compress", is_trainable=True)
+                peft_model.load_adapter(str(directory / "generate"), adapter_name="generate", is_trainable=True)
         except Exception as e:
             raise CheckpointError(f"could not load the LoRA adapters from {directory} ({type(e).__name__}: {e})") from e
         model = cls(peft_model, tokenizer, config, mem_id)
@@ -383,8 +394,9 @@ class RheaForCausalLM(nn.Module):
     ):
         """Causal-LM forward with the generate adapter; `<mem>` placeholders take `latent_embeds`.
 
-        `prefix_len` (``[batch]``, tokens of the instruction block, counted from the first real
-        token) is used by the anchored attention when ``config.anchor_bias > 0``.
+        `prefix_len` (``[batch]``: index just past each row's instruction block, counted from
+        position 0 of the padded row, as `render_batch` returns it) is used by the anchored
+        attention when ``config.anchor_bias > 0``.
         Returns the base model's ``CausalLMOutputWithPast``.
         """
         if inputs_embeds is None:
@@ -452,7 +464,4 @@ class RheaForCausalLM(nn.Module):
         if prefix_len is None:
             prefix_len = torch.zeros(batch, dtype=torch.long, device=self.device)
         prefix_len = torch.as_tensor(prefix_len, dtype=torch.long, device=self.device).reshape(-1)
-        if attention_mask is not None:
-            # prefix counted from the first real token: shift by each row's left padding
-            prefix_len = prefix_len + (attention_mask.shape[-1] - attention_mask.long().sum(-1))
         return {"rhea_prefix_len": prefix_len, "rhea_anchor_bias": float(self.config.anchor_bias)}

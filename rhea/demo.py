@@ -1,0 +1,92 @@
+"""`rhea chat --demo`: a scripted conversation showing compression into latents on a real model."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import torch
+
+from rhea.context import ContextPlan, Conversation, Latent, Turn, render
+from rhea.generation import generate_from_plan
+
+SCRIPT = [
+    "Hi! I'm planning a week in Lisbon in May. What should I pack?",
+    "What are three good day trips from Lisbon?",
+    "Thanks. Going back to packing: which shoes did you suggest?",
+]
+
+
+def _history_messages(conversation: Conversation, latent_turns: dict[int, torch.Tensor]) -> list[dict]:
+    msgs = []
+    for i, turn in enumerate(conversation):
+        msgs.append({"role": "user", "content": turn.user})
+        content = [Latent(latent_turns[i], i)] if i in latent_turns else turn.assistant
+        msgs.append({"role": "assistant", "content": content})
+    return msgs
+
+
+def _cosine_max(a: torch.Tensor, b: torch.Tensor) -> float:
+    a = torch.nn.functional.normalize(a.float(), dim=-1)
+    b = torch.nn.functional.normalize(b.float(), dim=-1)
+    return float((a @ b.T).max())
+
+
+def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 48, echo: Callable[[str], None] = print) -> dict:
+    """Run the scripted demo and return what it measured (also printed through `echo`)."""
+    from rhea.modeling.loading import MODEL_ZOO, cache_dir, load_base_model, load_default_model
+    from rhea.modeling.rhea_model import RheaForCausalLM
+
+    cached = (cache_dir() / "models" / model_name / "rhea_cache.json").is_file() if model_name in MODEL_ZOO else None
+    t0 = time.perf_counter()
+    if model_name == "smollm2-135m":
+        model, tok = load_default_model()
+    else:
+        base, tok = load_base_model(model_name)
+        model = RheaForCausalLM.from_base(base, tok)
+    load_s = time.perf_counter() - t0
+    model.eval()
+    echo(f"== rhea demo on {model_name} ==")
+    echo(f"loaded in {load_s:.1f}s ({'from the safetensors cache' if cached else 'first load: GGUF dequantized and cached' if cached is False else 'from disk'})")
+    echo(f"n_mem={model.n_mem} latent vectors per reply, hidden size {model.hidden_size}")
+    if not model.adapters_trained:
+        echo("NOTE: the compress/generate adapters are UNTRAINED here: the latents are the base model's read-out "
+             "at the <mem> slots, so answers from latents show the mechanism, not trained quality.")
+    echo("")
+
+    conversation, latents = Conversation(), {}
+    for i, user in enumerate(SCRIPT[:-1]):
+        plan = ContextPlan(_history_messages(conversation, {}) + [{"role": "user", "content": user}], policy="vanilla")
+        gen = generate_from_plan(model, plan, max_new_tokens=max_new_tokens)
+        conversation.append(Turn(user, gen.text))
+        t1 = time.perf_counter()
+        with torch.no_grad():
+            latents[i] = model.compress([gen.text])[0]
+        comp_s = time.perf_counter() - t1
+        n_tok = len(tok(gen.text, add_special_tokens=False)["input_ids"])
+        echo(f"[turn {i + 1}] user: {user}")
+        echo(f"[turn {i + 1}] assistant ({gen.new_tokens} tokens, {gen.timings['prefill_decode_s']:.1f}s): {gen.text}")
+        echo(f"           compressed {n_tok} reply tokens -> latents {tuple(latents[i].shape)} in {comp_s * 1000:.0f} ms "
+             f"(mean norm {latents[i].norm(dim=-1).mean():.1f})")
+        echo("")
+
+    query = SCRIPT[-1]
+    with torch.no_grad():
+        q_lat = model.compress([query])[0]
+    scores = {i: _cosine_max(q_lat, latents[i]) for i in latents}
+    full = ContextPlan(_history_messages(conversation, {}) + [{"role": "user", "content": query}], policy="vanilla")
+    hybrid = ContextPlan(_history_messages(conversation, {0: latents[0]}) + [{"role": "user", "content": query}], policy="demo")
+    n_full = render(full, tok).input_ids.shape[1]
+    rendered = render(hybrid, tok)
+    echo(f"[turn {len(SCRIPT)}] user: {query}")
+    echo("  max-cosine score of the query's latents vs each past reply's latents: "
+         + ", ".join(f"turn {i + 1}: {s:.3f}" for i, s in scores.items()))
+    echo(f"  context: turn 1's reply replaced by its {model.n_mem} latents -> {rendered.input_ids.shape[1]} tokens "
+         f"({model.n_mem} of them <mem> slots) instead of {n_full} with the full text")
+    echo("  rendered prompt (latent slots shown as <mem>):")
+    for line in rendered.text.splitlines():
+        echo("    | " + line)
+    gen = generate_from_plan(model, hybrid, max_new_tokens=max_new_tokens)
+    echo(f"[turn {len(SCRIPT)}] assistant from the hybrid context ({gen.new_tokens} tokens, "
+         f"{gen.timings['prefill_decode_s']:.1f}s): {gen.text}")
+    return {"load_s": load_s, "cached": cached, "scores": scores, "tokens_full": n_full,
+            "tokens_hybrid": int(rendered.input_ids.shape[1]), "final_reply": gen.text}
