@@ -134,8 +134,9 @@ def _prefix_len(tokenizer, messages: list[dict], text: str, ids: list[int]) -> i
             return len(head_ids)
         char_end = len(head)
     else:
-        # The template writes the system block differently once later messages exist;
-        # fall back to the end of the system text itself.
+        char_end = _system_end_by_probe(tokenizer, messages[: sys_index + 1], text)
+    if char_end is None:
+        # Last resort: the end of the system text itself (closing markup excluded).
         content = messages[sys_index]["content"]
         pos = text.find(content)
         if pos < 0:
@@ -148,11 +149,29 @@ def _prefix_len(tokenizer, messages: list[dict], text: str, ids: list[int]) -> i
         raise InvalidTurnError("prefix_len needs offsets from a fast tokenizer for this chat template; load it with use_fast=True")
     offsets = _encode(tokenizer, text, offsets=True)["offset_mapping"]
     n = sum(1 for start, end in offsets if end <= char_end)
-    warnings.warn(
-        f"system block ends inside a token (char {char_end}); prefix_len={n} excludes the straddling token",
-        stacklevel=3,
-    )
+    if any(start < char_end < end for start, end in offsets):
+        warnings.warn(f"system block ends inside a token (char {char_end}); prefix_len={n} excludes that token", stacklevel=3)
     return n
+
+
+_PROBES = ("\u2460probe\u2461", "\u2462probe\u2463")
+
+
+def _system_end_by_probe(tokenizer, head: list[dict], text: str) -> int | None:
+    """For templates that refuse a lone system message: render head + a probe user turn
+    twice with different probes; their common prefix ends just after the user header, and
+    that header (from a probe turn rendered alone) is cut off again."""
+    try:
+        a, b = (_apply(tokenizer, head + [{"role": "user", "content": p}], False) for p in _PROBES)
+        alone = _apply(tokenizer, [{"role": "user", "content": _PROBES[0]}], False)
+    except Exception:
+        return None
+    common = len(a[: a.index(_PROBES[0])]) if _PROBES[0] in a and a[: a.index(_PROBES[0])] == b[: b.index(_PROBES[1])] else None
+    header = alone[: alone.index(_PROBES[0])] if _PROBES[0] in alone else None
+    if common is None or header is None or not a[:common].endswith(header):
+        return None
+    end = common - len(header)
+    return end if text.startswith(a[:end]) else None
 
 
 def render(plan: ContextPlan, tokenizer, *, add_generation_prompt: bool = True, literal_mem: str = "error") -> RenderedContext:

@@ -131,3 +131,24 @@ def test_bad_plans_and_latents(tokenizer_factory):
         render(ContextPlan([{"role": "user", "content": [Latent(torch.zeros(1, 4), 0), Latent(torch.zeros(1, 5), 1)]}]), tokenizer_factory())
     with pytest.raises(ValueError, match="literal_mem"):
         render(_plan(), tokenizer_factory(), literal_mem="ignore")
+
+
+STRICT_TEMPLATE = (  # refuses a conversation that ends on the system message, like some vendor templates
+    "{% if messages[-1]['role'] == 'system' %}{{ raise_exception('need a user turn') }}{% endif %}"
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endfor %}"
+)
+DEFAULT_SYSTEM_TEMPLATE = (  # injects its own system block when the plan has none (Qwen-style)
+    "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nbe brief .<|im_end|>\n' }}{% endif %}"
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endfor %}"
+)
+
+
+@pytest.mark.parametrize("template", [STRICT_TEMPLATE, DEFAULT_SYSTEM_TEMPLATE])
+def test_prefix_len_with_other_template_shapes(tokenizer_factory, template):
+    tok = tokenizer_factory()
+    tok.chat_template = template
+    out = render(_plan(), tok)
+    tokens = tok.convert_ids_to_tokens(out.input_ids[0].tolist())
+    assert tokens[: out.prefix_len] == ["<|im_start|>", "system", "be", "brief", ".", "<|im_end|>"]
+    # no system message in the plan -> no anchored prefix, even if the template adds one
+    assert render(_plan(system=None), tok).prefix_len == 0
