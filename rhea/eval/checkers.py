@@ -9,7 +9,10 @@ to draw seeded parameters. An `InstructionSpec` is an instruction with its param
 The check semantics follow Google's IFEval (instruction_following_eval/instructions.py)
 wherever IFEval has the same instruction, so IFEval- and MT-Eval-format records can be
 scored here (`from_ifeval`, `check_ifeval`); ids we do not implement raise
-`UnsupportedInstructionError` instead of passing silently.
+`UnsupportedInstructionError` instead of passing silently. Deliberate differences from
+IFEval: sentences are split by a regex (no nltk punkt), lowercase/uppercase do not also
+require English (the language instruction covers that), text whose language cannot be
+detected fails the language check instead of passing, and start checks ignore case.
 
 >>> spec = get_instruction("start_word").spec(word="Indeed")
 >>> spec.phrase()

@@ -68,7 +68,9 @@ def _multi_turn_messages(questions: tuple[str, str], answers: tuple[str, str],
                            f"### Reference answer:\n{references[0]}\n\n### User:\n"
                            f"{questions[1]}\n\n### Reference answer:\n{references[1]}\n\n"
                            f"<|The End of Reference Answer|>\n\n\n")
-    system = f"{_INTRO}{criteria} {_FORMAT_RULE}\n\n"
+    # FastChat's math multi-turn prompt alone drops "displayed below"; kept verbatim.
+    intro = _INTRO if references is None else _INTRO.replace(" displayed below", "")
+    system = f"{intro}{criteria} {_FORMAT_RULE}\n\n"
     user = (f"{reference_block}<|The Start of Assistant A's Conversation with User|>\n\n"
             f"### User:\n{questions[0]}\n\n### Assistant A:\n{answers[0]}\n\n### User:\n"
             f"{questions[1]}\n\n### Assistant A:\n{answers[1]}\n\n"

@@ -62,3 +62,23 @@ def test_judge_validates_its_inputs():
         Judge(ScriptedGenerator([]), max_new_tokens=4)
     with pytest.raises(ValueError, match="exactly 2 questions"):
         Judge(ScriptedGenerator([])).rate_multi_turn(("Q",), ("A",))
+
+
+# FastChat judge_prompts.jsonl "single-v1" prompt_template, verbatim (Apache-2.0).
+FASTCHAT_SINGLE_V1 = (
+    "[Instruction]\nPlease act as an impartial judge and evaluate the quality of the response "
+    "provided by an AI assistant to the user question displayed below. Your evaluation should "
+    "consider factors such as the helpfulness, relevance, accuracy, depth, creativity, and level "
+    "of detail of the response. Begin your evaluation by providing a short explanation. Be as "
+    "objective as possible. After providing your explanation, you must rate the response on a "
+    "scale of 1 to 10 by strictly following this format: \"[[rating]]\", for example: "
+    "\"Rating: [[5]]\".\n\n[Question]\n{question}\n\n[The Start of Assistant's Answer]\n{answer}\n"
+    "[The End of Assistant's Answer]"
+)
+
+
+def test_single_v1_prompt_is_fastchat_verbatim():
+    gen = ScriptedGenerator(["[[5]]"])
+    Judge(gen).rate("Why?", "Because.")
+    assert gen.calls[0][1]["content"] == FASTCHAT_SINGLE_V1.format(question="Why?",
+                                                                    answer="Because.")
