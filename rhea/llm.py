@@ -46,3 +46,132 @@ class ScriptedGenerator:
                 "give it one reply per expected call"
             )
         return self.replies.pop(0)
+
+
+def _chat_ids(tokenizer, messages: Sequence[Message]):
+    from rhea.context.rendering import FALLBACK_CHAT_TEMPLATE
+
+    template = None if getattr(tokenizer, "chat_template", None) else FALLBACK_CHAT_TEMPLATE
+    text = tokenizer.apply_chat_template(
+        [{"role": m["role"], "content": m["content"]} for m in messages],
+        tokenize=False, add_generation_prompt=True, chat_template=template,
+    )
+    return tokenizer(text, add_special_tokens=False, return_tensors="pt")
+
+
+class HFGenerator:
+    """A local Hugging Face causal LM (or a `RheaForCausalLM`) as a `TextGenerator`.
+
+    For a `RheaForCausalLM`, ``adapter=None`` runs the plain base model (both LoRAs disabled:
+    what controllers and classifiers want), ``adapter="generate"`` the generate adapter.
+
+    >>> gen = HFGenerator(model, tokenizer)                                   # doctest: +SKIP
+    >>> gen.generate([{"role": "user", "content": "Say hi"}], max_new_tokens=8)  # doctest: +SKIP
+    """
+
+    def __init__(self, model, tokenizer=None, *, adapter: str | None = None, seed: int | None = None):
+        self.model = model
+        self.tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+        if self.tokenizer is None:
+            raise ValueError("HFGenerator needs a tokenizer: pass tokenizer= (a RheaForCausalLM carries its own)")
+        self.adapter = adapter
+        self.seed = seed
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+    def _context(self):
+        import contextlib
+
+        is_rhea = hasattr(self.model, "disable_adapters") and hasattr(self.model, "adapter")
+        if not is_rhea:
+            return contextlib.nullcontext()
+        return self.model.adapter(self.adapter) if self.adapter else self.model.disable_adapters()
+
+    def _backbone(self):
+        return self.model.peft_model if hasattr(self.model, "peft_model") else self.model
+
+    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None) -> str:
+        import torch
+
+        if not messages:
+            raise ValueError("generate() needs at least one message")
+        enc = _chat_ids(self.tokenizer, messages)
+        model = self._backbone()
+        device = next(model.parameters()).device
+        kwargs = {"max_new_tokens": max_new_tokens, "pad_token_id": self.tokenizer.pad_token_id or self.tokenizer.eos_token_id}
+        if temperature and temperature > 0:
+            kwargs.update(do_sample=True, temperature=float(temperature), top_p=0.95)
+            if self.seed is not None:
+                torch.manual_seed(self.seed)
+                self.seed += 1
+        else:
+            kwargs.update(do_sample=False)
+        mem_id = getattr(self.model, "mem_token_id", None)
+        if mem_id is not None:
+            kwargs["suppress_tokens"] = [mem_id]
+        if stop:
+            kwargs["stop_strings"] = list(stop)
+            kwargs["tokenizer"] = self.tokenizer
+        with self._context(), torch.no_grad():
+            out = model.generate(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device), **kwargs)
+        new = out[0, enc["input_ids"].shape[1]:]
+        self.prompt_tokens += int(enc["input_ids"].shape[1])
+        self.completion_tokens += int(new.shape[0])
+        text = self.tokenizer.decode(new, skip_special_tokens=True)
+        for s in stop or ():
+            cut = text.find(s)
+            if cut >= 0:
+                text = text[:cut]
+        return text.strip()
+
+
+class OpenAICompatibleGenerator:
+    """A chat-completions endpoint (vLLM, llama.cpp server, OpenAI, …) as a `TextGenerator`.
+
+    Uses only the standard library. Reads the key from `api_key` or ``$OPENAI_API_KEY``.
+
+    >>> judge = OpenAICompatibleGenerator("http://127.0.0.1:8000/v1", model="qwen")  # doctest: +SKIP
+    """
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout: float = 120.0):
+        import os
+
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url={base_url!r} must start with http:// or https:// (e.g. http://127.0.0.1:8000/v1)")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key = api_key or os.environ.get("OPENAI_API_KEY")
+        self.timeout = timeout
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+    def chat(self, messages, **params) -> dict:
+        """POST /chat/completions and return the parsed JSON response."""
+        import json
+        import urllib.error
+        import urllib.request
+
+        body = json.dumps({"model": self.model, "messages": list(messages), **params}).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        req = urllib.request.Request(f"{self.base_url}/chat/completions", data=body, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                data = json.loads(resp.read().decode())
+        except urllib.error.URLError as e:
+            raise ConnectionError(f"chat completion at {self.base_url} failed: {e}") from e
+        usage = data.get("usage") or {}
+        self.prompt_tokens += int(usage.get("prompt_tokens", 0))
+        self.completion_tokens += int(usage.get("completion_tokens", 0))
+        return data
+
+    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None) -> str:
+        params = {"max_tokens": max_new_tokens, "temperature": temperature}
+        if stop:
+            params["stop"] = list(stop)
+        data = self.chat(messages, **params)
+        try:
+            return (data["choices"][0]["message"].get("content") or "").strip()
+        except (KeyError, IndexError, TypeError) as e:
+            raise ValueError(f"unexpected chat-completion response from {self.base_url}: {str(data)[:300]}") from e

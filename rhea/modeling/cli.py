@@ -1,0 +1,18 @@
+"""`rhea export` (and `rhea chat --demo` until the interactive chat registers `chat`)."""
+from __future__ import annotations
+
+
+def _cmd_export(args) -> int:
+    from rhea.modeling.export import export_model
+
+    out = export_model(args.directory, args.out, base_model=args.base_model)
+    print(f"exported to {out}")
+    return 0
+
+
+def register(sub) -> None:
+    export = sub.add_parser("export", help="merge the generate adapter into the base model for serving")
+    export.add_argument("directory", help="a directory written by RheaForCausalLM.save_pretrained")
+    export.add_argument("--out", required=True, help="output directory (must be new or empty)")
+    export.add_argument("--base-model", default=None, help="override the base model recorded in rhea_config.json")
+    export.set_defaults(func=_cmd_export)

@@ -1,0 +1,1 @@
+"""Chat sessions: a model, a context policy, and the conversation they share."""

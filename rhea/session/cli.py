@@ -1,0 +1,26 @@
+"""`rhea chat`: the scripted demo (`--demo`) or an interactive REPL."""
+from __future__ import annotations
+
+import sys
+
+
+def _cmd_chat(args) -> int:
+    if args.demo:
+        from rhea.demo import run_demo
+
+        run_demo(args.model, max_new_tokens=args.max_new_tokens)
+        return 0
+    from rhea.session.repl import run_repl
+
+    return run_repl(args)
+
+
+def register(sub) -> None:
+    chat = sub.add_parser("chat", help="chat with a model under a context policy (or --demo)")
+    chat.add_argument("--demo", action="store_true", help="run the scripted demo conversation and exit")
+    chat.add_argument("--model", default="smollm2-135m", help="model-zoo name, Rhea directory, local path, or cached HF id")
+    chat.add_argument("--policy", default="rhea", help="context policy (vanilla, recent-k, bm25, summary, reply-soft-compress, rhea, ...)")
+    chat.add_argument("--tau-low", type=float, default=None, help="HCR drop threshold (default: the model's config)")
+    chat.add_argument("--tau-high", type=float, default=None, help="HCR raw-text threshold (default: the model's config)")
+    chat.add_argument("--max-new-tokens", type=int, default=96)
+    chat.set_defaults(func=_cmd_chat)
