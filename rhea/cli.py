@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as e:
-            if e.name == name:  # that command is not part of this install
+            if e.name and (name == e.name or name.startswith(e.name + ".")):  # command not in this install
                 continue
             raise
         module.register(sub)
