@@ -193,3 +193,45 @@ def anchored_attention_lse_merge(
         w_b = torch.exp(lse_b - lse)[..., None]
         out[b:b + 1] = w_p * o_p + w_b * o_b
     return out.to(q.dtype)
+
+
+def anchored_attention_bwd(
+    grad_out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    prefix_len: torch.Tensor,
+    beta: float,
+    causal: bool = True,
+    scale: float | None = None,
+):
+    """Analytic gradients (dq, dk, dv) of `anchored_attention`, materialising N x N.
+
+    The softmax backward written out (dS = P * (dO V^T - rowsum(dO * O))), so it runs
+    where autograd is unavailable (inside a custom op's kernel). GQA gradients are summed
+    over each kv head's query group.
+
+    Example:
+        >>> q = k = v = torch.randn(1, 2, 5, 16)
+        >>> [t.shape[1] for t in anchored_attention_bwd(torch.ones(1, 2, 5, 16), q, k, v, torch.tensor([2]), 1.0)]
+        [2, 2, 2]
+    """
+    B, H, N, D = q.shape
+    Hkv = k.shape[1]
+    group = H // Hkv
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    qf, do = q.float(), grad_out.float()
+    kf = k.float().repeat_interleave(group, dim=1)
+    vf = v.float().repeat_interleave(group, dim=1)
+    logits = torch.matmul(qf, kf.transpose(-1, -2)) * scale + anchored_bias(prefix_len, N, k.shape[2], beta, causal)
+    p = torch.softmax(logits, dim=-1)
+    out = torch.matmul(p, vf)
+    dv = torch.matmul(p.transpose(-1, -2), do)
+    ds = p * (torch.matmul(do, vf.transpose(-1, -2)) - (do * out).sum(-1, keepdim=True))
+    dq = torch.matmul(ds, kf) * scale
+    dk = torch.matmul(ds.transpose(-1, -2), qf) * scale
+
+    def fold(t):  # [B, H, N, D] -> [B, Hkv, N, D], summing each group's query heads
+        return t.view(B, Hkv, group, N, D).sum(2)
+
+    return dq.to(q.dtype), fold(dk).to(k.dtype), fold(dv).to(v.dtype)
