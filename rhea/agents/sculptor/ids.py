@@ -33,3 +33,15 @@ class IdGenerator:
             if candidate not in self._issued:
                 self._issued.add(candidate)
                 return candidate
+
+    @property
+    def issued(self) -> frozenset[str]:
+        return frozenset(self._issued)
+
+    def rng_state(self) -> tuple:
+        return self._rng.getstate()
+
+    def restore(self, rng_state: tuple, issued) -> None:
+        """Continue a saved stream: the same next ids, none of `issued` again."""
+        self._rng.setstate(rng_state)
+        self._issued = set(issued)

@@ -113,16 +113,20 @@ class SculptorLoop:
             f"{system_prompt}\n\n{tool_description(toolbox.schemas())}".strip()
         )
 
-    def run(self, messages: list[dict], query: str) -> LoopResult:
+    def run(self, messages: list[dict], query: str, *, system: str | None = None) -> LoopResult:
         """Answer `query` after the history `messages`, letting the model sculpt that history.
 
         `messages` must continue the toolbox store's conversation: equal to it, or with new
         messages appended (they are added to the store, so earlier folds persist across turns).
+        `system` (e.g. standing instructions) joins the system message after the loop's own
+        prompt; unlike the history it is not sculptable.
         """
         if not isinstance(query, str) or not query.strip():
             raise ValueError(f"query={query!r} must be a non-empty str")
+        if system is not None and not isinstance(system, str):
+            raise TypeError(f"system must be a str or None, got {type(system).__name__}")
         self._sync(messages)
-        run = _Run(query)
+        run = _Run(query, system or "")
         while True:
             prompt, sources = self._prompt(run)
             reply = self._generate(prompt, with_tools=True)
@@ -182,7 +186,7 @@ class SculptorLoop:
 
     def _prompt(self, run: "_Run") -> tuple[list[dict], list[int | None]]:
         history = self.toolbox.store.render()
-        system = self.system_prompt
+        system = "\n\n".join(part for part in (self.system_prompt, run.system) if part.strip())
         if history and history[0]["role"] == "system":
             # One system message: many chat templates reject or drop a second one.
             system = f"{system}\n\n{history[0]['content']}"
@@ -218,8 +222,9 @@ class SculptorLoop:
 class _Run:
     """Mutable state of one `run` call."""
 
-    def __init__(self, query: str):
+    def __init__(self, query: str, system: str = ""):
         self.query = query
+        self.system = system
         self.trail: list[dict] = []
         self.sources: list[int | None] = []
         self.steps: list[Step] = []

@@ -235,6 +235,45 @@ class AcmStore:
         self._log.append(OpRecord("extend", (), True, undo_data=len(added)))
         return len(added)
 
+    def state_dict(self) -> dict:
+        """Everything needed to resume this store (JSON-serializable): messages, fragments,
+        searches, the op log with its undo data, and the id stream's state.
+
+        >>> store = AcmStore([{"role": "user", "content": "a <x>b</x> c"}])
+        >>> fid = store.fragment("<x>", "</x>", 1)[0].id; _ = store.fold(fid)
+        >>> again = AcmStore.from_state_dict(store.state_dict())
+        >>> again.render() == store.render(), again.undo().kind, again.render() == again.original
+        (True, 'fold', True)
+        """
+        from rhea.agents.sculptor import state  # state.py imports this module's records
+
+        return {
+            "version": state.STATE_VERSION,
+            "messages": self.original,
+            "fragments": [state.fragment_to_dict(f) for f in self._fragments.values()],
+            "searches": [state.search_to_dict(r) for r in self._searches.values()],
+            "op_log": [state.op_to_dict(op) for op in self._log],
+            "ids": {"rng": state.rng_state_to_json(self._ids.rng_state()), "issued": sorted(self._ids.issued)},
+        }
+
+    @classmethod
+    def from_state_dict(cls, saved: dict) -> "AcmStore":
+        """A store equal to the one `state_dict()` was taken from."""
+        from rhea.agents.sculptor import state
+
+        saved = state.check_version(saved)
+        try:
+            store = cls(saved["messages"])
+            store._fragments = {f.id: f for f in map(state.fragment_from_dict, saved["fragments"])}
+            store._searches = {r.id: r for r in map(state.search_from_dict, saved["searches"])}
+            store._log = [state.op_from_dict(op) for op in saved["op_log"]]
+            store._ids.restore(state.rng_state_from_json(saved["ids"]["rng"]), saved["ids"]["issued"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise state.StoreStateError(
+                f"store state is malformed ({type(exc).__name__}: {exc}); pass what AcmStore.state_dict() returned"
+            ) from exc
+        return store
+
     def undo(self) -> OpRecord:
         """Revert the last operation and return its record."""
         if not self._log:
