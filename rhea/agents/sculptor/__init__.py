@@ -3,12 +3,14 @@
 - `AcmStore`: the sculptable, undoable view over a conversation's messages;
 - `SculptorToolbox`: the six tools (fragment, summarize, fold, restore, search, detail);
 - `SculptorLoop`: the tool-calling loop around any `rhea.llm.TextGenerator`;
-- `trajectory_instances` / `write_jsonl`: Algorithm 1 training data from a loop's run.
+- `trajectory_instances` / `write_jsonl`: Algorithm 1 training data from a loop's run;
+- `SculptorPolicy`: the loop as the "sculptor" context policy (store kept across turns).
 """
 from __future__ import annotations
 
 from rhea.agents.sculptor.errors import AcmError, ConversationMismatchError
 from rhea.agents.sculptor.loop import LoopResult, SculptorLoop, Step, TraceEntry
+from rhea.agents.sculptor.policy import SculptorPolicy, loop_answer
 from rhea.agents.sculptor.prompts import PAPER_UNIFIED_PROMPT
 from rhea.agents.sculptor.schemas import TOOL_NAMES, tool_schemas
 from rhea.agents.sculptor.store import AcmStore, Fragment, OpRecord, SearchRecord
@@ -19,5 +21,5 @@ __all__ = [
     "AcmError", "ConversationMismatchError", "AcmStore", "Fragment", "OpRecord", "SearchRecord",
     "SculptorToolbox", "ToolOutcome", "TOOL_NAMES", "tool_schemas",
     "SculptorLoop", "LoopResult", "Step", "TraceEntry", "PAPER_UNIFIED_PROMPT",
-    "TrainingInstance", "trajectory_instances", "write_jsonl",
+    "TrainingInstance", "trajectory_instances", "write_jsonl", "SculptorPolicy", "loop_answer",
 ]
