@@ -17,6 +17,11 @@ import triton
 import triton.language as tl
 from triton import knobs
 
+# (BLOCK_M, BLOCK_N) per kernel: plain FA2 choices, no autotune (see benchmarks/kernels.py).
+FWD_BLOCKS = (64, 64)
+DKDV_BLOCKS = (32, 64)
+DQ_BLOCKS = (64, 32)
+
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
 
@@ -249,7 +254,7 @@ def anchored_attention_fwd_triton(q, k, v, prefix_len, beta: float, causal: bool
     group = H // k.shape[1]
     out = torch.empty_like(q)
     lse = torch.empty(B, H, N, dtype=torch.float32, device=q.device)
-    BLOCK_M, BLOCK_N = 64, 64
+    BLOCK_M, BLOCK_N = FWD_BLOCKS
     grid = (triton.cdiv(N, BLOCK_M), B * H)
     _fwd_kernel[grid](
         q, k, v, prefix_len, out, lse, float(scale), float(beta), N, H, group,
@@ -271,13 +276,13 @@ def anchored_attention_bwd_triton(grad_out, q, k, v, out, lse, prefix_len, beta:
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     common = _common(q, k)
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3])
-    _bwd_dkdv_kernel[(triton.cdiv(N, 64), B * Hkv)](
+    _bwd_dkdv_kernel[(triton.cdiv(N, DKDV_BLOCKS[1]), B * Hkv)](
         q, k, v, prefix_len, grad_out, lse, delta, dk, dv, float(scale), float(beta), N, H, group, *strides,
-        CAUSAL=causal, BLOCK_M=32, BLOCK_N=64, **common,
+        CAUSAL=causal, BLOCK_M=DKDV_BLOCKS[0], BLOCK_N=DKDV_BLOCKS[1], **common,
     )
-    _bwd_dq_kernel[(triton.cdiv(N, 64), B * H)](
+    _bwd_dq_kernel[(triton.cdiv(N, DQ_BLOCKS[0]), B * H)](
         q, k, v, prefix_len, grad_out, lse, delta, dq, float(scale), float(beta), N, H, group, *strides,
-        CAUSAL=causal, BLOCK_M=64, BLOCK_N=32, **common,
+        CAUSAL=causal, BLOCK_M=DQ_BLOCKS[0], BLOCK_N=DQ_BLOCKS[1], **common,
     )
     return dq, dk, dv
 
