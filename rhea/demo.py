@@ -64,7 +64,7 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 48, echo
         comp_s = time.perf_counter() - t1
         n_tok = len(tok(gen.text, add_special_tokens=False)["input_ids"])
         echo(f"[turn {i + 1}] user: {user}")
-        echo(f"[turn {i + 1}] assistant ({gen.new_tokens} tokens, {gen.timings['prefill_decode_s']:.1f}s): {gen.text}")
+        echo(f"[turn {i + 1}] assistant ({gen.new_tokens} tokens, {gen.timings['prefill_s'] + gen.timings['decode_s']:.1f}s): {gen.text}")
         echo(f"           compressed {n_tok} reply tokens -> latents {tuple(latents[i].shape)} in {comp_s * 1000:.0f} ms "
              f"(mean norm {latents[i].norm(dim=-1).mean():.1f})")
         echo("")
@@ -87,6 +87,6 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 48, echo
         echo("    | " + line)
     gen = generate_from_plan(model, hybrid, max_new_tokens=max_new_tokens)
     echo(f"[turn {len(SCRIPT)}] assistant from the hybrid context ({gen.new_tokens} tokens, "
-         f"{gen.timings['prefill_decode_s']:.1f}s): {gen.text}")
+         f"{gen.timings['prefill_s'] + gen.timings['decode_s']:.1f}s): {gen.text}")
     return {"load_s": load_s, "cached": cached, "scores": scores, "tokens_full": n_full,
             "tokens_hybrid": int(rendered.input_ids.shape[1]), "final_reply": gen.text}

@@ -1,1 +1,7 @@
-"""Chat sessions: a model, a context policy, and the conversation they share."""
+"""Chat sessions: a model, a context policy, and the conversation they share.
+
+>>> from rhea.session import ChatSession
+"""
+from rhea.session.chat import ChatSession, SessionError, TurnRecord
+
+__all__ = ["ChatSession", "SessionError", "TurnRecord"]

@@ -12,6 +12,7 @@ from rhea.context.policies.base import ContextPolicy
 from rhea.context.policies.bm25 import BM25
 from rhea.context.policies.recent_k import RecentK
 from rhea.context.policies.registry import available_policies, get_policy, register_policy
+from rhea.context.policies.rhea_policy import ReplySoftCompress, RheaAllRaw, RheaDropAll, RheaNoIM, RheaPolicy
 from rhea.context.policies.summary import RollingSummary
 from rhea.context.policies.vanilla import Vanilla
 

@@ -5,6 +5,25 @@ from rhea.context.policies.base import ContextPolicy
 
 _POLICIES: dict[str, type[ContextPolicy]] = {}
 
+#: Modules that register more policies when imported (agents live outside rhea.context).
+PLUGIN_MODULES = (
+    "rhea.agents.sculptor.policy",
+    "rhea.agents.ace",
+    "rhea.agents.context_agent",
+    "rhea.agents.acr",
+)
+
+
+def _load_plugins() -> None:
+    import importlib
+
+    for module in PLUGIN_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if not (e.name and (module == e.name or module.startswith(e.name + "."))):
+                raise
+
 
 def register_policy(name: str):
     """Class decorator adding a `ContextPolicy` subclass to the registry under `name`.
@@ -38,9 +57,12 @@ def get_policy(name: str, **kwargs) -> ContextPolicy:
     3
     """
     if name not in _POLICIES:
+        _load_plugins()
+    if name not in _POLICIES:
         raise ValueError(f"unknown policy {name!r}; registered: {available_policies()}")
     return _POLICIES[name](**kwargs)
 
 
 def available_policies() -> list[str]:
+    _load_plugins()
     return sorted(_POLICIES)

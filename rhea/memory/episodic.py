@@ -1,0 +1,99 @@
+"""Episodic memory: each past reply compressed once into latents, scored against each new query."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from rhea.context.conversation import Turn
+
+TIER_NAMES = ("drop", "latent", "raw")  # index = rhea_kernels tier code
+
+
+@dataclass
+class EpisodicEntry:
+    """One past turn: the user's text, the reply, and the reply's ``[n_mem, hidden]`` latents."""
+
+    turn: int
+    user: str
+    assistant: str
+    latents: torch.Tensor
+
+
+class EpisodicMemory:
+    """``(u_i, b_i, Vk_i)`` for every past turn; ``Vk_i`` computed once, when the reply arrives.
+
+    `compress_fn` maps texts to ``[B, n_mem, hidden]`` (e.g. ``model.compress``). Scores are
+    ``max(norm(Vq) · norm(Vk_i)ᵀ)`` from ``rhea_kernels.turn_scores``, optionally after
+    subtracting `center` from both sides (see ``RheaConfig.latent_center``).
+
+    >>> from rhea.testing import tiny_rhea                            # doctest: +SKIP
+    >>> em = EpisodicMemory(tiny_rhea().compress)                     # doctest: +SKIP
+    >>> em.append(Turn("hi", "hello there")); em.score("hello?")     # doctest: +SKIP
+    tensor([0.93])
+    """
+
+    def __init__(self, compress_fn: Callable[[Sequence[str]], torch.Tensor], *, center: torch.Tensor | None = None):
+        self.compress_fn = compress_fn
+        self.center = center
+        self.entries: list[EpisodicEntry] = []
+        self.compress_calls = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @torch.no_grad()
+    def _compress(self, texts: Sequence[str]) -> torch.Tensor:
+        self.compress_calls += 1
+        return self.compress_fn(list(texts)).detach().float().cpu()
+
+    def extend(self, turns: Sequence[Turn]) -> None:
+        """Compress the replies of `turns` in one batch and store them as the next entries."""
+        if not turns:
+            return
+        latents = self._compress([t.assistant for t in turns])
+        for turn, lat in zip(turns, latents):
+            self.entries.append(EpisodicEntry(len(self.entries), turn.user, turn.assistant, lat))
+
+    def append(self, turn: Turn) -> None:
+        self.extend([turn])
+
+    def sync(self, turns: Sequence[Turn]) -> None:
+        """Catch up with a conversation: compress only the turns not yet stored (one batch)."""
+        if len(turns) < len(self.entries):
+            raise ValueError(
+                f"episodic memory holds {len(self.entries)} turns but the conversation has {len(turns)}; "
+                "reset() the policy before reusing it on another conversation"
+            )
+        for i, (entry, turn) in enumerate(zip(self.entries, turns)):
+            if entry.assistant != turn.assistant:
+                raise ValueError(f"turn {i} differs from the one stored; reset() the policy for a new conversation")
+        self.extend(list(turns)[len(self.entries):])
+
+    def query_latents(self, query: str) -> torch.Tensor:
+        return self._compress([query])[0]
+
+    def score(self, query: str | torch.Tensor) -> torch.Tensor:
+        """Scores ``[T]`` of every stored turn against `query` (text, or its ``[n, hidden]`` latents)."""
+        from rhea_kernels import turn_scores
+
+        if not self.entries:
+            return torch.zeros(0)
+        vq = self.query_latents(query) if isinstance(query, str) else query.float().cpu()
+        vk = torch.stack([e.latents for e in self.entries])
+        return turn_scores(vq[None], vk[None], center=self.center)[0]
+
+    def state_dict(self) -> dict:
+        """Texts as JSON-friendly lists; latents as one tensor (saved with safetensors)."""
+        return {
+            "users": [e.user for e in self.entries],
+            "assistants": [e.assistant for e in self.entries],
+            "latents": torch.stack([e.latents for e in self.entries]) if self.entries else None,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        users, assistants, latents = state["users"], state["assistants"], state["latents"]
+        if len(users) != len(assistants) or (latents is None) != (len(users) == 0) or (latents is not None and latents.shape[0] != len(users)):
+            raise ValueError("episodic state is inconsistent: users, assistants and latents must have one entry per turn")
+        self.entries = [EpisodicEntry(i, u, a, latents[i]) for i, (u, a) in enumerate(zip(users, assistants))]

@@ -1,0 +1,248 @@
+"""`ChatSession`: a model, a context policy and the conversation, one `send()` per turn."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from rhea.context import Conversation, ContextPlan, Turn
+from rhea.context.errors import require_text
+from rhea.context.policies import ContextPolicy, get_policy
+from rhea.errors import RheaError
+from rhea.generation import Generation, generate_from_plan
+
+SESSION_JSON = "session.json"
+SESSION_TENSORS = "session.safetensors"
+MAX_MESSAGE_CHARS = 200_000
+#: policies whose plans need the generate adapter (latents or Rhea's trained generator)
+_GENERATE_ADAPTER_POLICIES = ("rhea", "rhea-no-im", "rhea-all-raw", "rhea-drop-all", "reply-soft-compress")
+
+
+class SessionError(RheaError, ValueError):
+    """A session file is missing, corrupt, or does not fit the model it is loaded onto."""
+
+
+@dataclass
+class TurnRecord:
+    """What one turn cost and decided (the plan itself stays in `ChatSession.last_plan`)."""
+
+    turn: int
+    policy: str
+    prompt_tokens: int
+    latent_slots: int
+    new_tokens: int
+    full_history_tokens: int
+    tiers: dict[str, int]
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class ChatSession:
+    """Chat with `model` while `policy` decides the context of every turn.
+
+    >>> from rhea import load_default_model                            # doctest: +SKIP
+    >>> model, tok = load_default_model()                               # doctest: +SKIP
+    >>> chat = ChatSession(model, policy="rhea")                        # doctest: +SKIP
+    >>> chat.send("From now on, answer in one sentence.")               # doctest: +SKIP
+    >>> chat.last_plan.decisions.instructions                           # doctest: +SKIP
+    ['From now on, answer in one sentence.']
+    >>> chat.save("session-dir"); chat = ChatSession.load("session-dir", model)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer=None,
+        policy: str | ContextPolicy = "rhea",
+        *,
+        max_new_tokens: int = 128,
+        adapter: str = "auto",
+        policy_kwargs: dict | None = None,
+        generation_kwargs: dict | None = None,
+    ):
+        if not hasattr(model, "compress") or not hasattr(model, "generate"):
+            raise TypeError(
+                f"ChatSession needs a RheaForCausalLM, got {type(model).__name__}; wrap a Hugging Face model with "
+                "RheaForCausalLM.from_base(model, tokenizer)"
+            )
+        if adapter not in ("auto", "generate", "base"):
+            raise ValueError(f"adapter={adapter!r} must be 'auto', 'generate' or 'base'")
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an int >= 1")
+        self.model = model
+        self.tokenizer = tokenizer if tokenizer is not None else model.tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.adapter = adapter
+        self.generation_kwargs = dict(generation_kwargs or {})
+        self.conversation = Conversation()
+        self.records: list[TurnRecord] = []
+        self.last_plan: ContextPlan | None = None
+        self.last_generation: Generation | None = None
+        self.policy = self._make_policy(policy, policy_kwargs or {})
+
+    # ---------------------------------------------------------------- policy
+    def _make_policy(self, policy: str | ContextPolicy, kwargs: dict) -> ContextPolicy:
+        if isinstance(policy, ContextPolicy):
+            return policy
+        if not isinstance(policy, str):
+            raise TypeError(f"policy must be a registered name or a ContextPolicy, got {type(policy).__name__}")
+        if policy in _GENERATE_ADAPTER_POLICIES:
+            kwargs = {"model": self.model, **kwargs}
+        elif policy == "summary" and "generator" not in kwargs:
+            from rhea.llm import HFGenerator
+
+            kwargs = {"generator": HFGenerator(self.model), **kwargs}
+        kwargs.setdefault("tokenizer", self.tokenizer)
+        try:
+            return get_policy(policy, **kwargs)
+        except TypeError as e:
+            raise ValueError(f"policy {policy!r} could not be built with {sorted(kwargs)}: {e}") from e
+
+    def set_policy(self, policy: str | ContextPolicy, **policy_kwargs) -> None:
+        """Switch policy mid-conversation; the new policy catches up on the turns so far."""
+        new = self._make_policy(policy, policy_kwargs)
+        new.reset()
+        for turn in self.conversation:
+            new.observe(turn)
+        self.policy = new
+
+    def _adapter_for(self, plan: ContextPlan) -> str:
+        if self.adapter != "auto":
+            return self.adapter
+        if plan.latents() or self.policy.name in _GENERATE_ADAPTER_POLICIES:
+            return "generate"
+        return "base"  # text baselines answer with the plain model, as in the paper
+
+    # ---------------------------------------------------------------- turns
+    def _check_message(self, text: str | bytes) -> str:
+        if isinstance(text, (bytes, bytearray)):  # documented: bytes must be UTF-8
+            try:
+                text = bytes(text).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"message bytes are not valid UTF-8 ({e.reason} at byte {e.start}); decode them with the right "
+                    "encoding and pass a str"
+                ) from e
+        text = require_text(text, "message")
+        if len(text) > MAX_MESSAGE_CHARS:
+            raise ValueError(
+                f"message has {len(text):,} characters (limit {MAX_MESSAGE_CHARS:,}); split it into several messages"
+            )
+        return text
+
+    def send(self, text: str, *, on_text: Callable[[str], None] | None = None) -> str:
+        """Answer `text` under the policy; record the turn; return the reply.
+
+        `text` is a str (bytes are decoded as UTF-8; invalid UTF-8 is a ValueError). Blank
+        messages and messages over `MAX_MESSAGE_CHARS` are rejected before anything is recorded.
+        """
+        text = self._check_message(text)
+        t0 = time.perf_counter()
+        compress_before = getattr(getattr(self.policy, "episodic", None), "compress_calls", 0)
+        plan = self.policy.build(self.conversation, text)
+        t_plan = time.perf_counter() - t0
+        gen = generate_from_plan(
+            self.model, plan, max_new_tokens=self.max_new_tokens, adapter=self._adapter_for(plan),
+            on_text=on_text, **self.generation_kwargs,
+        )
+        turn = Turn(text, gen.text)
+        t1 = time.perf_counter()
+        self.policy.observe(turn)  # Rhea compresses the new reply here, once
+        t_observe = time.perf_counter() - t1
+        self.conversation.append(turn)
+        tiers: dict[str, int] = {}
+        for d in plan.decisions.turns:
+            tiers[d.tier] = tiers.get(d.tier, 0) + 1
+        self.records.append(TurnRecord(
+            turn=len(self.conversation) - 1, policy=self.policy.name, prompt_tokens=gen.prompt_tokens,
+            latent_slots=gen.latent_slots, new_tokens=gen.new_tokens,
+            full_history_tokens=plan.ledger.full_history_tokens, tiers=tiers,
+            timings={"plan_s": t_plan, **gen.timings, "observe_s": t_observe,
+                     "compress_calls": getattr(getattr(self.policy, "episodic", None), "compress_calls", 0) - compress_before},
+        ))
+        self.last_plan, self.last_generation = plan, gen
+        return gen.text
+
+    def stream(self, text: str) -> Iterator[str]:
+        """Like `send`, yielding the reply in pieces as they are generated."""
+        import queue
+        import threading
+
+        pieces: queue.Queue = queue.Queue()
+        done = object()
+        error: list[BaseException] = []
+
+        def work():
+            try:
+                self.send(text, on_text=pieces.put)
+            except BaseException as e:  # re-raised in the caller's thread
+                error.append(e)
+            finally:
+                pieces.put(done)
+
+        thread = threading.Thread(target=work, daemon=True)
+        thread.start()
+        while (item := pieces.get()) is not done:
+            yield item
+        thread.join()
+        if error:
+            raise error[0]
+
+    # ---------------------------------------------------------------- persistence
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write ``session.json`` (conversation, policy state, records) and ``session.safetensors`` (latents)."""
+        from safetensors.torch import save_file
+
+        from rhea.session.tensors import split_tensors
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        state, tensors = split_tensors(self.policy.state_dict(), "policy")
+        payload = {
+            "format": "rhea-session/1",
+            "conversation": json.loads(self.conversation.to_json()),
+            "policy": state,
+            "records": [asdict(r) for r in self.records],
+            "max_new_tokens": self.max_new_tokens,
+            "adapter": self.adapter,
+            "generation_kwargs": self.generation_kwargs,
+            "model": {"hidden_size": self.model.hidden_size, "n_mem": self.model.n_mem,
+                      "base_model": self.model.config.base_model},
+        }
+        (path / SESSION_JSON).write_text(json.dumps(payload, indent=1, ensure_ascii=False))
+        save_file(tensors, str(path / SESSION_TENSORS))
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, model, *, policy_kwargs: dict | None = None) -> "ChatSession":
+        """Restore a session written by `save` onto `model` (same hidden size and n_mem)."""
+        from safetensors.torch import load_file
+
+        from rhea.session.tensors import join_tensors
+
+        path = Path(path)
+        try:
+            payload = json.loads((path / SESSION_JSON).read_text())
+            tensors = load_file(str(path / SESSION_TENSORS))
+        except FileNotFoundError as e:
+            raise SessionError(f"{path} is not a saved session ({e.filename} missing); save one with ChatSession.save") from e
+        except (json.JSONDecodeError, Exception) as e:
+            raise SessionError(f"{path} holds a corrupted session ({type(e).__name__}: {e})") from e
+        if payload.get("format") != "rhea-session/1":
+            raise SessionError(f"{path}: unknown session format {payload.get('format')!r}")
+        saved = payload["model"]
+        if (saved["hidden_size"], saved["n_mem"]) != (model.hidden_size, model.n_mem):
+            raise SessionError(
+                f"{path} was saved with a model of hidden size {saved['hidden_size']} and n_mem {saved['n_mem']} "
+                f"({saved['base_model']}); this model has {model.hidden_size} and {model.n_mem}"
+            )
+        policy_state = join_tensors(payload["policy"], tensors)
+        session = cls(model, policy=policy_state["name"], max_new_tokens=payload["max_new_tokens"],
+                      adapter=payload["adapter"], generation_kwargs=payload["generation_kwargs"],
+                      policy_kwargs={**policy_state.get("config", {}), **(policy_kwargs or {})})
+        session.policy.load_state_dict(policy_state)
+        session.conversation = Conversation.from_json(json.dumps(payload["conversation"]))
+        session.records = [TurnRecord(**r) for r in payload["records"]]
+        return session

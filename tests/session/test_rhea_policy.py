@@ -1,0 +1,124 @@
+import pytest
+import torch
+
+from rhea.context import Conversation, Turn, render
+from rhea.context.policies import available_policies, get_policy
+from rhea.errors import RheaConfigError
+from rhea.memory.episodic import EpisodicMemory
+
+CONV = Conversation([
+    Turn("what is the capital of france ?", "paris is the capital of france ."),
+    Turn("what color is the cat ?", "the cat is blue ."),
+    Turn("and the dog ?", "the dog is red ."),
+])
+
+
+def _observed(policy, conv=CONV):
+    for t in conv:
+        policy.observe(t)
+    return policy
+
+
+def test_rhea_family_registered():
+    assert {"rhea", "rhea-no-im", "rhea-all-raw", "rhea-drop-all", "reply-soft-compress"} <= set(available_policies())
+
+
+@pytest.mark.parametrize("tau", [(-1.0, -1.0), (1.0, 1.0), (-1.0, 1.0)])
+def test_tiers_follow_thresholds(tiny_model, tau):
+    lo, hi = tau
+    policy = _observed(get_policy("rhea", model=tiny_model, tau_low=lo, tau_high=hi))
+    plan = policy.build(CONV, "what is the capital ?")
+    for d in plan.decisions.turns:
+        expect = "raw" if d.score > hi else "drop" if d.score < lo else "latent"
+        assert d.tier == expect
+    if (lo, hi) == (-1.0, -1.0):
+        assert {d.tier for d in plan.decisions.turns} == {"raw"}
+    if (lo, hi) == (1.0, 1.0):
+        assert {d.tier for d in plan.decisions.turns} == {"drop"}
+    if (lo, hi) == (-1.0, 1.0):
+        assert {d.tier for d in plan.decisions.turns} == {"latent"}
+        r = render(plan, tiny_model.tokenizer)
+        assert r.latent_embeds.shape == (3 * tiny_model.n_mem, tiny_model.hidden_size)
+
+
+def test_scores_match_kernel_reference(tiny_model):
+    from rhea_kernels.reference import turn_scores
+
+    policy = _observed(get_policy("rhea", model=tiny_model))
+    plan = policy.build(CONV, "the cat")
+    with torch.no_grad():
+        vq = tiny_model.compress(["the cat"])
+        vk = tiny_model.compress([t.assistant for t in CONV])
+    ref = turn_scores(vq, vk[None])[0]
+    got = torch.tensor([d.score for d in plan.decisions.turns])
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_each_reply_compressed_once_and_catch_up_batches(tiny_model):
+    policy = _observed(get_policy("rhea", model=tiny_model))
+    assert policy.episodic.compress_calls == 3
+    policy.build(CONV, "x y")
+    assert policy.episodic.compress_calls == 4  # only the query
+    fresh = get_policy("rhea", model=tiny_model)  # never observed: catches up in one batch
+    fresh.build(CONV, "x y")
+    assert fresh.episodic.compress_calls == 2 and len(fresh.episodic) == 3
+
+
+def test_instruction_goes_to_prefix_and_revocation_removes_it(tiny_model):
+    policy = _observed(get_policy("rhea", model=tiny_model))
+    plan = policy.build(CONV, "From now on, always answer in French.")
+    assert plan.decisions.instructions == ["From now on, always answer in French."]
+    assert plan.messages[0]["role"] == "system" and "French" in plan.messages[0]["content"]
+    assert render(plan, tiny_model.tokenizer).prefix_len > 0
+    rec = plan.decisions.records[0]["recognizer"]
+    assert rec["kind"] == "add"
+    again = policy.build(CONV, "From now on, always answer in French.")  # same turn: not added twice
+    assert again.decisions.instructions == ["From now on, always answer in French."]
+    conv = Conversation(list(CONV) + [Turn("From now on, always answer in French.", "d'accord")])
+    policy.observe(conv[-1])
+    plan = policy.build(conv, "You no longer need to answer in French.")
+    assert plan.decisions.instructions == []
+    assert not plan.messages[0]["role"] == "system" or "French" not in plan.messages[0]["content"]
+
+
+def test_variants(tiny_model):
+    q = "From now on, answer in one sentence."
+    no_im = _observed(get_policy("rhea-no-im", model=tiny_model)).build(CONV, q)
+    assert no_im.decisions.instructions == [] and no_im.messages[0]["role"] == "user"
+    raw = _observed(get_policy("rhea-all-raw", model=tiny_model)).build(CONV, q)
+    assert [d.tier for d in raw.decisions.turns] == ["raw"] * 3 and raw.decisions.instructions == [q]
+    drop = _observed(get_policy("rhea-drop-all", model=tiny_model)).build(CONV, q)
+    assert [d.tier for d in drop.decisions.turns] == ["drop"] * 3 and len(drop.messages) == 2
+    rsc = _observed(get_policy("reply-soft-compress", model=tiny_model)).build(CONV, q)
+    assert [d.tier for d in rsc.decisions.turns] == ["latent"] * 3 and rsc.ledger.latent_slots == 3 * tiny_model.n_mem
+    assert rsc.decisions.instructions == []
+
+
+def test_score_summary_warns_when_one_tier_dominates(tiny_model):
+    conv = Conversation([Turn(f"q {i}", f"the cat is blue {i}") for i in range(6)])
+    policy = _observed(get_policy("rhea", model=tiny_model, tau_low=-1.0, tau_high=-1.0), conv)
+    plan = policy.build(conv, "the cat")
+    summary = plan.decisions.records[-1]["scores"]
+    assert summary["tier_share"]["raw"] == 1.0 and "calibrate" in summary["warning"]
+
+
+def test_bad_inputs(tiny_model):
+    with pytest.raises(RheaConfigError, match="tau_low=0.9 must be <= tau_high=0.5"):
+        get_policy("rhea", model=tiny_model, tau_low=0.9, tau_high=0.5)
+    with pytest.raises(RheaConfigError, match="needs a RheaForCausalLM"):
+        get_policy("rhea", model=object())
+    with pytest.raises(RheaConfigError, match="fixed_tier"):
+        get_policy("rhea", model=tiny_model, fixed_tier="sometimes")
+    policy = _observed(get_policy("rhea", model=tiny_model))
+    with pytest.raises(ValueError, match="reset"):
+        policy.build(Conversation([Turn("a", "something else")]), "q")
+
+
+def test_episodic_state_round_trip(tiny_model):
+    em = EpisodicMemory(tiny_model.compress)
+    em.extend(list(CONV))
+    other = EpisodicMemory(tiny_model.compress)
+    other.load_state_dict(em.state_dict())
+    assert torch.equal(em.score("the cat"), other.score("the cat"))
+    with pytest.raises(ValueError, match="inconsistent"):
+        other.load_state_dict({"users": ["a"], "assistants": [], "latents": None})
