@@ -4,11 +4,14 @@
 - `SculptorToolbox`: the six tools (fragment, summarize, fold, restore, search, detail);
 - `SculptorLoop`: the tool-calling loop around any `rhea.llm.TextGenerator`;
 - `trajectory_instances` / `write_jsonl`: Algorithm 1 training data from a loop's run;
-- `SculptorPolicy`: the loop as the "sculptor" context policy (store kept across turns).
+- `SculptorPolicy`: the loop as the "sculptor" context policy (store kept across turns);
+- `ChatTemplateToolGenerator` / `EndpointToolGenerator` / `tool_generator`: native tool
+  calling through a chat template's `tools=` or an OpenAI-compatible endpoint.
 """
 from __future__ import annotations
 
 from rhea.agents.sculptor.errors import AcmError, ConversationMismatchError
+from rhea.agents.sculptor.generators import ChatTemplateToolGenerator, EndpointToolGenerator, tool_generator
 from rhea.agents.sculptor.loop import LoopResult, SculptorLoop, Step, TraceEntry
 from rhea.agents.sculptor.policy import SculptorPolicy, loop_answer
 from rhea.agents.sculptor.prompts import PAPER_UNIFIED_PROMPT
@@ -22,4 +25,5 @@ __all__ = [
     "SculptorToolbox", "ToolOutcome", "TOOL_NAMES", "tool_schemas",
     "SculptorLoop", "LoopResult", "Step", "TraceEntry", "PAPER_UNIFIED_PROMPT",
     "TrainingInstance", "trajectory_instances", "write_jsonl", "SculptorPolicy", "loop_answer",
+    "ChatTemplateToolGenerator", "EndpointToolGenerator", "tool_generator",
 ]
