@@ -1,0 +1,51 @@
+"""A keyword embedder and a scripted branching conversation for the Context-Agent tests."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+KEYWORDS = ["rome", "trip", "cheap", "hotel", "luxury", "bread", "banana", "oven"]
+
+
+class KeywordEmbedder:
+    """One axis per keyword, L2-normalised; texts without keywords map to a shared 'other' axis."""
+
+    def encode(self, texts):
+        out = np.zeros((len(texts), len(KEYWORDS) + 1), dtype=np.float32)
+        for i, text in enumerate(texts):
+            words = set(re.findall(r"\w+", text.lower()))
+            for j, k in enumerate(KEYWORDS):
+                out[i, j] = float(k in words)
+            if not out[i].any():
+                out[i, -1] = 1.0
+            out[i] /= np.linalg.norm(out[i])
+        return out
+
+
+# user message, LLM replies the agent consumes for this turn (decisions, then the summary)
+SCRIPT = [
+    ("Plan a Rome trip for May", ["User plans a Rome trip in May."]),
+    ("Banana bread recipe with an oven at 180", ['{"topic": 0, "reason": "baking is new"}', "User asks for banana bread."]),
+    ("Back to Rome: a cheap hotel", ['{"topic": 2, "reason": "Rome again"}', "User wants a cheap hotel in Rome."]),
+    ("Rome trip with luxury instead", ['{"topic": 1, "reason": "same trip"}',
+                                       '{"action": "CREATE_BRANCH", "fork_node_id": "n1", "reason": "alternative"}',
+                                       "User considers luxury for the Rome trip."]),
+    ("Cheap hotel after all", ['{"topic": 2}', "Sure! Let us switch back.", ""]),
+]
+
+
+def drive(agent, conversation, script=SCRIPT):
+    """Run the script through build/observe; returns the plan of each turn."""
+    from rhea.context import Turn
+
+    plans = []
+    for user, _ in script:
+        plans.append(agent.build(conversation, user))
+        conversation.append(Turn(user, "ok"))
+        agent.observe(conversation[-1])
+    return plans
+
+
+def script_replies(script=SCRIPT):
+    return [r for _, replies in script for r in replies]
