@@ -1,0 +1,103 @@
+"""Token accounting per round and role (the paper's Table 2): voting, query formulation,
+thinking, answering; prompt and completion tokens kept apart.
+
+Counts come from the generator's own counters when it keeps them (`HFGenerator`,
+`OpenAICompatibleGenerator`: exact, chat template included); otherwise message text is
+counted with the tokenizer given, or approximated (`counter` says which).
+
+>>> u = RoundTokens()
+>>> u.add("voting", 120, 2); u.add("thinking", 80, 10)
+>>> u.total, round(think_share([u]), 3)
+(212, 0.425)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ROLES = ("voting", "query", "thinking", "answering")
+
+
+@dataclass
+class RoundTokens:
+    """Prompt/completion tokens of one round, by role."""
+
+    prompt: dict = field(default_factory=lambda: {r: 0 for r in ROLES})
+    completion: dict = field(default_factory=lambda: {r: 0 for r in ROLES})
+
+    def add(self, role: str, prompt: int, completion: int) -> None:
+        if role not in ROLES:
+            raise ValueError(f"role={role!r} must be one of {ROLES}")
+        self.prompt[role] += int(prompt)
+        self.completion[role] += int(completion)
+
+    def of(self, role: str) -> int:
+        return self.prompt[role] + self.completion[role]
+
+    @property
+    def total(self) -> int:
+        return sum(self.of(r) for r in ROLES)
+
+    def to_dict(self) -> dict:
+        return {"prompt": dict(self.prompt), "completion": dict(self.completion), "total": self.total}
+
+
+def sum_tokens(rounds: list[RoundTokens]) -> RoundTokens:
+    out = RoundTokens()
+    for r in rounds:
+        for role in ROLES:
+            out.add(role, r.prompt[role], r.completion[role])
+    return out
+
+
+def think_share(rounds: list[RoundTokens]) -> float:
+    """Share of all tokens spent on THINK steps (0.0 when nothing was spent)."""
+    total = sum_tokens(rounds)
+    return total.of("thinking") / total.total if total.total else 0.0
+
+
+class TokenMeter:
+    """Measures one generator call: `start()` before, `stop(messages, reply)` after."""
+
+    def __init__(self, llm, tokenizer=None):
+        self.exact = hasattr(llm, "prompt_tokens") and hasattr(llm, "completion_tokens")
+        self.llm, self.tokenizer = llm, tokenizer
+        self.counter = "generator" if self.exact else ("tokenizer" if tokenizer is not None else "regex-approx")
+
+    def start(self) -> tuple[int, int]:
+        return (self.llm.prompt_tokens, self.llm.completion_tokens) if self.exact else (0, 0)
+
+    def stop(self, before: tuple[int, int], messages: list[dict], reply: str) -> tuple[int, int]:
+        if self.exact:
+            return self.llm.prompt_tokens - before[0], self.llm.completion_tokens - before[1]
+        from rhea.context.policies.assemble import count_tokens
+
+        prompt = sum(count_tokens(m["content"], self.tokenizer) for m in messages)
+        return prompt, count_tokens(reply, self.tokenizer)
+
+
+class MeteredLLM:
+    """A `TextGenerator` whose every call is charged to a role in a `RoundTokens`.
+
+    >>> from rhea.llm import ScriptedGenerator
+    >>> llm, tokens = MeteredLLM(ScriptedGenerator(["Paris"])), RoundTokens()
+    >>> llm("answering", [{"role": "user", "content": "Capital of France?"}], tokens, max_new_tokens=4)
+    'Paris'
+    >>> tokens.prompt["answering"], tokens.completion["answering"], llm.meter.counter
+    (4, 1, 'regex-approx')
+    """
+
+    def __init__(self, llm, tokenizer=None):
+        from rhea.llm import TextGenerator
+
+        if not isinstance(llm, TextGenerator):
+            raise ValueError(f"llm={llm!r} must implement TextGenerator.generate(messages, ...) (see rhea.llm)")
+        self.llm = llm
+        self.meter = TokenMeter(llm, tokenizer)
+
+    def __call__(self, role: str, messages: list[dict], tokens: RoundTokens, *, max_new_tokens: int,
+                 temperature: float = 0.0) -> str:
+        before = self.meter.start()
+        reply = self.llm.generate(messages, max_new_tokens=max_new_tokens, temperature=temperature)
+        reply = reply if isinstance(reply, str) else ""
+        tokens.add(role, *self.meter.stop(before, messages, reply))
+        return reply
