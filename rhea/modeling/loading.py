@@ -167,3 +167,16 @@ def load_default_model(*, trained: bool = True, dtype: torch.dtype = torch.float
         base, tokenizer = load_base_model(DEFAULT_MODEL, dtype=dtype)
         model = RheaForCausalLM.from_base(base, tokenizer)
     return model, model.tokenizer
+
+
+def load_rhea_model(name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype = torch.float32):
+    """A `RheaForCausalLM` from a Rhea directory, the default model, or any base (fresh adapters)."""
+    from rhea.modeling.config import CONFIG_NAME
+    from rhea.modeling.rhea_model import RheaForCausalLM
+
+    if os.path.isfile(os.path.join(name_or_path, CONFIG_NAME)):
+        return RheaForCausalLM.from_pretrained(name_or_path, dtype=dtype)
+    if name_or_path == DEFAULT_MODEL:
+        return load_default_model(dtype=dtype)[0]
+    base, tokenizer = load_base_model(name_or_path, dtype=dtype)
+    return RheaForCausalLM.from_base(base, tokenizer)
