@@ -1,0 +1,300 @@
+"""Benchmark rhea_kernels: turn scoring and prefix-anchored attention, one provider per implementation.
+
+Writes benchmarks/results/kernels_<device>.json (one row per provider x shape, plus ratios
+computed within this run) and kernels_<device>.png.
+
+    python benchmarks/kernels.py --device cpu --quick      # CPU: reference, compile, C++
+    python benchmarks/kernels.py --device cuda             # GPU: + Triton, FlexAttention, N to 32k
+
+Timing: `triton.testing.do_bench` (median, quantiles 0.2/0.8) on CUDA; on CPU the median of
+repeats after warm-up. Bandwidth is reported as a fraction of the device's peak: pass
+--peak-gbps, else H100 SXM 3350 GB/s / A100 2039 GB/s / H200 4800 GB/s by name on CUDA, and on
+CPU a STREAM-like copy measured here.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import rhea_kernels as rk  # noqa: E402
+from rhea_kernels import reference as R  # noqa: E402
+
+GPU_PEAK_GBPS = {"H100": 3350.0, "H200": 4800.0, "A100": 2039.0, "L4": 300.0}
+
+
+# ------------------------------------------------------------------ timing
+
+def time_ms(fn, device: str, min_time_s: float = 1.0, max_reps: int = 200) -> tuple[float, float, float]:
+    """(median, p20, p80) milliseconds of fn().
+
+    CPU: 3 warm-up calls (first-call allocation, torch.compile), then at least 5 repeats and
+    about min_time_s of them; the median resists the other tenants of a shared machine.
+    """
+    if device == "cuda":
+        from triton.testing import do_bench
+
+        return tuple(do_bench(fn, quantiles=[0.5, 0.2, 0.8]))
+    for _ in range(3):
+        fn()
+    times = []
+    start = time.perf_counter()
+    while len(times) < 5 or (time.perf_counter() - start < min_time_s and len(times) < max_reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    q = lambda p: times[min(len(times) - 1, int(p * len(times)))]  # noqa: E731
+    return statistics.median(times), q(0.2), q(0.8)
+
+
+def cpu_stream_copy_gbps(mb: int = 256) -> float:
+    """STREAM-like copy bandwidth: bytes read + written per second (median of repeats)."""
+    src = torch.ones(mb * 2**20 // 4)
+    dst = torch.empty_like(src)
+    ms, _, _ = time_ms(lambda: dst.copy_(src), "cpu", min_time_s=1.0)
+    return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
+
+
+def device_peak_gbps(device: str, override: float | None) -> tuple[float, str]:
+    if override:
+        return override, "--peak-gbps"
+    if device == "cuda":
+        name = torch.cuda.get_device_name()
+        for key, gbps in GPU_PEAK_GBPS.items():
+            if key in name:
+                return gbps, f"spec sheet ({name})"
+        return 2000.0, f"default guess ({name}); pass --peak-gbps"
+    return cpu_stream_copy_gbps(), "measured STREAM-like copy"
+
+
+def peak_mem_mb(device: str, fn) -> float | None:
+    if device != "cuda":
+        return None  # no per-call allocator high-water mark on CPU
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+# ------------------------------------------------------------ turn scoring
+
+def turn_scoring_shapes(device: str, quick: bool):
+    # (B, T, n, d): one session growing to a server batch
+    shapes = [(1, 8, 8, 576), (1, 64, 8, 576), (1, 512, 8, 576), (8, 512, 8, 576)]
+    if device == "cuda":
+        shapes += [(1, 512, 8, 4096), (64, 512, 8, 4096)]
+    elif not quick:
+        shapes += [(4, 512, 8, 4096)]
+    return shapes
+
+
+def bench_turn_scoring(device: str, quick: bool, peak_gbps: float):
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    compiled = torch.compile(R.turn_scores)
+    providers = {"eager": lambda vq, vk: R.turn_scores(vq, vk), "compile": lambda vq, vk: compiled(vq, vk)}
+    if device == "cuda":
+        providers["triton"] = lambda vq, vk: rk.turn_scores(vq, vk)
+    elif rk.HAS_EXT:
+        providers["cpp"] = lambda vq, vk: rk.turn_scores(vq, vk)
+    rows = []
+    for B, T, n, d in turn_scoring_shapes(device, quick):
+        vq = torch.randn(B, n, d, device=device, dtype=dtype)
+        vk = torch.randn(B, T, n, d, device=device, dtype=dtype)
+        nbytes = (vq.numel() + vk.numel()) * vq.element_size() + B * T * 4
+        for name, fn in providers.items():
+            torch._dynamo.reset() if name == "compile" else None
+            ms, lo, hi = time_ms(lambda: fn(vq, vk), device)
+            gbps = nbytes / (ms * 1e-3) / 1e9
+            rows.append(dict(op="turn_scores", provider=name, B=B, T=T, n=n, d=d, dtype=str(dtype),
+                             ms=ms, ms_p20=lo, ms_p80=hi, gbps=gbps, frac_peak_bw=gbps / peak_gbps))
+            print(f"turn_scores B={B:3d} T={T:4d} n={n} d={d:5d} {name:8s} {ms:9.3f} ms "
+                  f"{gbps:8.1f} GB/s ({gbps / peak_gbps:5.1%} of peak)", flush=True)
+    return rows
+
+
+# ------------------------------------------------------ anchored attention
+
+def attention_providers(device: str, causal: bool = True):
+    def sdpa(q, k, v, pl, beta):  # the speed ceiling: no bias, flash/fused backend
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
+    def sdpa_bias(q, k, v, pl, beta):  # explicit N x N float mask: off the flash backend
+        mask = R.anchored_bias(pl, q.shape[2], k.shape[2], beta, causal).to(q.dtype)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+    def lse_merge(q, k, v, pl, beta):
+        return R.anchored_attention_lse_merge(q, k, v, pl, beta, causal)
+
+    providers = {"sdpa_no_bias": (sdpa, True), "sdpa_bias": (sdpa_bias, True), "lse_merge": (lse_merge, False)}
+    if device == "cuda":
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        flex = torch.compile(flex_attention)
+
+        def flex_anchored(q, k, v, pl, beta):
+            def score_mod(score, b, h, qi, kj):
+                return score + torch.where(kj < pl[b], beta, 0.0)
+
+            def mask_mod(b, h, qi, kj):
+                return (kj < pl[b]) | (kj <= qi)
+
+            bm = create_block_mask(mask_mod, q.shape[0], None, q.shape[2], k.shape[2], device=q.device)
+            return flex(q, k, v, score_mod=score_mod, block_mask=bm, enable_gqa=True)
+
+        providers["flex"] = (flex_anchored, True)
+        providers["triton"] = (lambda q, k, v, pl, beta: rk.anchored_attention(q, k, v, pl, beta, causal), True)
+    elif rk.HAS_EXT:
+        providers["cpp"] = (lambda q, k, v, pl, beta: rk.anchored_attention(q, k, v, pl, beta, causal), True)
+    return providers
+
+
+def attention_shapes(device: str, quick: bool):
+    if device == "cuda":
+        ns = [1024, 2048, 4096, 8192] if quick else [1024, 2048, 4096, 8192, 16384, 32768]
+        return [(max(1, 16384 // n), 16, 4, n, d) for d in (64, 128) for n in ns]  # (B, H, Hkv, N, D)
+    ns = [512, 1024] if quick else [1024, 2048, 4096]
+    return [(1, 8, 2, n, 64) for n in ns]
+
+
+def bench_attention(device: str, quick: bool):
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    rows = []
+    for B, H, Hkv, N, D in attention_shapes(device, quick):
+        q = torch.randn(B, H, N, D, device=device, dtype=dtype)
+        k = torch.randn(B, Hkv, N, D, device=device, dtype=dtype)
+        v = torch.randn(B, Hkv, N, D, device=device, dtype=dtype)
+        pl = torch.full((B,), N // 8, device=device, dtype=torch.int64)  # instruction prefix: 1/8 of the context
+        g = torch.randn_like(q)
+        fwd_flops = 4 * B * H * D * (N * (N + 1) / 2 + (N // 8) ** 2 / 2)  # causal + prefix above the diagonal
+        for name, (fn, has_bwd) in attention_providers(device).items():
+            modes = ("fwd", "fwd_bwd") if has_bwd else ("fwd",)
+            for mode in modes:
+                if mode == "fwd":
+                    run = lambda: fn(q, k, v, pl, 1.0)  # noqa: E731
+                    flops = fwd_flops
+                else:
+                    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+
+                    def run(leaves=leaves):
+                        fn(*leaves, pl, 1.0).backward(g)
+
+                    flops = 3.5 * fwd_flops  # backward = 2.5x forward matmul work
+                try:
+                    ms, lo, hi = time_ms(run, device)
+                    mem = peak_mem_mb(device, run)
+                except (RuntimeError, torch.OutOfMemoryError) as exc:  # e.g. N x N bias out of memory
+                    print(f"attention {name} N={N} {mode}: {type(exc).__name__}: {str(exc)[:80]}")
+                    continue
+                tflops = flops / (ms * 1e-3) / 1e12
+                rows.append(dict(op="anchored_attention", provider=name, mode=mode, B=B, H=H, Hkv=Hkv, N=N, D=D,
+                                 dtype=str(dtype), ms=ms, ms_p20=lo, ms_p80=hi, tflops=tflops, peak_mem_mb=mem))
+                print(f"attention B={B} H={H}/{Hkv} N={N:5d} D={D:3d} {name:12s} {mode:7s} {ms:10.2f} ms "
+                      f"{tflops:7.3f} TFLOP/s" + (f" {mem:8.1f} MiB" if mem is not None else ""), flush=True)
+    return rows
+
+
+# ------------------------------------------------------------------ output
+
+def ratios(rows):
+    """Within-run speedups: turn scoring vs eager; attention vs SDPA without bias."""
+    out = []
+    base = {(r["B"], r["T"], r["n"], r["d"]): r["ms"] for r in rows
+            if r["op"] == "turn_scores" and r["provider"] == "eager"}
+    for r in rows:
+        if r["op"] == "turn_scores" and r["provider"] != "eager":
+            key = (r["B"], r["T"], r["n"], r["d"])
+            out.append(dict(op="turn_scores", provider=r["provider"], shape=list(key),
+                            speedup_vs_eager=base[key] / r["ms"]))
+    ceil = {(r["B"], r["N"], r["D"], r["mode"]): r["ms"] for r in rows
+            if r["op"] == "anchored_attention" and r["provider"] == "sdpa_no_bias"}
+    for r in rows:
+        if r["op"] != "anchored_attention" or r["provider"] == "sdpa_no_bias":
+            continue
+        key = (r["B"], r["N"], r["D"], r["mode"])
+        if key in ceil:
+            out.append(dict(op="anchored_attention", provider=r["provider"], mode=r["mode"], N=r["N"], D=r["D"],
+                            time_vs_sdpa_no_bias=r["ms"] / ceil[key]))
+    return out
+
+
+def plot(rows, path: str, device: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 4.8))
+    ts = [r for r in rows if r["op"] == "turn_scores"]
+    labels = sorted({(r["B"], r["T"], r["n"], r["d"]) for r in ts}, key=lambda s: math.prod(s))
+    for prov in sorted({r["provider"] for r in ts}):
+        ys = [next((r["ms"] for r in ts if r["provider"] == prov and (r["B"], r["T"], r["n"], r["d"]) == s),
+                   float("nan")) for s in labels]
+        a1.plot(range(len(labels)), ys, marker="o", label=prov)
+    a1.set_xticks(range(len(labels)), [f"B{b} T{t}\nn{n} d{d}" for b, t, n, d in labels], fontsize=7)
+    a1.set_yscale("log")
+    a1.set_ylabel("ms (median)")
+    a1.set_title(f"turn_scores ({device})")
+    a1.legend()
+    at = [r for r in rows if r["op"] == "anchored_attention"]
+    for prov in sorted({r["provider"] for r in at}):
+        for mode, style in (("fwd", "-"), ("fwd_bwd", "--")):
+            for D in sorted({r["D"] for r in at}):
+                pts = sorted((r["N"], r["tflops"]) for r in at if r["provider"] == prov and r["mode"] == mode
+                             and r["D"] == D)
+                if pts:
+                    a2.plot(*zip(*pts), style, marker="o", label=f"{prov} {mode} D{D}")
+    a2.set_xscale("log", base=2)
+    a2.set_xlabel("N (causal, prefix = N/8)")
+    a2.set_ylabel("TFLOP/s")
+    a2.set_title(f"anchored attention ({device})")
+    a2.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--quick", action="store_true", help="fewer, smaller shapes")
+    ap.add_argument("--peak-gbps", type=float, default=None, help="device peak memory bandwidth (GB/s)")
+    ap.add_argument("--only", choices=["turn_scores", "attention"], default=None)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    args = ap.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda requested but torch.cuda.is_available() is False")
+    peak, peak_src = device_peak_gbps(args.device, args.peak_gbps)
+    print(f"device={args.device} peak={peak:.1f} GB/s ({peak_src}) threads={torch.get_num_threads()} "
+          f"HAS_EXT={rk.HAS_EXT}", flush=True)
+    rows = []
+    if args.only in (None, "turn_scores"):
+        rows += bench_turn_scoring(args.device, args.quick, peak)
+    if args.only in (None, "attention"):
+        rows += bench_attention(args.device, args.quick)
+    meta = dict(device=args.device, device_name=torch.cuda.get_device_name() if args.device == "cuda"
+                else platform.processor() or platform.machine(), torch=torch.__version__,
+                threads=torch.get_num_threads(), peak_gbps=peak, peak_source=peak_src, quick=args.quick,
+                has_ext=rk.HAS_EXT, time=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"kernels_{args.device}")
+    with open(path + ".json", "w") as f:
+        json.dump(dict(meta=meta, rows=rows, ratios=ratios(rows)), f, indent=1)
+    plot(rows, path + ".png", args.device)
+    for r in ratios(rows):
+        print(json.dumps(r))
+    print(f"wrote {path}.json and {path}.png")
+
+
+if __name__ == "__main__":
+    main()
