@@ -11,6 +11,16 @@ actually generated in.
 
 A call counts as a cut only if it really changed the visible text; `fragment_context`
 only assigns ids (the text stays the same), so its prefix stays valid and it is no cut.
+
+`write_jsonl` writes one instance per line, the format the trainer reads
+(`rhea.training.formats.load_trajectories`; training config ``data.kind: trajectories``)::
+
+    {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": str, ...}, ...],
+     "loss_mask": [bool, ...],   # one per message; True only on assistant messages to train
+     "reward": float}            # optional: the run's outcome, for filtering or RL
+
+Runs come from `SculptorLoop.run` or, turn by turn in a session, from
+`SculptorPolicy.last_result`.
 """
 from __future__ import annotations
 
