@@ -1,0 +1,42 @@
+"""`rhea train --config cfg.yaml`: joint compress/generate LoRA training (runs under accelerate launch too)."""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _cmd_train(args) -> int:
+    from rhea.training.config import TrainConfig
+    from rhea.training.trainer import Trainer
+
+    config = TrainConfig.from_yaml(args.config)
+    for override in args.set or []:
+        key, _, value = override.partition("=")
+        section, _, name = key.partition(".")
+        import yaml
+
+        data = config.to_dict()
+        if section not in data or name not in data[section]:
+            raise SystemExit(f"--set {override!r}: unknown key {key!r}; see `rhea train --help` for the keys")
+        data[section][name] = yaml.safe_load(value)
+        config = TrainConfig.from_dict(data)
+    result = Trainer(config).train()
+    print(json.dumps({"optimizer_steps": result.global_step, "seconds": round(result.seconds, 1),
+                      "skipped_samples": result.skipped, "final_dir": result.final_dir}))
+    return 0
+
+
+def register(sub) -> None:
+    from rhea.training.config import describe_fields
+
+    train = sub.add_parser(
+        "train",
+        help="train the compress and generate adapters jointly (CPU, or multi-GPU under accelerate launch)",
+        description="Joint compress/generate LoRA training. Run on one device with `rhea train --config cfg.yaml`, "
+        "or with `accelerate launch --config_file configs/accelerate/ddp.yaml -m rhea.cli train --config cfg.yaml`.",
+        epilog="config keys (YAML sections; defaults follow the paper; documented in rhea/training/config.py):\n" + describe_fields(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    train.add_argument("--config", required=True, help="YAML file with sections model/data/optim/run")
+    train.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one config key (repeatable)")
+    train.set_defaults(func=_cmd_train)

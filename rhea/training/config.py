@@ -1,0 +1,200 @@
+"""`TrainConfig`: YAML mapped onto dataclasses; defaults follow the paper.
+
+>>> cfg = TrainConfig.from_dict({"data": {"path": "chats.jsonl"}, "optim": {"lr": 2e-5}})
+>>> cfg.optim.lr, cfg.optim.grad_accum, cfg.optim.epochs
+(2e-05, 128, 2)
+>>> TrainConfig.from_dict({"optim": {"learning_rate": 1e-5}})
+Traceback (most recent call last):
+...
+rhea.training.errors.TrainConfigError: unknown key(s) ['learning_rate'] in section 'optim'; known keys: ['epochs', 'grad_accum', 'lr', 'max_grad_norm', 'max_steps', 'warmup_ratio', 'weight_decay']
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from rhea.training.errors import TrainConfigError
+
+
+@dataclass
+class ModelSection:
+    #: model-zoo name, local path or cached hub id of the base model
+    base_model: str = "smollm2-135m"
+    #: continue from a directory written by save_pretrained (adapters + <mem> slots) instead of fresh adapters
+    init_from: str | None = None
+    #: latent vectors per compressed reply
+    n_mem: int = 8
+    #: LoRA rank of both adapters
+    lora_r: int = 16
+    #: LoRA scaling numerator (scale = alpha / r)
+    lora_alpha: int = 32
+    #: dropout on the LoRA input
+    lora_dropout: float = 0.05
+    #: PEFT target modules: "all-linear" or a list such as [q_proj, k_proj, v_proj, o_proj]
+    target_modules: Any = "all-linear"
+
+
+@dataclass
+class DataSection:
+    #: JSONL file (OpenAI messages / ShareGPT conversations / UltraChat data) or a datasets directory
+    path: str | None = None
+    #: "conversations" (joint compress/generate samples) or "trajectories" (Sculptor {"messages", "loss_mask"})
+    kind: str = "conversations"
+    #: share of past replies kept as raw text (the rest are latents or dropped)
+    tier_raw: float = 0.2
+    #: share of past turns dropped entirely, as HCR's DROP tier does at inference
+    tier_drop: float = 0.1
+    #: samples longer than this (tokens) are skipped and reported, never truncated
+    max_length: int = 2048
+    #: replies longer than this (tokens) cannot be compressed: their samples are skipped and reported
+    max_compress_length: int = 512
+    #: first turn index that becomes a sample (1 = only turns with history)
+    min_turn: int = 0
+    #: samples per micro-batch (per process)
+    batch_size: int = 1
+    #: seed of the tier draws and the per-epoch shuffle
+    seed: int = 0
+
+
+@dataclass
+class OptimSection:
+    #: AdamW learning rate (the paper: 1e-5)
+    lr: float = 1e-5
+    #: AdamW weight decay
+    weight_decay: float = 0.0
+    #: share of optimizer steps spent in linear warm-up before the cosine decay
+    warmup_ratio: float = 0.03
+    #: micro-batches per optimizer step
+    grad_accum: int = 128
+    #: passes over the samples (the paper: 2)
+    epochs: int = 2
+    #: stop after this many optimizer steps (None = run all epochs)
+    max_steps: int | None = None
+    #: gradient clipping by global norm (None = off)
+    max_grad_norm: float | None = 1.0
+
+
+@dataclass
+class RunSection:
+    #: where checkpoints, logs and the final save_pretrained directory go
+    output_dir: str = "rhea-train"
+    #: "no" (fp32), "bf16" or "fp16" (accelerate mixed precision)
+    mixed_precision: str = "no"
+    #: recompute activations in backward (less memory, ~30% slower)
+    gradient_checkpointing: bool = False
+    #: write a resumable checkpoint every N optimizer steps (0 = only at the end)
+    save_every: int = 50
+    #: keep only the newest N checkpoints (0 = keep all)
+    keep_checkpoints: int = 2
+    #: log metrics every N optimizer steps
+    log_every: int = 1
+    #: accelerate trackers: "tensorboard", "wandb", "all" or "none"
+    log_with: str = "tensorboard"
+    #: seed of torch/numpy/python RNGs (dropout)
+    seed: int = 0
+    #: "latest" (newest checkpoint in output_dir), a checkpoint directory, or None (fresh run)
+    resume_from: str | None = None
+    #: weight of the ICAE-style auto-encoding loss (reconstruct each compressed reply from its latents); 0 = off
+    autoencode_weight: float = 0.0
+    #: torch CPU threads (None = torch's default); 1 keeps a background run from starving the machine
+    num_threads: int | None = None
+    #: run on CPU even where an accelerator is present
+    cpu: bool = False
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of `rhea train`, grouped as in the YAML file (sections model/data/optim/run)."""
+
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    optim: OptimSection = field(default_factory=OptimSection)
+    run: RunSection = field(default_factory=RunSection)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                raise TrainConfigError(msg)
+
+        d, o, r = self.data, self.optim, self.run
+        need(d.kind in ("conversations", "trajectories"), f"data.kind={d.kind!r} must be 'conversations' or 'trajectories'")
+        need(0 <= d.tier_raw <= 1 and 0 <= d.tier_drop <= 1 and d.tier_raw + d.tier_drop <= 1,
+             f"data.tier_raw={d.tier_raw} and data.tier_drop={d.tier_drop} must be in [0, 1] with sum <= 1")
+        need(d.max_length > 0 and d.max_compress_length > 0 and d.batch_size >= 1 and d.min_turn >= 0,
+             "data.max_length, data.max_compress_length and data.batch_size must be >= 1, data.min_turn >= 0")
+        need(o.lr > 0, f"optim.lr={o.lr} must be > 0")
+        need(0 <= o.warmup_ratio < 1, f"optim.warmup_ratio={o.warmup_ratio} must be in [0, 1)")
+        need(isinstance(o.grad_accum, int) and o.grad_accum >= 1, f"optim.grad_accum={o.grad_accum!r} must be an int >= 1")
+        need(isinstance(o.epochs, int) and o.epochs >= 1, f"optim.epochs={o.epochs!r} must be an int >= 1")
+        need(o.max_steps is None or o.max_steps >= 1, f"optim.max_steps={o.max_steps} must be None or >= 1")
+        need(r.mixed_precision in ("no", "bf16", "fp16"), f"run.mixed_precision={r.mixed_precision!r} must be 'no', 'bf16' or 'fp16'")
+        need(r.log_with in ("tensorboard", "wandb", "all", "none"), f"run.log_with={r.log_with!r} must be tensorboard, wandb, all or none")
+        need(r.save_every >= 0 and r.log_every >= 1 and r.keep_checkpoints >= 0, "run.save_every/keep_checkpoints must be >= 0, run.log_every >= 1")
+        need(r.autoencode_weight >= 0, f"run.autoencode_weight={r.autoencode_weight} must be >= 0")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+        if not isinstance(data, dict):
+            raise TrainConfigError(f"a training config must be a mapping of sections, got {type(data).__name__}")
+        sections = {f.name: f.default_factory for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(sections))
+        if unknown:
+            raise TrainConfigError(f"unknown section(s) {unknown}; known sections: {sorted(sections)}")
+        built = {}
+        for name, factory in sections.items():
+            values = data.get(name) or {}
+            if not isinstance(values, dict):
+                raise TrainConfigError(f"section {name!r} must be a mapping, got {type(values).__name__}")
+            known = {f.name for f in dataclasses.fields(factory)}
+            bad = sorted(set(values) - known)
+            if bad:
+                raise TrainConfigError(f"unknown key(s) {bad} in section {name!r}; known keys: {sorted(known)}")
+            built[name] = factory(**values)
+        return cls(**built)
+
+    @classmethod
+    def from_yaml(cls, path: str) -> "TrainConfig":
+        import yaml
+
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = yaml.safe_load(f) or {}
+        except FileNotFoundError as e:
+            raise TrainConfigError(f"config file {path} not found") from e
+        except yaml.YAMLError as e:
+            raise TrainConfigError(f"{path} is not valid YAML ({e})") from e
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _field_docs(cls) -> dict[str, str]:
+    """The ``#:`` comment lines above each field of `cls` (the single place a key is documented)."""
+    import inspect
+
+    docs, pending = {}, []
+    for line in inspect.getsource(cls).splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#:"):
+            pending.append(stripped[2:].strip())
+        elif ":" in stripped and not stripped.startswith(("class", "def", "@", '"')):
+            docs[stripped.split(":")[0]] = " ".join(pending)
+            pending = []
+    return docs
+
+
+def describe_fields() -> str:
+    """Every config key with its default and meaning, for ``rhea train --help``."""
+    lines = []
+    for section in dataclasses.fields(TrainConfig):
+        lines.append(f"{section.name}:")
+        docs = _field_docs(section.default_factory)
+        for f in dataclasses.fields(section.default_factory):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            lines.append(f"  {f.name}: {default!r}" + (f"  # {docs[f.name]}" if docs.get(f.name) else ""))
+    return "\n".join(lines)

@@ -1,0 +1,340 @@
+"""`Trainer`: joint compress/generate LoRA training with accelerate.
+
+Works unchanged on one CPU, under ``torchrun``/``accelerate launch`` (DDP), and with the
+accelerate FSDP/DeepSpeed configs in ``configs/accelerate/``. Every ``save_every`` optimizer
+steps it writes a checkpoint (trainable weights, optimizer, scheduler, RNG, data position)
+from which ``run.resume_from`` continues the same loss curve.
+
+>>> from rhea.training import Trainer, TrainConfig
+>>> cfg = TrainConfig.from_dict({"data": {"path": "chats.jsonl"}, "run": {"output_dir": "out"}})  # doctest: +SKIP
+>>> result = Trainer(cfg).train()      # doctest: +SKIP
+>>> result.final_dir                    # doctest: +SKIP
+'out/final'
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from torch.utils.data import DataLoader
+
+from rhea.training.config import TrainConfig
+from rhea.training.data import SampleSet, TierMix, build_conversation_samples, build_trajectory_samples, collate
+from rhea.training.errors import TrainConfigError
+from rhea.training.formats import load_conversations, load_trajectories
+from rhea.training.losses import AuxiliaryLoss, autoencode_loss
+from rhea.training.step import JointStep
+
+CHECKPOINT_PREFIX = "checkpoint-"
+PROGRESS_FILE = "progress.json"
+TRAINABLE_FILE = "trainable.safetensors"
+METRICS_FILE = "metrics.jsonl"
+
+
+@dataclass
+class TrainResult:
+    """What a run did: per-step metrics, where it saved, how long it took."""
+
+    history: list[dict] = field(default_factory=list)
+    global_step: int = 0
+    final_dir: str | None = None
+    seconds: float = 0.0
+    skipped: int = 0
+
+
+def build_model(config: TrainConfig):
+    """A fresh RheaForCausalLM on the configured base, or one continued from ``model.init_from``."""
+    from rhea.modeling import RheaConfig, RheaForCausalLM, load_base_model
+
+    m = config.model
+    if m.init_from:
+        return RheaForCausalLM.from_pretrained(m.init_from, base_model=m.base_model)
+    base, tokenizer = load_base_model(m.base_model)
+    rc = RheaConfig(n_mem=m.n_mem, lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
+                    target_modules=m.target_modules)
+    return RheaForCausalLM.from_base(base, tokenizer, rc)
+
+
+def build_samples(config: TrainConfig, model) -> SampleSet:
+    """Training samples from ``data.path`` as the config describes."""
+    d = config.data
+    if not d.path:
+        raise TrainConfigError("data.path is not set; point it at a JSONL file or a datasets directory")
+    if d.kind == "trajectories":
+        return build_trajectory_samples(load_trajectories(d.path), model.tokenizer, max_length=d.max_length)
+    return build_conversation_samples(
+        load_conversations(d.path), model.tokenizer, n_mem=model.n_mem, tiers=TierMix(d.tier_raw, d.tier_drop),
+        max_length=d.max_length, max_compress_length=d.max_compress_length, min_turn=d.min_turn, seed=d.seed,
+    )
+
+
+def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
+    """The newest ``checkpoint-N`` directory holding a complete checkpoint, or None."""
+    root = Path(output_dir)
+    done = [p for p in root.glob(f"{CHECKPOINT_PREFIX}*") if (p / PROGRESS_FILE).is_file()]
+    return max(done, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):])) if done else None
+
+
+def _flat_hparams(config: TrainConfig) -> dict:
+    # TensorBoard's hparams take scalars and strings only.
+    out = {}
+    for section, values in config.to_dict().items():
+        for k, v in values.items():
+            out[f"{section}.{k}"] = v if isinstance(v, (int, float, str, bool)) else str(v)
+    return out
+
+
+class Trainer:
+    """Runs the joint step over the samples with AdamW + cosine warm-up and gradient accumulation.
+
+    `model` and `samples` default to what the config describes; `aux_losses` are added to
+    the LM loss in every step (``run.autoencode_weight > 0`` adds the auto-encoding loss).
+    """
+
+    def __init__(self, config: TrainConfig, *, model=None, samples: SampleSet | None = None,
+                 aux_losses: Sequence[AuxiliaryLoss] = (), accelerator=None):
+        self.config = config
+        if config.run.num_threads:
+            torch.set_num_threads(config.run.num_threads)
+        self.accelerator = accelerator or self._make_accelerator()
+        self.model = model if model is not None else build_model(config)
+        self.samples = samples if samples is not None else build_samples(config, self.model)
+        if not self.samples.samples:
+            raise TrainConfigError(f"no training samples ({self.samples.report()}); check data.path and the length limits")
+        aux = list(aux_losses)
+        if config.run.autoencode_weight > 0:
+            aux.append(AuxiliaryLoss("autoencode", autoencode_loss, config.run.autoencode_weight))
+        self.step_module = JointStep(self.model, aux)
+
+    # ------------------------------------------------------------------ setup
+    def _make_accelerator(self):
+        from accelerate import Accelerator
+        from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration
+
+        r = self.config.run
+        log_with = None if r.log_with == "none" else r.log_with
+        return Accelerator(
+            mixed_precision=r.mixed_precision,
+            cpu=r.cpu,
+            log_with=log_with,
+            project_config=ProjectConfiguration(project_dir=r.output_dir, logging_dir=os.path.join(r.output_dir, "logs")),
+            # A batch whose history is all raw text leaves the compress adapter unused.
+            kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
+        )
+
+    def _epoch_batches(self, epoch: int) -> DataLoader:
+        """This process's micro-batches for `epoch`: a seeded shuffle, sharded by rank, equal length per rank."""
+        acc, d = self.accelerator, self.config.data
+        order = torch.randperm(len(self.samples.samples), generator=torch.Generator().manual_seed(d.seed * 1000 + epoch)).tolist()
+        per_rank = math.ceil(len(order) / acc.num_processes)
+        order = (order * (acc.num_processes + 1))[: per_rank * acc.num_processes]  # wrap so every rank has as many
+        mine = [self.samples.samples[i] for i in order[acc.process_index::acc.num_processes]]
+        pad = self.model.tokenizer.pad_token_id
+        return DataLoader(mine, batch_size=d.batch_size, shuffle=False, collate_fn=lambda s: collate(s, pad))
+
+    def _register_checkpoint_hooks(self, unwrapped_step: JointStep) -> None:
+        from safetensors.torch import load_file, save_file
+
+        def trainable_state() -> dict:
+            return {n: p.detach().cpu().contiguous() for n, p in unwrapped_step.named_parameters() if p.requires_grad}
+
+        def save_hook(models, weights, output_dir):
+            # Only the LoRA weights and <mem> slots change; the frozen base is never copied.
+            if self.accelerator.is_main_process:
+                save_file(trainable_state(), os.path.join(output_dir, TRAINABLE_FILE))
+            weights.clear()
+
+        def load_hook(models, input_dir):
+            state = load_file(os.path.join(input_dir, TRAINABLE_FILE))
+            missing = set(trainable_state()) - set(state)
+            if missing:
+                raise TrainConfigError(f"checkpoint {input_dir} lacks trainable weights {sorted(missing)[:3]}...; it is from another model")
+            unwrapped_step.load_state_dict(state, strict=False)
+            models.clear()
+
+        self.accelerator.register_save_state_pre_hook(save_hook)
+        self.accelerator.register_load_state_pre_hook(load_hook)
+
+    # ------------------------------------------------------------------ loop
+    def train(self) -> TrainResult:
+        from transformers import get_cosine_schedule_with_warmup
+
+        acc, cfg = self.accelerator, self.config
+        o, r = cfg.optim, cfg.run
+        from accelerate.utils import set_seed
+
+        set_seed(r.seed)
+        t0 = time.perf_counter()
+        out_dir = Path(r.output_dir)
+        if r.gradient_checkpointing:
+            self.model.base_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.model.train()
+
+        params = [p for p in self.step_module.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay)
+        micro_per_epoch = len(self._epoch_batches(0))
+        steps_per_epoch = math.ceil(micro_per_epoch / o.grad_accum)
+        total_steps = steps_per_epoch * o.epochs if o.max_steps is None else min(o.max_steps, steps_per_epoch * o.epochs)
+        scheduler = get_cosine_schedule_with_warmup(optimizer, math.ceil(o.warmup_ratio * total_steps), total_steps)
+
+        step_module, optimizer = acc.prepare(self.step_module, optimizer)
+        acc.register_for_checkpointing(scheduler)  # stepped by us once per optimizer step, not by accelerate
+        self._register_checkpoint_hooks(acc.unwrap_model(step_module))
+
+        start_epoch, start_batch, global_step = 0, 0, 0
+        resume = latest_checkpoint(out_dir) if r.resume_from == "latest" else (Path(r.resume_from) if r.resume_from else None)
+        if r.resume_from and resume is None:
+            acc.print(f"resume_from='latest' but {out_dir} has no checkpoint yet: starting fresh")
+        if resume is not None:
+            progress = json.loads((resume / PROGRESS_FILE).read_text())
+            if progress["num_processes"] != acc.num_processes:
+                raise TrainConfigError(
+                    f"checkpoint {resume} was written by {progress['num_processes']} processes, this run has "
+                    f"{acc.num_processes}; resume with the same number so the data position is the same"
+                )
+            acc.load_state(str(resume))
+            start_epoch, start_batch, global_step = progress["epoch"], progress["batch"], progress["global_step"]
+
+        metrics_path = out_dir / METRICS_FILE
+        history = self._load_history(metrics_path, global_step) if resume is not None else []
+        if acc.is_main_process:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            acc.print(f"[rhea train] {self.samples.report()}; {micro_per_epoch} micro-batches/epoch/process, "
+                      f"{total_steps} optimizer steps, {acc.num_processes} process(es)")
+            for skip in self.samples.skipped[:5]:
+                acc.print(f"[rhea train] skipped {skip.source}: {skip.reason}")
+        if acc.trackers == [] and cfg.run.log_with != "none":
+            acc.init_trackers("rhea-train", config=_flat_hparams(cfg))
+
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total_steps, initial=global_step, disable=not acc.is_local_main_process, desc="rhea train")
+        window: dict[str, list[float]] = {}
+        done = global_step >= total_steps
+        for epoch in range(start_epoch, o.epochs):
+            if done:
+                break
+            loader = self._epoch_batches(epoch)
+            first = start_batch if epoch == start_epoch else 0
+            n_batches = len(loader)
+            for i, batch in enumerate(loader):
+                if i < first:
+                    continue  # already trained before the checkpoint (collation only, no compute)
+                window_start = (i // o.grad_accum) * o.grad_accum
+                window_size = min(o.grad_accum, n_batches - window_start)
+                boundary = i + 1 == window_start + window_size
+                ctx = acc.no_sync(step_module) if not boundary else contextlib.nullcontext()
+                with ctx:
+                    total, parts = step_module(batch)
+                    acc.backward(total / window_size)
+                for k, v in parts.items():
+                    window.setdefault(k, []).append(float(v.detach()))
+                if not boundary:
+                    continue
+                if o.max_grad_norm:
+                    acc.clip_grad_norm_(params, o.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                global_step += 1
+                record = self._log_step(global_step, epoch, window, scheduler.get_last_lr()[0], t0)
+                window = {}
+                history.append(record)
+                if acc.is_main_process:
+                    with open(metrics_path, "a", encoding="utf-8") as f:
+                        f.write(json.dumps(record) + "\n")
+                bar.update(1)
+                bar.set_postfix(loss=f"{record['loss/lm']:.4f}")
+                if r.save_every and global_step % r.save_every == 0:
+                    self.save_checkpoint(epoch, i + 1, global_step)
+                if global_step >= total_steps:
+                    done = True
+                    break
+        bar.close()
+        if r.save_every and global_step and not (out_dir / f"{CHECKPOINT_PREFIX}{global_step}").exists():
+            self.save_checkpoint(epoch, i + 1, global_step)
+        final_dir = self.save_final(out_dir / "final")
+        acc.end_training()
+        return TrainResult(history, global_step, final_dir, time.perf_counter() - t0, len(self.samples.skipped))
+
+    def _log_step(self, step: int, epoch: int, window: dict, lr: float, t0: float) -> dict:
+        acc = self.accelerator
+        record = {"step": step, "epoch": epoch, "lr": lr, "elapsed_s": round(time.perf_counter() - t0, 2)}
+        for k, values in window.items():
+            mean = torch.tensor(sum(values) / len(values), device=acc.device)
+            record[f"loss/{k}"] = float(acc.reduce(mean, reduction="mean"))
+        if step % self.config.run.log_every == 0 and self.config.run.log_with != "none":
+            acc.log({k: v for k, v in record.items() if k != "step"}, step=step)
+        return record
+
+    def _load_history(self, path: Path, up_to_step: int) -> list[dict]:
+        """Metrics of the run being resumed, cut at the checkpoint's step (later lines are rewritten)."""
+        if not path.is_file():
+            return []
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        rows = [row for row in rows if row["step"] <= up_to_step]
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        return rows
+
+    # ------------------------------------------------------------------ saving
+    def save_checkpoint(self, epoch: int, batch: int, global_step: int) -> Path:
+        """Write ``checkpoint-<step>``; the progress file is written last, marking it complete."""
+        acc, r = self.accelerator, self.config.run
+        path = Path(r.output_dir) / f"{CHECKPOINT_PREFIX}{global_step}"
+        acc.save_state(str(path))
+        if acc.is_main_process:
+            progress = {"epoch": epoch, "batch": batch, "global_step": global_step, "num_processes": acc.num_processes}
+            (path / PROGRESS_FILE).write_text(json.dumps(progress))
+            if r.keep_checkpoints:
+                done = sorted((p for p in Path(r.output_dir).glob(f"{CHECKPOINT_PREFIX}*") if (p / PROGRESS_FILE).is_file()),
+                              key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]))
+                for old in done[: -r.keep_checkpoints]:
+                    shutil.rmtree(old, ignore_errors=True)
+        acc.wait_for_everyone()
+        return path
+
+    def save_final(self, directory: Path) -> str:
+        """``save_pretrained`` of the trained model with ``config.extra["adapters_trained"] = True``."""
+        acc = self.accelerator
+        acc.wait_for_everyone()
+        model = self.model  # the same object the prepared wrapper trains
+        if acc.is_main_process:
+            model.config.extra["adapters_trained"] = True
+            model.config.extra["training"] = {"data": self.config.data.path, "samples": len(self.samples.samples)}
+            model.save_pretrained(directory)
+        acc.wait_for_everyone()
+        return str(directory)
+
+
+def export_checkpoint(checkpoint: str | os.PathLike, config: TrainConfig, directory: str | os.PathLike,
+                      *, dtype: torch.dtype | None = None) -> str:
+    """Turn a resumable ``checkpoint-N`` into a ``save_pretrained`` directory (optionally cast, e.g. fp16).
+
+    >>> export_checkpoint("out/checkpoint-40", cfg, "rhea/data/adapters/smollm2-135m", dtype=torch.float16)  # doctest: +SKIP
+    """
+    from safetensors.torch import load_file, save_file
+
+    model = build_model(config)
+    state = load_file(os.path.join(checkpoint, TRAINABLE_FILE))
+    missing, unexpected = JointStep(model).load_state_dict(state, strict=False)
+    if unexpected or any(p.requires_grad for n, p in JointStep(model).named_parameters() if n in missing):
+        raise TrainConfigError(f"{checkpoint} does not match the model built from the config (unexpected {unexpected[:3]})")
+    progress = json.loads(Path(checkpoint, PROGRESS_FILE).read_text())
+    model.config.extra["adapters_trained"] = True
+    model.config.extra["training"] = {"data": config.data.path, "optimizer_steps": progress["global_step"]}
+    model.save_pretrained(directory)
+    if dtype is not None:
+        for path in Path(directory).rglob("*.safetensors"):
+            tensors = load_file(str(path))
+            save_file({k: v.to(dtype) for k, v in tensors.items()}, str(path), metadata={"format": "pt"})
+    return str(directory)

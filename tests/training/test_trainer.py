@@ -1,0 +1,125 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from rhea.context import Conversation, Turn
+from rhea.training import JointStep, TierMix, TrainConfig, Trainer, build_conversation_samples, collate
+from rhea.training.errors import TrainConfigError
+
+TURNS = [("what is the capital", "paris"), ("which city", "paris is the city"), ("what color", "blue")]
+
+
+def _samples(model):
+    convs = [("", Conversation([Turn(u, a) for u, a in TURNS]))] * 3
+    return build_conversation_samples(convs, model.tokenizer, n_mem=model.n_mem, tiers=TierMix(0.0, 0.0))
+
+
+def _config(out, **optim):
+    return TrainConfig.from_dict({
+        "optim": {"lr": 3e-2, "grad_accum": 2, "epochs": 2, "warmup_ratio": 0.0, **optim},
+        "run": {"output_dir": str(out), "save_every": 2, "keep_checkpoints": 0, "log_with": "none", "seed": 0},
+    })
+
+
+def test_both_adapters_and_mem_slots_get_gradients(tiny_model):
+    sample = _samples(tiny_model).samples[-1]
+    total, _ = JointStep(tiny_model)(collate([sample], tiny_model.tokenizer.pad_token_id))
+    total.backward()
+    grads = {n: p.grad for n, p in tiny_model.named_parameters() if p.requires_grad}
+    for part in ("lora_A.compress", "lora_B.compress", "lora_A.generate", "lora_B.generate", "mem_slot_embeds"):
+        assert any(part in n and g is not None and g.abs().sum() > 0 for n, g in grads.items()), part
+
+
+def test_a_few_steps_reduce_the_loss_and_save_a_trained_model(tmp_path, tiny_model):
+    from rhea.training import SampleSet
+
+    one = _samples(tiny_model).samples[-1]  # the same sample every step: its loss must fall
+    result = Trainer(_config(tmp_path, grad_accum=1, lr=3e-2), model=tiny_model, samples=SampleSet([one] * 5, [])).train()
+    losses = [h["loss/lm"] for h in result.history]
+    assert len(losses) == 10 and losses[-1] < losses[0] - 0.2
+    saved = json.loads((tmp_path / "final" / "rhea_config.json").read_text())
+    assert saved["extra"]["adapters_trained"] is True
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 10
+
+
+class _Crash(Exception):
+    pass
+
+
+def test_resume_continues_the_same_loss_curve(tmp_path):
+    from rhea.testing import tiny_rhea
+
+    full = Trainer(_config(tmp_path / "a"), model=tiny_rhea(), samples=_samples(tiny_rhea())).train()
+    crashing = Trainer(_config(tmp_path / "b"), model=tiny_rhea(), samples=_samples(tiny_rhea()))
+    save = crashing.save_checkpoint
+
+    def save_then_crash(epoch, batch, step):  # the process dies right after checkpoint 4
+        save(epoch, batch, step)
+        if step == 4:
+            raise _Crash
+
+    crashing.save_checkpoint = save_then_crash
+    with pytest.raises(_Crash):
+        crashing.train()
+    assert (tmp_path / "b" / "checkpoint-4" / "progress.json").is_file()
+    cfg = _config(tmp_path / "b")
+    cfg.run.resume_from = "latest"
+    resumed = Trainer(cfg, model=tiny_rhea(), samples=_samples(tiny_rhea())).train()
+    a = [h["loss/lm"] for h in full.history]
+    b = [h["loss/lm"] for h in resumed.history]  # steps 1-4 from the metrics file, 5.. trained after resuming
+    assert [h["step"] for h in resumed.history] == list(range(1, len(a) + 1))
+    assert b == pytest.approx(a, rel=1e-5)
+
+
+def test_autoencode_aux_loss_is_logged(tmp_path, tiny_model):
+    cfg = _config(tmp_path, max_steps=1)
+    cfg.run.autoencode_weight = 0.5
+    result = Trainer(cfg, model=tiny_model, samples=_samples(tiny_model)).train()
+    assert result.history[0]["loss/autoencode"] > 0
+
+
+def test_config_rejects_unknown_keys_and_bad_values(tmp_path):
+    with pytest.raises(TrainConfigError, match=r"unknown key\(s\) \['lr_max'\] in section 'optim'"):
+        TrainConfig.from_dict({"optim": {"lr_max": 1}})
+    with pytest.raises(TrainConfigError, match="unknown section"):
+        TrainConfig.from_dict({"trainer": {}})
+    with pytest.raises(TrainConfigError, match="mixed_precision='fp8'"):
+        TrainConfig.from_dict({"run": {"mixed_precision": "fp8"}})
+
+
+def _tiny_base_dir(tmp_path):
+    from rhea.testing import tiny_llama, tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    base = tiny_llama(len(tok))
+    path = tmp_path / "tiny-base"
+    base.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_rhea_train_cli_runs_two_processes_under_torchrun(tmp_path):
+    """DDP smoke run: 2 CPU processes (gloo) through the real `rhea train` entry point."""
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"data": [x for pair in TURNS for x in pair]}) + "\n" for _ in range(4)))
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        f"model: {{base_model: {_tiny_base_dir(tmp_path)}, n_mem: 4, lora_r: 4, lora_dropout: 0.0}}\n"
+        f"data: {{path: {data}, tier_raw: 0.0, tier_drop: 0.0}}\n"
+        "optim: {lr: 0.001, grad_accum: 2, epochs: 1}\n"
+        f"run: {{output_dir: {tmp_path / 'out'}, save_every: 1, log_with: tensorboard, cpu: true, num_threads: 1}}\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
+           "-m", "rhea.cli", "train", "--config", str(cfg)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 process(es)" in proc.stdout + proc.stderr
+    progress = json.loads((tmp_path / "out" / "checkpoint-3" / "progress.json").read_text())
+    assert progress["num_processes"] == 2
+    assert (tmp_path / "out" / "final" / "rhea_config.json").is_file()
+    assert any((tmp_path / "out" / "logs").rglob("events.out.tfevents*"))
