@@ -36,7 +36,7 @@ def config_for(data: str, out: str, max_steps: int | None):
                   "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
         "data": {"path": data, "tier_raw": 0.25, "tier_drop": 0.0, "min_turn": 1, "max_length": 512, "seed": 0},
         # A CPU-hours budget, not the paper's GPU one: larger lr, smaller accumulation.
-        "optim": {"lr": 3e-4, "grad_accum": 8, "epochs": 1, "warmup_ratio": 0.02, "max_steps": max_steps},
+        "optim": {"lr": 1e-3, "grad_accum": 4, "epochs": 1, "warmup_ratio": 0.02, "max_steps": max_steps},
         "run": {"output_dir": out, "save_every": 10, "keep_checkpoints": 2, "log_with": "tensorboard",
                 "resume_from": "latest", "autoencode_weight": 0.5, "num_threads": 1, "seed": 0},
     })
@@ -85,7 +85,7 @@ def cmd_plot(args) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for key in sorted({k for r in rows for k in r if k.startswith("loss/")}):
         ax.plot([r["step"] for r in rows if key in r], [r[key] for r in rows if key in r], label=key)
-    ax.set_xlabel("optimizer step (8 micro-batches)")
+    ax.set_xlabel("optimizer step (4 micro-batches)")
     ax.set_ylabel("loss")
     ax.set_title("default adapters, SmolLM2-135M, CPU 1 thread")
     ax.legend()

@@ -121,7 +121,14 @@ class Trainer:
 
         r = self.config.run
         log_with = None if r.log_with == "none" else r.log_with
+        from accelerate.state import PartialState
+        from accelerate.utils import DistributedType
+
+        # DeepSpeed's engine does its own accumulation (and loss scaling) from this number;
+        # everywhere else the loop below accumulates with no_sync and steps itself.
+        deepspeed = PartialState(cpu=r.cpu).distributed_type == DistributedType.DEEPSPEED
         return Accelerator(
+            gradient_accumulation_steps=self.config.optim.grad_accum if deepspeed else 1,
             mixed_precision=r.mixed_precision,
             cpu=r.cpu,
             log_with=log_with,
@@ -186,6 +193,9 @@ class Trainer:
         scheduler = get_cosine_schedule_with_warmup(optimizer, math.ceil(o.warmup_ratio * total_steps), total_steps)
 
         step_module, optimizer = acc.prepare(self.step_module, optimizer)
+        from accelerate.utils import DistributedType
+
+        deepspeed = acc.distributed_type == DistributedType.DEEPSPEED
         acc.register_for_checkpointing(scheduler)  # stepped by us once per optimizer step, not by accelerate
         self._register_checkpoint_hooks(acc.unwrap_model(step_module))
 
@@ -234,7 +244,7 @@ class Trainer:
                 ctx = acc.no_sync(step_module) if not boundary else contextlib.nullcontext()
                 with ctx:
                     total, parts = step_module(batch)
-                    acc.backward(total / window_size)
+                    acc.backward(total if deepspeed else total / window_size)
                 for k, v in parts.items():
                     window.setdefault(k, []).append(float(v.detach()))
                 if not boundary:
