@@ -439,11 +439,31 @@ class RheaForCausalLM(nn.Module):
         generate_kwargs.setdefault("pad_token_id", self.tokenizer.pad_token_id)
         if generate_kwargs.get("max_new_tokens") is None and generate_kwargs.get("max_length") is None:
             generate_kwargs["max_new_tokens"] = 256
-        generate_kwargs.update(self._anchor_kwargs(prefix_len, attention_mask, input_ids.shape[0]))
-        with self.adapter("generate"):
+        anchor = self._anchor_kwargs(prefix_len, attention_mask, input_ids.shape[0])
+        with self.adapter("generate"), self._inject_forward_kwargs(anchor):
             return self.peft_model.generate(
                 input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask, **generate_kwargs
             )
+
+    @contextlib.contextmanager
+    def _inject_forward_kwargs(self, extra: dict):
+        """Add `extra` to every forward call of the base model inside the block.
+
+        ``generate()`` rejects kwargs it cannot match to the model's signature, but the
+        attention hook reads them from the forward kwargs that flow down to each layer.
+        """
+        if not extra:
+            yield
+            return
+
+        def hook(module, args, kwargs):
+            return args, {**kwargs, **extra}
+
+        handle = self.base_model.register_forward_pre_hook(hook, with_kwargs=True)
+        try:
+            yield
+        finally:
+            handle.remove()
 
     # ------------------------------------------------------------------ anchored attention
     def _apply_anchor_config(self) -> None:
@@ -464,4 +484,8 @@ class RheaForCausalLM(nn.Module):
         if prefix_len is None:
             prefix_len = torch.zeros(batch, dtype=torch.long, device=self.device)
         prefix_len = torch.as_tensor(prefix_len, dtype=torch.long, device=self.device).reshape(-1)
+        if attention_mask is not None:
+            # the hook counts prefix tokens from each row's first real token
+            pad = attention_mask.shape[-1] - attention_mask.long().sum(-1).to(self.device)
+            prefix_len = (prefix_len - pad).clamp(min=0)
         return {"rhea_prefix_len": prefix_len, "rhea_anchor_bias": float(self.config.anchor_bias)}
