@@ -53,8 +53,8 @@ class _Crash(Exception):
 def test_resume_continues_the_same_loss_curve(tmp_path):
     from rhea.testing import tiny_rhea
 
-    full = Trainer(_config(tmp_path / "a"), model=tiny_rhea(), samples=_samples(tiny_rhea())).train()
-    crashing = Trainer(_config(tmp_path / "b"), model=tiny_rhea(), samples=_samples(tiny_rhea()))
+    full = Trainer(_config(tmp_path / "a", epochs=1), model=tiny_rhea(), samples=_samples(tiny_rhea())).train()
+    crashing = Trainer(_config(tmp_path / "b", epochs=1), model=tiny_rhea(), samples=_samples(tiny_rhea()))
     save = crashing.save_checkpoint
 
     def save_then_crash(epoch, batch, step):  # the process dies right after checkpoint 4
@@ -66,7 +66,7 @@ def test_resume_continues_the_same_loss_curve(tmp_path):
     with pytest.raises(_Crash):
         crashing.train()
     assert (tmp_path / "b" / "checkpoint-4" / "progress.json").is_file()
-    cfg = _config(tmp_path / "b")
+    cfg = _config(tmp_path / "b", epochs=1)
     cfg.run.resume_from = "latest"
     resumed = Trainer(cfg, model=tiny_rhea(), samples=_samples(tiny_rhea())).train()
     a = [h["loss/lm"] for h in full.history]
@@ -123,3 +123,23 @@ def test_rhea_train_cli_runs_two_processes_under_torchrun(tmp_path):
     assert progress["num_processes"] == 2
     assert (tmp_path / "out" / "final" / "rhea_config.json").is_file()
     assert any((tmp_path / "out" / "logs").rglob("events.out.tfevents*"))
+
+
+def test_config_built_run_exports_a_checkpoint_as_fp16_save_pretrained(tmp_path):
+    from rhea.modeling import RheaForCausalLM
+    from rhea.training.trainer import export_checkpoint
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"data": [x for pair in TURNS for x in pair]}) + "\n")
+    cfg = TrainConfig.from_dict({
+        "model": {"base_model": str(_tiny_base_dir(tmp_path)), "n_mem": 4, "lora_r": 4, "lora_dropout": 0.0},
+        "data": {"path": str(data), "tier_raw": 0.0, "tier_drop": 0.0},
+        "optim": {"lr": 1e-2, "grad_accum": 1, "epochs": 1},
+        "run": {"output_dir": str(tmp_path / "out"), "save_every": 1, "log_with": "none"},
+    })
+    trainer = Trainer(cfg)
+    trainer.train()
+    shipped = export_checkpoint(tmp_path / "out" / "checkpoint-3", cfg, tmp_path / "ship", dtype=torch.float16)
+    loaded = RheaForCausalLM.from_pretrained(shipped)
+    assert loaded.adapters_trained and loaded.config.extra["training"]["optimizer_steps"] == 3
+    assert torch.allclose(loaded.mem_slot_embeds, trainer.model.mem_slot_embeds.detach(), atol=1e-2)
