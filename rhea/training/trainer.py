@@ -182,7 +182,11 @@ class Trainer:
         t0 = time.perf_counter()
         out_dir = Path(r.output_dir)
         if r.gradient_checkpointing:
-            self.model.base_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            base = self.model.base_model
+            if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5 name
+                base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model.train()
 
         params = [p for p in self.step_module.parameters() if p.requires_grad]
