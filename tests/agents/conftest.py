@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from sculptor_helpers import KV_LOG
+KV_LOG = "\n".join(f"update {i}: key_{i % 3} = value_{i}" for i in range(12))
 
 
 @pytest.fixture

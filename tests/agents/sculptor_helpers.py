@@ -6,8 +6,6 @@ import json
 from rhea.agents.sculptor import AcmStore, SculptorLoop, SculptorToolbox
 from rhea.llm import ScriptedGenerator
 
-KV_LOG = "\n".join(f"update {i}: key_{i % 3} = value_{i}" for i in range(12))
-
 
 def hermes(name: str, **arguments) -> str:
     return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'

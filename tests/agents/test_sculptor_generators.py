@@ -15,7 +15,7 @@ from rhea.agents.sculptor.loop import MALFORMED
 from rhea.llm import HFGenerator, OpenAICompatibleGenerator, ScriptedGenerator
 from rhea.testing import tiny_llama, tiny_tokenizer
 
-from sculptor_helpers import hermes
+from .sculptor_helpers import hermes
 
 QUERY = "What is the latest value of key_1?"
 

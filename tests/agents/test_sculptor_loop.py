@@ -10,7 +10,7 @@ from rhea.agents.sculptor.loop import MALFORMED
 from rhea.agents.sculptor.prompts import BUDGET_EXHAUSTED_PROMPT, FORCE_TOOL_PROMPT, PAPER_UNIFIED_PROMPT
 from rhea.llm import ScriptedGenerator
 
-from sculptor_helpers import hermes, make_loop, planned_fragment_ids
+from .sculptor_helpers import hermes, make_loop, planned_fragment_ids
 
 QUERY = "What is the latest value of key_1?"
 

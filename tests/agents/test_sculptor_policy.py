@@ -12,10 +12,11 @@ from rhea.context import Conversation, Turn
 from rhea.context.policies import get_policy
 from rhea.llm import ScriptedGenerator
 
-from sculptor_helpers import KV_LOG, hermes, planned_fragment_ids
+from .sculptor_helpers import hermes, planned_fragment_ids
 
 SYSTEM = "Answer in one line."
-TURNS = [Turn(f"Here is the log.\n<log>\n{KV_LOG}\n</log>\nRemember it.", "Noted."),
+LOG = "\n".join(f"update {i}: key_{i % 3} = value_{i}" for i in range(12))
+TURNS = [Turn(f"Here is the log.\n<log>\n{LOG}\n</log>\nRemember it.", "Noted."),
          Turn("Also: the budget is 42 EUR.", "OK, 42 EUR.")]
 Q1, Q2, Q3 = "What is the latest value of key_1?", "What is the budget?", "Show key_0's history."
 

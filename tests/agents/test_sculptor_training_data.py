@@ -6,7 +6,7 @@ from rhea.testing import tiny_tokenizer
 from rhea.training.data import build_trajectory_samples
 from rhea.training.formats import load_trajectories
 
-from sculptor_helpers import hermes, make_loop, planned_fragment_ids
+from .sculptor_helpers import hermes, make_loop, planned_fragment_ids
 
 IGNORE = -100
 

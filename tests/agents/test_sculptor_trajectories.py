@@ -9,7 +9,7 @@ import pytest
 
 from rhea.agents.sculptor import LoopResult, trajectory_instances, write_jsonl
 
-from sculptor_helpers import hermes, make_loop, planned_fragment_ids
+from .sculptor_helpers import hermes, make_loop, planned_fragment_ids
 
 QUERY = "What is the latest value of key_1?"
 
