@@ -19,6 +19,17 @@ SESSION_TENSORS = "session.safetensors"
 MAX_MESSAGE_CHARS = 200_000
 #: policies whose plans need the generate adapter (latents or Rhea's trained generator)
 _GENERATE_ADAPTER_POLICIES = ("rhea", "rhea-no-im", "rhea-all-raw", "rhea-drop-all", "reply-soft-compress")
+#: the constructor argument through which each LLM-driven policy takes its controller
+_CONTROLLER_ARG = {"summary": "generator", "sculptor": "generator", "context-agent": "generator", "ace": "llm"}
+
+
+def _policy_answer(plan: ContextPlan) -> str | None:
+    """A final answer recorded by the policy itself (Sculptor's tool loop answers while planning)."""
+    if plan.policy != "sculptor":
+        return None
+    from rhea.agents.sculptor.policy import loop_answer
+
+    return loop_answer(plan)
 
 
 class SessionError(RheaError, ValueError):
@@ -90,10 +101,11 @@ class ChatSession:
             raise TypeError(f"policy must be a registered name or a ContextPolicy, got {type(policy).__name__}")
         if policy in _GENERATE_ADAPTER_POLICIES:
             kwargs = {"model": self.model, **kwargs}
-        elif policy == "summary" and "generator" not in kwargs:
+        elif policy in _CONTROLLER_ARG and _CONTROLLER_ARG[policy] not in kwargs:
             from rhea.llm import HFGenerator
 
-            kwargs = {"generator": HFGenerator(self.model), **kwargs}
+            # LLM-driven controllers default to the session's own model with adapters disabled
+            kwargs = {_CONTROLLER_ARG[policy]: HFGenerator(self.model), **kwargs}
         kwargs.setdefault("tokenizer", self.tokenizer)
         try:
             return get_policy(policy, **kwargs)
@@ -143,10 +155,18 @@ class ChatSession:
         compress_before = getattr(getattr(self.policy, "episodic", None), "compress_calls", 0)
         plan = self.policy.build(self.conversation, text)
         t_plan = time.perf_counter() - t0
-        gen = generate_from_plan(
-            self.model, plan, max_new_tokens=self.max_new_tokens, adapter=self._adapter_for(plan),
-            on_text=on_text, **self.generation_kwargs,
-        )
+        answered = _policy_answer(plan)
+        if answered is not None:  # the policy's own loop already answered (Sculptor): don't generate twice
+            if on_text is not None:
+                on_text(answered)
+            gen = Generation(answered, prompt_tokens=plan.ledger.text_tokens, latent_slots=plan.ledger.latent_slots,
+                             new_tokens=len(self.tokenizer(answered, add_special_tokens=False)["input_ids"]),
+                             timings={"render_s": 0.0, "prefill_s": 0.0, "decode_s": 0.0})
+        else:
+            gen = generate_from_plan(
+                self.model, plan, max_new_tokens=self.max_new_tokens, adapter=self._adapter_for(plan),
+                on_text=on_text, **self.generation_kwargs,
+            )
         turn = Turn(text, gen.text)
         t1 = time.perf_counter()
         self.policy.observe(turn)  # Rhea compresses the new reply here, once

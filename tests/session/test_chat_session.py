@@ -80,3 +80,20 @@ def test_load_errors(tiny_model, tmp_path):
     (tmp_path / "s" / "session.json").write_text("{broken")
     with pytest.raises(SessionError, match="corrupted"):
         ChatSession.load(tmp_path / "s", tiny_model)
+
+
+def test_agent_policies_run_in_a_session(tiny_model):
+    from rhea.embedding import HashingEmbedder
+    from rhea.llm import ScriptedGenerator
+
+    # Sculptor's loop answers while planning: the session uses that answer, no second generation
+    chat = ChatSession(tiny_model, policy="sculptor",
+                       policy_kwargs={"generator": ScriptedGenerator(["final one", "final two"])})
+    assert chat.send("the cat ?") == "final one" and chat.send("the dog ?") == "final two"
+    assert chat.records[-1].timings["decode_s"] == 0.0
+    # Context-Agent with embeddings only (no controller LLM) answers through the model
+    chat = ChatSession(tiny_model, policy="context-agent", max_new_tokens=3,
+                       policy_kwargs={"generator": None, "embedder": HashingEmbedder(64)})
+    chat.send("plan a trip to paris")
+    chat.send("what is the weather ?")
+    assert len(chat.conversation) == 2 and chat.last_plan.policy == "context-agent"
