@@ -1,6 +1,6 @@
 import pytest
 
-from eval_fixtures import (BABI_QA1, H4_JSON, IFEVAL, MT_BENCH_JSONL, MT_BENCH_REFERENCES,
+from .eval_fixtures import (BABI_QA1, H4_JSON, IFEVAL, MT_BENCH_JSONL, MT_BENCH_REFERENCES,
                       MT_EVAL_GLOBAL, PI_LLM_VOCAB, write_json, write_jsonl)
 from rhea.eval.loaders import (DataFormatError, load_babi, load_ifeval,
                                load_mt_bench_questions, load_mt_eval_global_inst,

@@ -1,6 +1,6 @@
 import pytest
 
-from eval_fixtures import (BABI_QA1, IFEVAL, MT_BENCH_JSONL, MT_EVAL_GLOBAL, PI_LLM_VOCAB,
+from .eval_fixtures import (BABI_QA1, IFEVAL, MT_BENCH_JSONL, MT_EVAL_GLOBAL, PI_LLM_VOCAB,
                            write_json, write_jsonl)
 from rhea.eval.checkers import InstructionSpec, UnknownInstructionError
 from rhea.eval.suites import (TURN_KINDS, SuiteConfigError, SuiteTurn, UnknownSuiteError,
