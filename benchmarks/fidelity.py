@@ -7,7 +7,9 @@ then a question whose answer is stated only in turn 0's reply. Turn 0's reply is
 * raw text (trained model),  * latents from the trained compress adapter,
 * latents from untrained (fresh) adapters,  * dropped (turn 0 left out),
 
-and accuracy = share of answers containing the fact. Writes JSON + PNG.
+and accuracy = share of answers containing the fact. A secondary measure, `on_topic` = share
+of answers naming the person asked about, tells a fluent wrong answer from a derailed one
+(off-scale latents make the model emit noise). Writes JSON + PNG.
 
     python benchmarks/fidelity.py --trained rhea/data/adapters/smollm2-135m --n 32
 """
@@ -63,11 +65,13 @@ def main() -> None:
         for cond in CONDITIONS:
             model = untrained if cond == "latent_untrained" else trained
             text = generate_from_plan(model, plan_for(d, cond, model), max_new_tokens=args.max_new_tokens).text
+            subject = next(n for n in HELD_OUT_NAMES if n in d.turns[-1][0])
             rows.append({"dialogue": k, "condition": cond, "asked": d.asked, "fact": d.answer, "answer": text,
-                         "correct": d.answer.lower() in text.lower()})
+                         "correct": d.answer.lower() in text.lower(), "on_topic": subject in text})
     accuracy = {c: sum(r["correct"] for r in rows if r["condition"] == c) / args.n for c in CONDITIONS}
+    on_topic = {c: sum(r["on_topic"] for r in rows if r["condition"] == c) / args.n for c in CONDITIONS}
     result = {"trained_adapters": args.trained, "n_dialogues": args.n, "seed": args.seed,
-              "max_new_tokens": args.max_new_tokens, "accuracy": accuracy,
+              "max_new_tokens": args.max_new_tokens, "accuracy": accuracy, "on_topic": on_topic,
               "trained_config_extra": trained.config.extra, "seconds": round(time.perf_counter() - t0, 1), "rows": rows}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -77,14 +81,18 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.bar(list(accuracy), [100 * v for v in accuracy.values()], color=["#4c72b0", "#55a868", "#c44e52", "#8c8c8c"])
-    ax.set_ylabel("answer accuracy (%)")
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    xs = range(len(CONDITIONS))
+    ax.bar([x - 0.2 for x in xs], [100 * accuracy[c] for c in CONDITIONS], width=0.4, label="fact correct")
+    ax.bar([x + 0.2 for x in xs], [100 * on_topic[c] for c in CONDITIONS], width=0.4, label="names the subject")
+    ax.set_xticks(list(xs), CONDITIONS)
+    ax.legend()
+    ax.set_ylabel("share of answers (%)")
     ax.set_ylim(0, 100)
     ax.set_title(f"fact recall from turn-0 reply, SmolLM2-135M, n={args.n}")
     fig.tight_layout()
     fig.savefig(out.with_suffix(".png"), dpi=120)
-    print(json.dumps(accuracy))
+    print(json.dumps({"accuracy": accuracy, "on_topic": on_topic}))
 
 
 if __name__ == "__main__":
