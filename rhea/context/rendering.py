@@ -74,7 +74,9 @@ def mem_token_id(tokenizer) -> int:
     """
     ids = tokenizer.convert_tokens_to_ids(MEM_TOKEN)
     unk = getattr(tokenizer, "unk_token_id", None)
-    vocab_has = MEM_TOKEN in tokenizer.get_vocab()
+    # get_added_vocab() is small; get_vocab() builds the whole vocabulary dict (~0.1 s) on every call
+    added = tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else tokenizer.get_vocab()
+    vocab_has = MEM_TOKEN in added or MEM_TOKEN in tokenizer.get_vocab()
     if ids is None or not vocab_has or (unk is not None and ids == unk):
         raise MissingMemTokenError(
             f"tokenizer {type(tokenizer).__name__} has no {MEM_TOKEN!r} token; add it with "
