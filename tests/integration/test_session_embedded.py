@@ -38,9 +38,12 @@ def test_ten_turn_session(model, policy, tmp_path):
     assert sum(last.tiers.values()) == 9
     if policy == "rhea":
         # the instruction was added at turn 1 and revoked at turn 7
-        events = [e.action for e in chat.policy.im.history]
-        assert "add" in events and any(a.startswith("revoke") for a in events)
-        assert chat.policy.im.entries == []
+        rule = "From now on, answer in one short sentence."
+        added = [e for e in chat.policy.im.history if e.action == "add" and e.text == rule]
+        revoked = [e for e in chat.policy.im.history if e.action.startswith("revoke") and e.text == rule]
+        assert added and revoked, chat.policy.im.history
+        assert rule not in [e.text for e in chat.policy.im.entries]
+        # (the trained classifier, tuned for recall, may also keep a false positive such as the greeting)
         assert len(chat.policy.episodic) == 10
     if policy == "recent-k":
         assert last.tiers == {"drop": 4, "raw": 5}
