@@ -108,7 +108,7 @@ def write(args, rows, per_question, seconds):
         ax.set_title(f"ACE on {Path(args.data[0]).stem} ({table[0]['n']} q, SmolLM2-135M)", fontsize=9)
         fig.tight_layout(); fig.savefig(out.with_suffix(".png"), dpi=120); plt.close(fig)
     except ImportError:
-        pass
+        print("matplotlib is not installed: wrote the JSON only (pip install matplotlib for the PNG)")
 
 
 def main():

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # one clear line for the user's mistakes; full traceback for ours
         from rhea.errors import RheaError
 
-        if isinstance(e, (RheaError, FileExistsError, ValueError)) and not isinstance(e, NotImplementedError):
+        if isinstance(e, (RheaError, FileExistsError, ValueError)):
             print(f"rhea {args.command}: error: {e}", file=sys.stderr)
             return 1
         raise
