@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "rhea.training.cli",     # train
     "rhea.eval.cli",         # bench
     "rhea.calibration.cli",  # calibrate
+    "rhea.models_cli",       # models (the model zoo)
     "rhea_kernels.cli",      # kernels
 ]
 

