@@ -28,17 +28,24 @@ ROOT = Path(__file__).resolve().parent.parent
 SHIP_DIR = ROOT / "rhea" / "data" / "adapters" / "smollm2-135m"
 
 
-def config_for(data: str, out: str, max_steps: int | None):
+def config_for(data: str, out: str, max_steps: int | None, stage: str = "lm", init_from: str | None = None):
+    """Stage "lm": LM + auto-encoding from fresh adapters. Stage "contrastive": continue `init_from`
+    (stage 1's final directory) with LM + the contrastive retrieval loss (issue 11)."""
     from rhea.training import TrainConfig
 
+    run = {"output_dir": out, "save_every": 10, "keep_checkpoints": 2, "log_with": "tensorboard",
+           "resume_from": "latest", "autoencode_weight": 0.5, "num_threads": 1, "seed": 0}
+    if stage == "contrastive":
+        run.update(autoencode_weight=0.0, contrastive_weight=1.0, contrastive_temperature=0.05, contrastive_per_step=8,
+                   contrastive_center=True)
     return TrainConfig.from_dict({
         "model": {"base_model": "smollm2-135m", "n_mem": 8, "lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0,
-                  "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
-        "data": {"path": data, "tier_raw": 0.25, "tier_drop": 0.0, "min_turn": 1, "max_length": 512, "seed": 0},
+                  "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"], "init_from": init_from},
+        "data": {"path": data, "tier_raw": 0.25, "tier_drop": 0.0, "min_turn": 1, "max_length": 512,
+                 "seed": 0 if stage == "lm" else 1},
         # A CPU-hours budget, not the paper's GPU one: larger lr, smaller accumulation.
         "optim": {"lr": 1e-3, "grad_accum": 4, "epochs": 1, "warmup_ratio": 0.02, "max_steps": max_steps},
-        "run": {"output_dir": out, "save_every": 10, "keep_checkpoints": 2, "log_with": "tensorboard",
-                "resume_from": "latest", "autoencode_weight": 0.5, "num_threads": 1, "seed": 0},
+        "run": run,
     })
 
 
@@ -57,7 +64,7 @@ def cmd_train(args) -> None:
     torch.set_num_threads(1)
     from rhea.training import Trainer
 
-    trainer = Trainer(config_for(args.data, args.out, args.max_steps))
+    trainer = Trainer(config_for(args.data, args.out, args.max_steps, args.stage, args.init_from))
     if args.minutes:
         # Wall-clock budget: checkpoint and stop cleanly (a later `train` resumes from here).
         deadline = time.time() + args.minutes * 60
@@ -104,7 +111,8 @@ def cmd_ship(args) -> None:
     if ckpt is None:
         raise SystemExit(f"no checkpoint in {args.out}")
     data = args.data or str(Path(args.out) / "recall.jsonl")
-    print("shipping", export_checkpoint(ckpt, config_for(data, args.out, None), SHIP_DIR, dtype=torch.float16), "from", ckpt)
+    config = config_for(data, args.out, None, args.stage, args.init_from)
+    print("shipping", export_checkpoint(ckpt, config, SHIP_DIR, dtype=torch.float16), "from", ckpt)
 
 
 def main() -> None:
@@ -125,6 +133,9 @@ def main() -> None:
     s.add_argument("--out", required=True)
     s.add_argument("--checkpoint", default=None)
     s.add_argument("--data", default=None)
+    for q in (t, s):
+        q.add_argument("--stage", choices=["lm", "contrastive"], default="lm", help="lm: LM + auto-encoding; contrastive: + retrieval loss")
+        q.add_argument("--init-from", default=None, help="save_pretrained directory to continue (stage contrastive: stage lm's final)")
     args = p.parse_args()
     {"data": cmd_data, "train": cmd_train, "plot": cmd_plot, "ship": cmd_ship}[args.cmd](args)
 

@@ -97,6 +97,16 @@ class RunSection:
     resume_from: str | None = None
     #: weight of the ICAE-style auto-encoding loss (reconstruct each compressed reply from its latents); 0 = off
     autoencode_weight: float = 0.0
+    #: weight of the contrastive retrieval loss (reply latents vs needing/unrelated query latents, InfoNCE); 0 = off
+    contrastive_weight: float = 0.0
+    #: softmax temperature of the contrastive loss over max-cosine scores
+    contrastive_temperature: float = 0.05
+    #: (reply, needing query, unrelated query) triples drawn per micro-batch (in-batch negatives)
+    contrastive_per_step: int = 8
+    #: subtract the draw's mean latent before cosine in the contrastive loss (matches centred scoring)
+    contrastive_center: bool = True
+    #: JSONL of triples (reply, query, unrelated); None = 2000 generated from rhea.calibration.data's train split
+    contrastive_triples: str | None = None
     #: torch CPU threads (None = torch's default); 1 keeps a background run from starving the machine
     num_threads: int | None = None
     #: run on CPU even where an accelerator is present
@@ -135,6 +145,10 @@ class TrainConfig:
         need(r.log_with in ("tensorboard", "wandb", "all", "none"), f"run.log_with={r.log_with!r} must be tensorboard, wandb, all or none")
         need(r.save_every >= 0 and r.log_every >= 1 and r.keep_checkpoints >= 0, "run.save_every/keep_checkpoints must be >= 0, run.log_every >= 1")
         need(r.autoencode_weight >= 0, f"run.autoencode_weight={r.autoencode_weight} must be >= 0")
+        need(r.contrastive_weight >= 0, f"run.contrastive_weight={r.contrastive_weight} must be >= 0")
+        need(r.contrastive_temperature > 0, f"run.contrastive_temperature={r.contrastive_temperature} must be > 0")
+        need(isinstance(r.contrastive_per_step, int) and r.contrastive_per_step >= 2,
+             f"run.contrastive_per_step={r.contrastive_per_step!r} must be an int >= 2 (in-batch negatives)")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":

@@ -64,3 +64,68 @@ def autoencode_loss(model, batch: dict, latents: torch.Tensor | None, outputs) -
         labels=ae["labels"].to(device),
     )
     return out.loss
+
+
+def max_cosine(queries: torch.Tensor, replies: torch.Tensor, center: torch.Tensor | None = None) -> torch.Tensor:
+    """Differentiable HCR score matrix: ``[Q, R]`` max cosine over the ``n×n`` latent pairs.
+
+    The same score as ``rhea_kernels.turn_scores`` (which is inference-only), for training.
+
+    >>> q, r = torch.randn(2, 4, 8), torch.randn(3, 4, 8)
+    >>> max_cosine(q, r).shape
+    torch.Size([2, 3])
+    """
+    if center is not None:
+        queries, replies = queries - center, replies - center
+    q = torch.nn.functional.normalize(queries.float(), dim=-1)
+    r = torch.nn.functional.normalize(replies.float(), dim=-1)
+    return torch.einsum("aid,bjd->abij", q, r).flatten(2).amax(-1)
+
+
+class ContrastiveRetrievalLoss:
+    """InfoNCE over HCR scores: a reply's latents score high against the query that needs it.
+
+    Every call draws `per_step` (reply, needing query, unrelated query) triples (from torch's
+    global RNG, so a resumed run draws the same ones), compresses all three with the compress
+    adapter exactly as inference does (`EpisodicMemory` compresses the query too), and averages
+
+    * query → reply: each needing query must pick its reply among the drawn replies;
+    * reply → query: each reply must pick its needing query among all drawn queries, the
+      unrelated ones included.
+
+    Scores are max cosines divided by `temperature`; with ``center=True`` the detached mean
+    latent of the draw is subtracted first (matching the centred scoring of ``RheaConfig``).
+
+    >>> from rhea.calibration.data import triples
+    >>> loss = ContrastiveRetrievalLoss(triples("train", 16), per_step=4)
+    >>> from rhea.testing import tiny_rhea
+    >>> float(loss(tiny_rhea(), {}, None, None).detach()) > 0
+    True
+    """
+
+    def __init__(self, triples, *, per_step: int = 8, temperature: float = 0.05, center: bool = True):
+        from rhea.training.errors import TrainConfigError
+
+        if len(triples) < 2:
+            raise TrainConfigError(f"the contrastive loss needs at least 2 triples, got {len(triples)}")
+        if per_step < 2:
+            raise TrainConfigError(f"contrastive per_step={per_step} must be >= 2 (in-batch negatives)")
+        if temperature <= 0:
+            raise TrainConfigError(f"contrastive temperature={temperature} must be > 0")
+        self.triples = list(triples)
+        self.per_step = min(per_step, len(self.triples))
+        self.temperature = temperature
+        self.center = center
+
+    def __call__(self, model, batch: dict, latents: torch.Tensor | None, outputs) -> torch.Tensor:
+        idx = torch.randperm(len(self.triples))[: self.per_step].tolist()
+        drawn = [self.triples[i] for i in idx]
+        k = len(drawn)
+        lat = model.compress([t.reply for t in drawn] + [t.query for t in drawn] + [t.unrelated for t in drawn])
+        center = lat.detach().float().reshape(-1, lat.shape[-1]).mean(0) if self.center else None
+        replies, queries = lat[:k], lat[k:]
+        target = torch.arange(k, device=lat.device)
+        f = torch.nn.functional
+        q_to_r = f.cross_entropy(max_cosine(queries[:k], replies, center) / self.temperature, target)
+        r_to_q = f.cross_entropy(max_cosine(replies, queries, center) / self.temperature, target)
+        return (q_to_r + r_to_q) / 2

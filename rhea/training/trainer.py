@@ -30,7 +30,7 @@ from rhea.training.config import TrainConfig
 from rhea.training.data import SampleSet, TierMix, build_conversation_samples, build_trajectory_samples, collate
 from rhea.training.errors import TrainConfigError
 from rhea.training.formats import load_conversations, load_trajectories
-from rhea.training.losses import AuxiliaryLoss, autoencode_loss
+from rhea.training.losses import AuxiliaryLoss, ContrastiveRetrievalLoss, autoencode_loss
 from rhea.training.step import JointStep
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -76,6 +76,16 @@ def build_samples(config: TrainConfig, model) -> SampleSet:
     )
 
 
+def contrastive_loss_from_config(config: TrainConfig) -> ContrastiveRetrievalLoss:
+    """The contrastive retrieval loss on ``run.contrastive_triples`` (or generated train-split triples)."""
+    from rhea.calibration.data import read_triples_jsonl, triples
+
+    r = config.run
+    pool = read_triples_jsonl(r.contrastive_triples) if r.contrastive_triples else triples("train", 2000, seed=r.seed)
+    return ContrastiveRetrievalLoss(pool, per_step=r.contrastive_per_step, temperature=r.contrastive_temperature,
+                                    center=r.contrastive_center)
+
+
 def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
     """The newest ``checkpoint-N`` directory holding a complete checkpoint, or None."""
     root = Path(output_dir)
@@ -112,6 +122,8 @@ class Trainer:
         aux = list(aux_losses)
         if config.run.autoencode_weight > 0:
             aux.append(AuxiliaryLoss("autoencode", autoencode_loss, config.run.autoencode_weight))
+        if config.run.contrastive_weight > 0:
+            aux.append(AuxiliaryLoss("contrastive", contrastive_loss_from_config(config), config.run.contrastive_weight))
         self.step_module = JointStep(self.model, aux)
 
     # ------------------------------------------------------------------ setup
