@@ -20,6 +20,10 @@ def _cmd_train(args) -> int:
             raise SystemExit(f"--set {override!r}: unknown key {key!r}; see `rhea train --help` for the keys")
         data[section][name] = yaml.safe_load(value)
         config = TrainConfig.from_dict(data)
+    if args.model:
+        data = config.to_dict()
+        data["model"]["base_model"] = args.model
+        config = TrainConfig.from_dict(data)
     result = Trainer(config).train()
     print(json.dumps({"optimizer_steps": result.global_step, "seconds": round(result.seconds, 1),
                       "skipped_samples": result.skipped, "final_dir": result.final_dir}))
@@ -38,5 +42,7 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     train.add_argument("--config", required=True, help="YAML file with sections model/data/optim/run")
+    train.add_argument("--model", help="base model: model-zoo name (see `rhea models list`), local path or cached HF id "
+                       "(same as --set model.base_model=NAME)")
     train.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one config key (repeatable)")
     train.set_defaults(func=_cmd_train)

@@ -235,3 +235,24 @@ def test_models_cli(fake_zoo, capsys):
     assert "fake-zoo: OK" in out and zoo.source.sha256 in out
     assert rhea_main(["models", "verify", "nope"]) == 1
     assert "not a model-zoo name" in capsys.readouterr().err
+
+
+def test_train_model_flag_sets_the_base_model(tmp_path, monkeypatch, capsys):
+    """`rhea train --model NAME` reaches the trainer's config (the trainer itself is tested in tests/training)."""
+    import rhea.training.trainer as trainer
+
+    seen = {}
+
+    class RecordingTrainer:
+        def __init__(self, config):
+            seen["base_model"] = config.model.base_model
+
+        def train(self):
+            return trainer.TrainResult()
+
+    monkeypatch.setattr(trainer, "Trainer", RecordingTrainer)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("model:\n  base_model: smollm2-135m\n")
+    assert rhea_main(["train", "--config", str(cfg), "--model", "qwen2.5-coder-1.5b"]) == 0
+    assert seen == {"base_model": "qwen2.5-coder-1.5b"}
+    assert json.loads(capsys.readouterr().out)["optimizer_steps"] == 0
