@@ -13,6 +13,7 @@ from rhea.eval.checkers import (Instruction, InstructionError, InstructionSpec,
                                 from_mt_eval, get_instruction, iar, list_instructions, mean_iar)
 from rhea.eval.judge import Judge, Judgment, parse_rating
 from rhea.eval.loaders import DataFormatError
+from rhea.eval.runner import BenchError, run_suite, write_outputs
 from rhea.eval.suites import (Episode, Suite, SuiteConfigError, SuiteTurn, UnknownSuiteError,
                               get_suite, list_suites)
 
@@ -21,4 +22,4 @@ __all__ = ["Instruction", "InstructionError", "InstructionSpec", "UnknownInstruc
            "from_ifeval", "from_mt_eval", "get_instruction", "iar", "list_instructions",
            "mean_iar", "Judge", "Judgment", "parse_rating", "DataFormatError", "Episode",
            "Suite", "SuiteConfigError", "SuiteTurn", "UnknownSuiteError", "get_suite",
-           "list_suites"]
+           "list_suites", "BenchError", "run_suite", "write_outputs"]

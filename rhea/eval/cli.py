@@ -1,0 +1,106 @@
+"""`rhea bench`: run evaluation suites for several context policies and write results + plots."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _policies(value: str) -> list[str]:
+    from rhea.context.policies import available_policies
+    from rhea.eval.runner import DEFAULT_POLICIES
+
+    if value == "default":
+        return list(DEFAULT_POLICIES)
+    if value == "all":
+        return available_policies()
+    return _split(value)
+
+
+def _suites(value: str) -> list[str]:
+    from rhea.eval.suites import list_suites
+
+    return list_suites() if value == "all" else _split(value)
+
+
+def _cmd_bench(args) -> int:
+    from rhea.eval.runner import RHEA_FAMILY, BenchError, run_suite
+    from rhea.eval.suites import get_suite
+
+    suites, policies = _suites(args.suite), _policies(args.policies)
+    if args.data and len(suites) != 1:
+        raise BenchError("--data names one suite's data file; run one --suite at a time with it")
+    suite_kwargs: dict = {}
+    if args.n_instructions is not None:
+        suite_kwargs["n_instructions"] = args.n_instructions
+    if args.n_revoke is not None:
+        suite_kwargs["n_revoke"] = args.n_revoke
+    policy_kwargs = {}
+    taus = {k: v for k, v in (("tau_low", args.tau_low), ("tau_high", args.tau_high)) if v is not None}
+    if taus:
+        policy_kwargs = {p: dict(taus) for p in policies if p in RHEA_FAMILY}
+    judge = None
+    if args.judge_url:
+        from rhea.eval.judge import Judge
+        from rhea.llm import OpenAICompatibleGenerator
+
+        judge = Judge(OpenAICompatibleGenerator(args.judge_url, model=args.judge_model))
+    elif "long-horizon" in suites:
+        print("rhea bench: no judge configured (--judge-url URL --judge-model NAME, any OpenAI-compatible "
+              "endpoint): long-horizon quality ratings are skipped; its recall and reference checks still run.",
+              file=sys.stderr)
+    # build every suite once before loading the model, so bad options fail fast
+    kwargs_of = {}
+    for name in suites:
+        kwargs = dict(suite_kwargs) if name == "instruction-retention" else {}
+        if name == "long-horizon" and judge is not None:
+            kwargs["judge"] = judge
+        get_suite(name, path=args.data, **kwargs)
+        kwargs_of[name] = kwargs
+
+    from rhea.modeling.loading import load_rhea_model
+
+    model = load_rhea_model(args.model)
+    if not getattr(model, "adapters_trained", False):
+        print(f"rhea bench: note: {args.model}'s compress/generate adapters are untrained; latent tiers carry noise.",
+              file=sys.stderr)
+    out = Path(args.out)
+    for name in suites:
+        target = out / name if len(suites) > 1 else out
+        print(f"rhea bench: {name} × {', '.join(policies)} → {target}", file=sys.stderr)
+        run_suite(model, name, policies, n_turns=args.turns, seed=args.seed, n_episodes=args.episodes,
+                  data=args.data, suite_kwargs=kwargs_of[name], max_new_tokens=args.max_new_tokens,
+                  policy_kwargs=policy_kwargs, out=target, resume=not args.no_resume, progress=not args.quiet,
+                  model_name=args.model)
+        print((target / "summary.md").read_text())
+    return 0
+
+
+def register(sub) -> None:
+    bench = sub.add_parser(
+        "bench", help="run evaluation suites for context policies; write results.json, summary.md and plots",
+        description="Run a suite (instruction-retention, state-tracking, long-horizon, efficiency, or 'all') for "
+                    "each policy on a model. Resumable: run the same command again to continue an interrupted run.")
+    bench.add_argument("--suite", required=True, help="suite name, comma list, or 'all'")
+    bench.add_argument("--policies", default="default",
+                       help="comma list of policies, 'default' (vanilla,recent-k,bm25,summary,reply-soft-compress,"
+                            "rhea) or 'all' (every registered policy)")
+    bench.add_argument("--turns", type=int, default=None, help="user turns per episode (default: the suite's)")
+    bench.add_argument("--episodes", type=int, default=None, help="episodes per suite (default: the suite's)")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--model", default="smollm2-135m", help="model-zoo name, Rhea directory, or base model path")
+    bench.add_argument("--out", required=True, help="output directory (one sub-directory per suite with several)")
+    bench.add_argument("--data", default=None, help="the suite's public data file (MT-Eval, IFEval, MT-Bench, ...)")
+    bench.add_argument("--max-new-tokens", type=int, default=64)
+    bench.add_argument("--n-instructions", type=int, default=None, help="instruction-retention: instructions per episode")
+    bench.add_argument("--n-revoke", type=int, default=None, help="instruction-retention: how many are revoked mid-way")
+    bench.add_argument("--tau-low", type=float, default=None, help="HCR drop threshold for the rhea policies")
+    bench.add_argument("--tau-high", type=float, default=None, help="HCR raw-text threshold for the rhea policies")
+    bench.add_argument("--judge-url", default=None, help="OpenAI-compatible endpoint for the long-horizon judge")
+    bench.add_argument("--judge-model", default="gpt-4", help="model name to ask the judge endpoint for")
+    bench.add_argument("--no-resume", action="store_true", help="start over even if --out holds a run")
+    bench.add_argument("--quiet", action="store_true", help="no progress bar")
+    bench.set_defaults(func=_cmd_bench)

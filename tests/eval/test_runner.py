@@ -1,0 +1,133 @@
+"""`run_suite` / `rhea bench`: outputs, resume, bad input — on a tiny random model."""
+import json
+
+import pytest
+
+from rhea.cli import main
+from rhea.eval.runner import BenchError, run_suite
+from rhea.session import ChatSession
+from rhea.testing import tiny_rhea
+
+RUN = dict(n_turns=3, n_episodes=1, max_new_tokens=3, progress=False)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_rhea()
+
+
+def test_outputs_exist_and_parse(model, tmp_path):
+    result = run_suite(model, "instruction-retention", ["vanilla", "rhea"], out=tmp_path, **RUN)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["config"] == result["config"]
+    assert set(saved["policies"]) == {"vanilla", "rhea"}
+    for policy, data in saved["policies"].items():
+        assert len(data["turns"]) == 3
+        assert data["aggregate"]["suite"] == "instruction-retention"
+        assert "iar" in data["aggregate"]
+        first, last = data["turns"][0], data["turns"][-1]
+        assert first["kind"] == "instruction" and last["kind"] == "query"
+        assert 0.0 <= last["iar"] <= 10.0
+        # every turn carries its cost and the policy's decision trace
+        for row in data["turns"]:
+            assert row["context_tokens"] == row["text_tokens"] + row["latent_slots"] > 0
+            assert row["latency_s"] >= row["prefill_s"] + row["decode_s"] > 0
+            assert row["decisions"]["turns"] == [] or row["decisions"]["turns"][0]["turn"] == 0
+    rhea_rows = saved["policies"]["rhea"]["turns"]
+    assert rhea_rows[0]["decisions"]["instructions"], "the instruction turn fills the instructional memory"
+    assert rhea_rows[2]["compress_s"] > 0, "rhea compresses the query and the new reply"
+    assert sum(rhea_rows[2]["tiers"].values()) == 2
+    assert saved["policies"]["vanilla"]["turns"][2]["compress_s"] == 0.0
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| vanilla |" in summary and "| rhea |" in summary and "IAR (0-10)" in summary
+    for png in ("iar_vs_turn.png", "tokens_vs_turn.png", "latency_vs_turn.png"):
+        assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_resume_continues_from_the_last_finished_turn(model, tmp_path, monkeypatch):
+    full = run_suite(model, "state-tracking", ["rhea"], out=tmp_path / "a", n_turns=5, n_episodes=1,
+                     max_new_tokens=3, progress=False)
+    # interrupt a second run after two turns: keep what a crash would leave behind
+    sent = []
+    original = ChatSession.send
+
+    def crash_after_two(self, text, **kw):
+        if len(sent) == 2:
+            raise KeyboardInterrupt
+        sent.append(text)
+        return original(self, text, **kw)
+
+    monkeypatch.setattr(ChatSession, "send", crash_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(model, "state-tracking", ["rhea"], out=tmp_path / "b", n_turns=5, n_episodes=1,
+                  max_new_tokens=3, progress=False)
+    state = tmp_path / "b" / "state" / "rhea" / "0"
+    assert len((state / "rows.jsonl").read_text().splitlines()) == 2 and not (state / "done").exists()
+
+    resumed_sends = []
+
+    def counting(self, text, **kw):
+        resumed_sends.append(text)
+        return original(self, text, **kw)
+
+    monkeypatch.setattr(ChatSession, "send", counting)
+    resumed = run_suite(model, "state-tracking", ["rhea"], out=tmp_path / "b", n_turns=5, n_episodes=1,
+                        max_new_tokens=3, progress=False)
+    assert len(resumed_sends) == 3, "only the three unfinished turns run again"
+    replies = lambda r: [t["reply"] for t in r["policies"]["rhea"]["turns"]]  # noqa: E731
+    assert replies(resumed) == replies(full), "a resumed run gives the same replies as an uninterrupted one"
+    assert (state / "done").exists()
+    # a finished run resumes to the same results without generating anything
+    resumed_sends.clear()
+    again = run_suite(model, "state-tracking", ["rhea"], out=tmp_path / "b", n_turns=5, n_episodes=1,
+                      max_new_tokens=3, progress=False)
+    assert resumed_sends == [] and replies(again) == replies(full)
+
+
+def test_cut_last_line_is_redone(model, tmp_path):
+    run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
+    rows = tmp_path / "state" / "vanilla" / "0" / "rows.jsonl"
+    lines = rows.read_text().splitlines()
+    rows.write_text("\n".join(lines[:2]) + "\n" + lines[2][:10])  # a write cut mid-line
+    (rows.parent / "done").unlink()
+    result = run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
+    assert len(result["policies"]["vanilla"]["turns"]) == 3
+
+
+def test_other_settings_refuse_to_resume(model, tmp_path):
+    run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
+    with pytest.raises(BenchError, match="max_new_tokens"):
+        run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **{**RUN, "max_new_tokens": 4})
+    result = run_suite(model, "efficiency", ["vanilla"], out=tmp_path, resume=False, **{**RUN, "max_new_tokens": 4})
+    assert result["config"]["max_new_tokens"] == 4
+    assert json.loads((tmp_path / "config.json").read_text())["max_new_tokens"] == 4
+
+
+@pytest.mark.parametrize("policies, message", [
+    ([], "empty"), (["nope"], "unknown policies"), (["vanilla", "vanilla"], "twice")])
+def test_bad_policies(model, policies, message):
+    with pytest.raises(BenchError, match=message):
+        run_suite(model, "efficiency", policies, **RUN)
+
+
+def test_cli_bench(model, tmp_path, capsys, monkeypatch):
+    import rhea.modeling.loading as loading
+
+    loaded = []
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name, **kw: loaded.append(name) or model)
+    code = main(["bench", "--suite", "state-tracking,efficiency", "--policies", "vanilla,rhea", "--turns", "5",
+                 "--episodes", "1", "--max-new-tokens", "2", "--model", "tiny",
+                 "--out", str(tmp_path / "out"), "--quiet", "--tau-low", "0.2", "--tau-high", "0.9"])
+    assert code == 0 and loaded == ["tiny"]
+    printed = capsys.readouterr().out
+    assert "# rhea bench: state-tracking" in printed and "# rhea bench: efficiency" in printed
+    for suite in ("state-tracking", "efficiency"):
+        saved = json.loads((tmp_path / "out" / suite / "results.json").read_text())
+        assert saved["config"]["policy_kwargs"] == {"rhea": {"tau_low": 0.2, "tau_high": 0.9}}
+        assert len(saved["policies"]["rhea"]["turns"]) == 5
+
+
+def test_cli_bad_suite_fails_before_loading_a_model(tmp_path, capsys):
+    code = main(["bench", "--suite", "nope", "--out", str(tmp_path), "--model", str(tmp_path / "missing")])
+    assert code == 1
+    assert "unknown suite" in capsys.readouterr().err
