@@ -12,7 +12,7 @@ from rhea.context import Conversation, ContextPlan, Turn
 from rhea.context.errors import require_text
 from rhea.context.policies import ContextPolicy, get_policy
 from rhea.errors import RheaError
-from rhea.generation import Generation, generate_from_plan
+from rhea.generation import Generation, PrefixKVCache, generate_from_plan
 
 SESSION_JSON = "session.json"
 SESSION_TENSORS = "session.safetensors"
@@ -60,6 +60,11 @@ class ChatSession:
     >>> chat.last_plan.decisions.instructions                           # doctest: +SKIP
     ['From now on, answer in one sentence.']
     >>> chat.save("session-dir"); chat = ChatSession.load("session-dir", model)  # doctest: +SKIP
+
+    reuse_prefix_cache: keep the keys/values of the prompt's instruction block (the system
+    message: Rhea's instructional memory) across turns and prefill only what follows it, while
+    the block, adapter, model and weights stay the same. Greedy replies are identical either
+    way; the cache is dropped on `set_policy`, `invalidate_prefix_cache` and `load`.
     """
 
     def __init__(
@@ -72,6 +77,7 @@ class ChatSession:
         adapter: str = "auto",
         policy_kwargs: dict | None = None,
         generation_kwargs: dict | None = None,
+        reuse_prefix_cache: bool = True,
     ):
         if not hasattr(model, "compress") or not hasattr(model, "generate"):
             raise TypeError(
@@ -87,6 +93,9 @@ class ChatSession:
         self.max_new_tokens = max_new_tokens
         self.adapter = adapter
         self.generation_kwargs = dict(generation_kwargs or {})
+        if not isinstance(reuse_prefix_cache, bool):
+            raise TypeError(f"reuse_prefix_cache={reuse_prefix_cache!r} must be True or False")
+        self.prefix_cache: PrefixKVCache | None = PrefixKVCache() if reuse_prefix_cache else None
         self.conversation = Conversation()
         self.records: list[TurnRecord] = []
         self.last_plan: ContextPlan | None = None
@@ -119,6 +128,13 @@ class ChatSession:
         for turn in self.conversation:
             new.observe(turn)
         self.policy = new
+        self.invalidate_prefix_cache()
+
+    def invalidate_prefix_cache(self) -> None:
+        """Drop the cached instruction block (a changed block, adapter or weights is detected
+        anyway; call this after swapping weights in some way the detection cannot see)."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
 
     def _adapter_for(self, plan: ContextPlan) -> str:
         if self.adapter != "auto":
@@ -165,7 +181,7 @@ class ChatSession:
         else:
             gen = generate_from_plan(
                 self.model, plan, max_new_tokens=self.max_new_tokens, adapter=self._adapter_for(plan),
-                on_text=on_text, **self.generation_kwargs,
+                on_text=on_text, prefix_cache=self.prefix_cache, **self.generation_kwargs,
             )
         turn = Turn(text, gen.text)
         t1 = time.perf_counter()
@@ -228,6 +244,7 @@ class ChatSession:
             "max_new_tokens": self.max_new_tokens,
             "adapter": self.adapter,
             "generation_kwargs": self.generation_kwargs,
+            "reuse_prefix_cache": self.prefix_cache is not None,
             "model": {"hidden_size": self.model.hidden_size, "n_mem": self.model.n_mem,
                       "base_model": self.model.config.base_model},
         }
@@ -261,6 +278,7 @@ class ChatSession:
         policy_state = join_tensors(payload["policy"], tensors)
         session = cls(model, policy=policy_state["name"], max_new_tokens=payload["max_new_tokens"],
                       adapter=payload["adapter"], generation_kwargs=payload["generation_kwargs"],
+                      reuse_prefix_cache=payload.get("reuse_prefix_cache", True),
                       policy_kwargs={**policy_state.get("config", {}), **(policy_kwargs or {})})
         session.policy.load_state_dict(policy_state)
         session.conversation = Conversation.from_json(json.dumps(payload["conversation"]))

@@ -1,0 +1,108 @@
+"""The instruction block's KV cache: reused across turns, invalidated on every change, exact."""
+import pytest
+import torch
+
+from rhea.context import ContextPlan
+from rhea.generation import PrefixKVCache, generate_from_plan
+from rhea.session import ChatSession
+from rhea.testing import tiny_rhea
+
+SCRIPT = [
+    "from now on always answer in french .",
+    "what is the capital of france ?",
+    "what color is the cat ?",
+    "the dog and the cat",
+    "stop answering in french .",
+    "what is the weather ?",
+]
+
+
+def _pair(model, policy="rhea", **kw):
+    on = ChatSession(model, policy=policy, max_new_tokens=6, **kw)
+    off = ChatSession(model, policy=policy, max_new_tokens=6, reuse_prefix_cache=False, **kw)
+    return on, off
+
+
+@pytest.mark.parametrize("anchor_bias", [0.0, 1.5])
+def test_replies_token_exact_with_and_without_reuse(anchor_bias):
+    model = tiny_rhea(anchor_bias=anchor_bias) if anchor_bias else tiny_rhea()
+    on, off = _pair(model)
+    reused = []
+    for q in SCRIPT:
+        a, b = on.send(q), off.send(q)
+        assert a == b, (q, a, b)
+        assert on.records[-1].prompt_tokens == off.records[-1].prompt_tokens
+        assert off.records[-1].timings["prefix_reused_tokens"] == 0
+        reused.append(on.records[-1].timings["prefix_reused_tokens"])
+    # turn 0 adds the instruction and builds its block; 1-3 reuse it; 4 revokes it (no block left)
+    assert [bool(r) for r in reused] == [False, True, True, True, False, False], reused
+    assert on.prefix_cache.hits == 3 and on.prefix_cache.misses == 1
+    assert off.prefix_cache is None
+
+
+def test_generate_token_exact_on_longer_replies():
+    model = tiny_rhea()
+    plan = ContextPlan([{"role": "system", "content": "always answer in french . never use the cat ."},
+                        {"role": "user", "content": "what is the capital of france ?"}])
+    cache = PrefixKVCache()
+    plain = generate_from_plan(model, plan, max_new_tokens=24, repetition_penalty=1.0)
+    first = generate_from_plan(model, plan, max_new_tokens=24, repetition_penalty=1.0, prefix_cache=cache)
+    second = generate_from_plan(model, plan, max_new_tokens=24, repetition_penalty=1.0, prefix_cache=cache)
+    assert plain.text == first.text == second.text and plain.new_tokens == second.new_tokens
+    assert (cache.misses, cache.hits) == (1, 1) and second.timings["prefix_reused_tokens"] == len(cache) > 0
+
+
+def test_cache_invalidates_on_im_adapter_weights_model_and_policy_change():
+    model = tiny_rhea()
+    chat = ChatSession(model, policy="rhea", max_new_tokens=2)
+    chat.send("from now on always answer in french .")
+    chat.send("the cat")
+    chat.send("the dog")
+    assert (chat.prefix_cache.misses, chat.prefix_cache.hits) == (1, 2)
+    chat.send("from now on never use the word cat .")  # IM changes: new block
+    assert chat.prefix_cache.misses == 2
+    chat.send("the dog")
+    assert chat.prefix_cache.hits == 3
+    with torch.no_grad():  # an in-place weight update (an optimizer step) makes the block stale
+        next(p for n, p in model.named_parameters() if "lora_B" in n and "generate" in n).add_(0.01)
+    chat.send("the dog")
+    assert chat.prefix_cache.misses == 3
+    chat.set_policy("rhea-all-raw")  # a policy switch drops the block (and plans without latents follow)
+    assert len(chat.prefix_cache) == 0
+    chat.send("from now on always answer in french .")
+    chat.send("the cat")
+    assert (chat.prefix_cache.misses, chat.prefix_cache.hits) == (4, 4)
+    chat.adapter = "base"  # another adapter computes other keys/values
+    chat.send("the dog")
+    assert chat.prefix_cache.misses == 5
+    chat.model = tiny_rhea(seed=1)
+    chat.send("the dog")
+    assert chat.prefix_cache.misses == 6 and chat.prefix_cache.hits == 4
+
+
+def test_replies_exact_after_invalidation_and_with_latents():
+    """Latent turns after the block still match (the rhea-drop-all/all-raw ablations too)."""
+    model = tiny_rhea()
+    for policy in ("reply-soft-compress", "rhea-all-raw"):
+        on, off = _pair(model, policy=policy)
+        for q in SCRIPT[:4]:
+            assert on.send(q) == off.send(q)
+
+
+def test_option_persists_and_validates(tmp_path):
+    model = tiny_rhea()
+    chat = ChatSession(model, policy="rhea", max_new_tokens=2, reuse_prefix_cache=False)
+    chat.send("from now on always answer in french .")
+    back = ChatSession.load(chat.save(tmp_path / "s"), model)
+    assert back.prefix_cache is None
+    with pytest.raises(TypeError, match="reuse_prefix_cache"):
+        ChatSession(model, reuse_prefix_cache="yes")
+
+
+def test_blocks_holding_latents_or_nothing_after_them_are_not_cached():
+    model = tiny_rhea()
+    mem = model.mem_token_id
+    assert not PrefixKVCache.usable(model, torch.tensor([[1, 2, 3]]), 0)
+    assert not PrefixKVCache.usable(model, torch.tensor([[1, 2, 3]]), 3)
+    assert not PrefixKVCache.usable(model, torch.tensor([[1, mem, 3, 4]]), 3)
+    assert PrefixKVCache.usable(model, torch.tensor([[1, 2, 3, 4]]), 3)
