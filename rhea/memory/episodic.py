@@ -9,6 +9,7 @@ import torch
 from rhea.context.conversation import Turn
 
 TIER_NAMES = ("drop", "latent", "raw")  # index = rhea_kernels tier code
+CENTERING_MODES = ("fixed", "running", "none")
 
 
 @dataclass
@@ -26,7 +27,13 @@ class EpisodicMemory:
 
     `compress_fn` maps texts to ``[B, n_mem, hidden]`` (e.g. ``model.compress``). Scores are
     ``max(norm(Vq) · norm(Vk_i)ᵀ)`` from ``rhea_kernels.turn_scores``, optionally after
-    subtracting `center` from both sides (see ``RheaConfig.latent_center``).
+    subtracting a centre from both sides (``RheaConfig.latent_centering``):
+
+    * ``"fixed"`` (default): subtract `center` when one is given (``RheaConfig.latent_center``,
+      written by ``rhea calibrate``); raw cosine when it is None;
+    * ``"running"``: subtract the running mean of every latent this memory has seen (stored
+      replies and the query being scored), which needs no calibration data;
+    * ``"none"``: raw cosine (the paper's rule), even when `center` is set.
 
     >>> from rhea.testing import tiny_rhea                            # doctest: +SKIP
     >>> em = EpisodicMemory(tiny_rhea().compress)                     # doctest: +SKIP
@@ -34,9 +41,13 @@ class EpisodicMemory:
     tensor([0.93])
     """
 
-    def __init__(self, compress_fn: Callable[[Sequence[str]], torch.Tensor], *, center: torch.Tensor | None = None):
+    def __init__(self, compress_fn: Callable[[Sequence[str]], torch.Tensor], *, center: torch.Tensor | None = None,
+                 centering: str = "fixed"):
+        if centering not in CENTERING_MODES:
+            raise ValueError(f"centering={centering!r} must be one of {CENTERING_MODES}")
         self.compress_fn = compress_fn
         self.center = center
+        self.centering = centering
         self.entries: list[EpisodicEntry] = []
         self.compress_calls = 0
 
@@ -82,7 +93,19 @@ class EpisodicMemory:
             return torch.zeros(0)
         vq = self.query_latents(query) if isinstance(query, str) else query.float().cpu()
         vk = torch.stack([e.latents for e in self.entries])
-        return turn_scores(vq[None], vk[None], center=self.center)[0]
+        return turn_scores(vq[None], vk[None], center=self.score_center(vq))[0]
+
+    def score_center(self, query_latents: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The vector subtracted before cosine under this memory's centering mode (None = raw cosine)."""
+        if self.centering == "none":
+            return None
+        if self.centering == "fixed":
+            return self.center
+        seen = [e.latents for e in self.entries] + ([query_latents.float().cpu()] if query_latents is not None else [])
+        if not seen:
+            return None
+        flat = torch.cat([x.reshape(-1, x.shape[-1]) for x in seen])
+        return flat.mean(0)
 
     def state_dict(self) -> dict:
         """Texts as JSON-friendly lists; latents as one tensor (saved with safetensors)."""

@@ -36,8 +36,11 @@ class RheaConfig:
     tau_high: float = 0.8
     #: additive attention bias on the instruction-prefix keys (0 = plain causal attention)
     anchor_bias: float = 0.0
-    #: subtract this mean latent before cosine scoring (None = raw cosine, the paper's rule)
+    #: subtract this mean latent before cosine scoring (None = raw cosine, the paper's rule); `rhea calibrate` fits it
     latent_center: list[float] | None = None
+    #: "fixed" (default: subtract latent_center when set, else raw cosine), "running" (subtract the running mean of
+    #: the session's latents; no calibration needed) or "none" (raw cosine, the paper's rule, even with a centre)
+    latent_centering: str = "fixed"
     #: id or local path of the base model; model-zoo names (e.g. "smollm2-135m") work too
     base_model: str | None = None
     #: recorded at save time so loading onto a different base fails clearly
@@ -67,6 +70,8 @@ class RheaConfig:
         need(self.tau_low <= self.tau_high, f"tau_low={self.tau_low} must be <= tau_high={self.tau_high}")
         need(isinstance(self.anchor_bias, (int, float)) and self.anchor_bias >= 0.0,
              f"anchor_bias={self.anchor_bias!r} must be a float >= 0")
+        need(self.latent_centering in ("fixed", "running", "none"),
+             f"latent_centering={self.latent_centering!r} must be 'fixed', 'running' or 'none'")
         if self.latent_center is not None:
             need(isinstance(self.latent_center, list) and len(self.latent_center) > 0,
                  "latent_center must be None or a non-empty list of floats (one per hidden unit)")

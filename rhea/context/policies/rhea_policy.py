@@ -85,7 +85,7 @@ class RheaPolicy(ContextPolicy):
         self.recognizer = recognizer
         self.im = InstructionalMemory()
         center = torch.tensor(cfg.latent_center) if cfg.latent_center is not None else None
-        self.episodic = EpisodicMemory(model.compress, center=center)
+        self.episodic = EpisodicMemory(model.compress, center=center, centering=getattr(cfg, "latent_centering", "fixed"))
         self._seen_queries: set[tuple[int, str]] = set()
 
     def config(self) -> dict:
@@ -141,7 +141,7 @@ class RheaPolicy(ContextPolicy):
     # ---------------------------------------------------------------- state
     def reset(self) -> None:
         self.im = InstructionalMemory()
-        self.episodic = EpisodicMemory(self.model.compress, center=self.episodic.center)
+        self.episodic = EpisodicMemory(self.model.compress, center=self.episodic.center, centering=self.episodic.centering)
         self._seen_queries.clear()
 
     def _state(self) -> dict:

@@ -1,0 +1,90 @@
+import json
+
+import pytest
+import torch
+
+from rhea.calibration import CalibrationDataError, CalibrationError, fit_thresholds, read_triples_jsonl, triples, write_triples_jsonl
+from rhea.calibration.cli import calibrate_model
+from rhea.calibration.data import FAMILIES
+from rhea.context import Turn
+from rhea.memory.episodic import EpisodicMemory
+
+
+def test_splits_share_no_family_and_no_text():
+    names = {s: {f.name for f in fams} for s, fams in FAMILIES.items()}
+    assert not (names["train"] & names["calibrate"]) and not (names["train"] & names["heldout"])
+    assert not (names["calibrate"] & names["heldout"])
+    texts = {s: {x for t in triples(s, 200, seed=0) for x in (t.reply, t.query, t.unrelated)} for s in FAMILIES}
+    assert not (texts["train"] & texts["heldout"]) and not (texts["calibrate"] & texts["heldout"])
+
+
+def test_triples_are_deterministic_and_unrelated_comes_from_another_family():
+    a, b = triples("train", 50, seed=3), triples("train", 50, seed=3)
+    assert a == b and a != triples("train", 50, seed=4)
+    assert all(t.family != t.unrelated_family for t in a)
+
+
+def test_triples_roundtrip_and_bad_input(tmp_path):
+    path = tmp_path / "t.jsonl"
+    write_triples_jsonl(str(path), "calibrate", 5, seed=1)
+    assert read_triples_jsonl(str(path)) == triples("calibrate", 5, seed=1)
+    (tmp_path / "bad.jsonl").write_text('{"reply": "x"}\n')
+    with pytest.raises(CalibrationDataError, match="line 1"):
+        read_triples_jsonl(str(tmp_path / "bad.jsonl"))
+    with pytest.raises(CalibrationDataError, match="unknown split"):
+        triples("test", 3)
+
+
+def test_fit_puts_tau_low_in_the_middle_of_the_gap_and_tau_high_at_the_raw_quantile():
+    fit = fit_thresholds(torch.tensor([0.6, 0.7, 0.8, 0.9]), torch.tensor([0.1, 0.2, 0.3, 0.4]), raw=0.5)
+    assert fit.targets_met and 0.4 < fit.tau_low < 0.6 and fit.tau_low == pytest.approx(0.5, abs=0.03)
+    assert fit.tau_high == pytest.approx(0.75) and fit.raw_rate == 0.5
+
+
+def test_fit_reports_unmet_targets_when_scores_overlap():
+    fit = fit_thresholds(torch.tensor([0.5, 0.6, 0.7, 0.8]), torch.tensor([0.55, 0.65, 0.75, 0.85]))
+    assert not fit.targets_met and fit.keep_rate >= 0.9
+    with pytest.raises(CalibrationError, match="keep"):
+        fit_thresholds(torch.ones(3), torch.zeros(3), keep=1.5)
+
+
+def test_calibrate_model_writes_thresholds_and_centre_into_the_config(tiny_model, tmp_path):
+    report = calibrate_model(tiny_model, triples("calibrate", 12, seed=0))
+    cfg = tiny_model.config
+    assert report["centering"] in ("none", "fixed") and cfg.tau_low <= cfg.tau_high
+    assert (cfg.latent_center is not None) == (report["centering"] == "fixed")
+    assert cfg.extra["calibration"]["n_triples"] == 12
+    tiny_model.save_pretrained(tmp_path / "m")
+    saved = json.loads((tmp_path / "m" / "rhea_config.json").read_text())
+    assert saved["tau_low"] == cfg.tau_low and saved["latent_centering"] == cfg.latent_centering
+
+
+def test_rhea_calibrate_cli_updates_a_model_directory(tiny_model, tmp_path, capsys, monkeypatch):
+    import rhea.modeling.loading
+    from rhea.cli import main
+
+    tiny_model.save_pretrained(tmp_path / "m")  # the tiny base is not loadable by name: hand the CLI the model
+    monkeypatch.setattr(rhea.modeling.loading, "load_rhea_model", lambda path: tiny_model)
+    assert main(["calibrate", "--model", str(tmp_path / "m"), "--n", "8", "--centering", "fixed"]) == 0
+    saved = json.loads((tmp_path / "m" / "rhea_config.json").read_text())
+    assert saved["latent_centering"] == "fixed" and len(saved["latent_center"]) == tiny_model.hidden_size
+    assert saved["extra"]["calibration"]["centering"] == "fixed"
+    assert main(["calibrate", "--model", str(tmp_path / "nowhere")]) == 1
+    assert "--out" in capsys.readouterr().err
+
+
+def test_episodic_centering_modes(tiny_model):
+    em = {m: EpisodicMemory(tiny_model.compress, center=torch.ones(tiny_model.hidden_size), centering=m)
+          for m in ("fixed", "running", "none")}
+    for m in em.values():
+        m.extend([Turn("a", "the cat sat"), Turn("b", "dogs bark loudly")])
+    q = em["none"].query_latents("cat?")
+    from rhea_kernels.reference import turn_scores
+
+    vk = torch.stack([e.latents for e in em["none"].entries])[None]
+    assert torch.allclose(em["none"].score(q), turn_scores(q[None], vk)[0])
+    assert torch.allclose(em["fixed"].score(q), turn_scores(q[None], vk, center=torch.ones(tiny_model.hidden_size))[0])
+    running = torch.cat([vk[0].reshape(-1, vk.shape[-1]), q]).mean(0)
+    assert torch.allclose(em["running"].score(q), turn_scores(q[None], vk, center=running)[0], atol=1e-6)
+    with pytest.raises(ValueError, match="centering"):
+        EpisodicMemory(tiny_model.compress, centering="mean")
