@@ -131,3 +131,20 @@ def test_cli_bad_suite_fails_before_loading_a_model(tmp_path, capsys):
     code = main(["bench", "--suite", "nope", "--out", str(tmp_path), "--model", str(tmp_path / "missing")])
     assert code == 1
     assert "unknown suite" in capsys.readouterr().err
+
+
+def test_paper_tables_render_our_runs(model, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "paper_tables.py"
+    spec = importlib.util.spec_from_file_location("paper_tables", script)
+    paper_tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(paper_tables)
+    run_suite(model, "instruction-retention", ["rhea", "rhea-no-im"], out=tmp_path / "runs" / "ir", **RUN)
+    assert paper_tables.main(["--results", str(tmp_path / "runs"), "--out", str(tmp_path / "tables")]) == 0
+    text = (tmp_path / "tables.md").read_text()
+    assert "Different model and setting" in text
+    rhea_row = next(line for line in text.splitlines() if line.startswith("| rhea-no-im |"))
+    assert "n/a (not transcribed)" in rhea_row and rhea_row.count("|") == 5
+    assert (tmp_path / "tables.png").read_bytes()[:4] == b"\x89PNG"
