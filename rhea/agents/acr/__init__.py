@@ -18,12 +18,12 @@ from rhea.agents.acr.deterministic import attention_anchor, noise_filter, path_p
 from rhea.agents.acr.errors import ACRConfigError, ACRError, RefactorerOutputError, RouterOutputError, TGSEStateError
 from rhea.agents.acr.history import HistoryTurn, format_history
 from rhea.agents.acr.operators import DESCRIPTIONS, OPERATORS, refactor_prompt, router_system_prompt
-from rhea.agents.acr.policy import ACRPolicy, plan_history
+from rhea.agents.acr.policy import ACRPolicy, apply_refactor, plan_history
 from rhea.agents.acr.refactorer import RefactorResult, Refactorer, parse_summary, refactor_messages
 from rhea.agents.acr.router import Router, RouterDecision, parse_router_output, router_messages
 
 __all__ = [
-    "ACRController", "ACRPolicy", "plan_history", "OPERATORS", "DESCRIPTIONS", "refactor_prompt", "router_system_prompt",
+    "ACRController", "ACRPolicy", "apply_refactor", "plan_history", "OPERATORS", "DESCRIPTIONS", "refactor_prompt", "router_system_prompt",
     "noise_filter", "path_prune", "attention_anchor", "Router", "RouterDecision", "parse_router_output",
     "router_messages", "Refactorer", "RefactorResult", "parse_summary", "refactor_messages", "HistoryTurn",
     "format_history", "ACRError", "ACRConfigError", "RouterOutputError", "RefactorerOutputError", "TGSEStateError",

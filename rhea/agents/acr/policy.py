@@ -133,28 +133,12 @@ class ACRPolicy(ContextPolicy):
     def rewrite(self, base_plan: ContextPlan, conversation: Conversation, query: str, decision: RouterDecision,
                 result: RefactorResult, turns: list[HistoryTurn]) -> ContextPlan:
         """The base plan with `result` applied and both controllers' records added."""
-        decisions, extra = [], []
-        for d in base_plan.decisions.turns:
-            if d.tier == "raw" and result.context is not None:
-                d = TurnDecision(d.turn, "drop", d.score, f"replaced by the ACR {result.operator} context")
-            elif d.tier != "drop" and result.keep is not None and d.turn not in result.keep:
-                d = TurnDecision(d.turn, "drop", d.score, f"removed by ACR {result.operator}")
-            elif d.turn in result.notes:
-                d = TurnDecision(d.turn, d.tier, d.score, f"{d.note}; ACR {result.operator}: {result.notes[d.turn]}".lstrip("; "))
-            decisions.append(d)
-        if result.context is not None:
-            extra.append(f"{REFACTORED_HEADER.format(operator=result.operator)}\n{result.context}")
-        records = [*base_plan.decisions.records, decision.to_record(), _refactor_record(result, turns)]
-        latents = {lat.source_turn: lat for lat in base_plan.latents()}
-        asked = f"{result.anchor}\n\n{query}" if result.anchor else query
         try:
-            plan = assemble_plan(self.name, conversation, asked, decisions, system_source=base_plan.system_text,
-                                 extra_system=extra, latents=latents, records=records, tokenizer=self.tokenizer)
+            return apply_refactor(base_plan, conversation, query, decision, result, turns,
+                                  name=self.name, tokenizer=self.tokenizer)
         except InvalidTurnError as e:
             raise ACRConfigError(f"ACR cannot run on top of policy {self.base.name!r}: its plans do not keep one "
                                  f"decision per turn ({e}); use vanilla, recent-k, bm25, summary or the rhea family") from e
-        plan.decisions.instructions = list(base_plan.decisions.instructions)
-        return plan
 
     def _state(self) -> dict:
         return {"base": self.base.state_dict(), "operator_counts": dict(self.operator_counts), "fallbacks": self.fallbacks}
@@ -173,3 +157,26 @@ def _refactor_record(result: RefactorResult, turns: list[HistoryTurn]) -> dict:
             "keep": result.keep, "notes": {str(k): v for k, v in result.notes.items()}, "anchor": result.anchor,
             "scores": {str(k): v for k, v in result.scores.items()},
             "original_history": [t.to_dict() for t in turns] if result.operator != NONE else []}
+
+
+def apply_refactor(base_plan: ContextPlan, conversation: Conversation, query: str, decision: RouterDecision,
+                   result: RefactorResult, turns: list[HistoryTurn], *, name: str = "acr", tokenizer: Any = None) -> ContextPlan:
+    """`base_plan` rewritten by `result` (see the module docstring), with the route and refactor records."""
+    decisions, extra = [], []
+    for d in base_plan.decisions.turns:
+        if d.tier == "raw" and result.context is not None:
+            d = TurnDecision(d.turn, "drop", d.score, f"replaced by the ACR {result.operator} context")
+        elif d.tier != "drop" and result.keep is not None and d.turn not in result.keep:
+            d = TurnDecision(d.turn, "drop", d.score, f"removed by ACR {result.operator}")
+        elif d.turn in result.notes:
+            d = TurnDecision(d.turn, d.tier, d.score, f"{d.note}; ACR {result.operator}: {result.notes[d.turn]}".lstrip("; "))
+        decisions.append(d)
+    if result.context is not None:
+        extra.append(f"{REFACTORED_HEADER.format(operator=result.operator)}\n{result.context}")
+    records = [*base_plan.decisions.records, decision.to_record(), _refactor_record(result, turns)]
+    latents = {lat.source_turn: lat for lat in base_plan.latents()}
+    asked = f"{result.anchor}\n\n{query}" if result.anchor else query
+    plan = assemble_plan(name, conversation, asked, decisions, system_source=base_plan.system_text,
+                         extra_system=extra, latents=latents, records=records, tokenizer=tokenizer)
+    plan.decisions.instructions = list(base_plan.decisions.instructions)
+    return plan

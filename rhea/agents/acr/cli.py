@@ -1,0 +1,68 @@
+"""`rhea train-acr`: the TGSE loop for ACR's router and refactorer adapters (resumable)."""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def load_tasks(args):
+    """Tasks from ``--tasks-file`` (JSONL of `DriftTask.to_dict`) or ``--tasks N`` generated drift tasks."""
+    from rhea.agents.acr.tasks import DriftTask, drift_tasks
+
+    if args.tasks_file:
+        from rhea.agents.acr.errors import ACRConfigError
+
+        try:
+            with open(args.tasks_file, encoding="utf-8") as f:
+                return [DriftTask.from_dict(json.loads(line)) for line in f if line.strip()]
+        except (OSError, KeyError, json.JSONDecodeError) as e:
+            raise ACRConfigError(f"--tasks-file {args.tasks_file}: cannot read tasks ({type(e).__name__}: {e}); "
+                                 "one JSON object per line as written by DriftTask.to_dict()") from e
+    return drift_tasks(args.tasks, seed=args.task_seed)
+
+
+def _cmd_train_acr(args) -> int:
+    import yaml
+
+    from rhea.agents.acr.controller import ACRController
+    from rhea.modeling import load_base_model
+    from rhea.training.acr import TGSE, TGSEConfig, clear_output, teacher_from_spec
+
+    data = {}
+    if args.config:
+        data = TGSEConfig.from_yaml(args.config).to_dict()
+    for override in args.set or []:
+        key, _, value = override.partition("=")
+        data[key] = yaml.safe_load(value)
+    config = TGSEConfig.from_dict(data)
+    if args.fresh:
+        clear_output(config)
+    base, tokenizer = load_base_model(config.base_model)
+    controller = ACRController(base, tokenizer, lora_r=config.lora_r, lora_alpha=config.lora_alpha)
+    loop = TGSE(config, controller, teacher_from_spec(args.teacher), load_tasks(args))
+    result = loop.run(resume=True, max_iterations=args.max_iterations)
+    print(json.dumps({"iterations_run": result.iterations_run, "pools": result.pools, "stopped": result.stopped,
+                      "seconds": round(result.seconds, 1), "adapters": f"{result.output_dir}/adapters"}))
+    return 0
+
+
+def register(sub) -> None:
+    from rhea.training.acr import TGSEConfig, _field_lines
+
+    cmd = sub.add_parser(
+        "train-acr",
+        help="train ACR's router and refactorer LoRA adapters with the TGSE loop (resumes from --set output_dir)",
+        description="Teacher-guided self-evolving training of ACR (Phase I cold start, Phase II student router + "
+        "teacher refactorer, Phase III local refactorer). Rerunning the same command resumes the run.",
+        epilog="config keys (YAML, or --set KEY=VALUE):\n" + _field_lines(TGSEConfig),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument("--config", help="YAML file of TGSE keys")
+    cmd.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one key (repeatable)")
+    cmd.add_argument("--teacher", default="rules", help="'rules' (offline RuleTeacher) or 'http://host:port/v1#model'")
+    cmd.add_argument("--tasks", type=int, default=48, help="number of generated drift QA tasks (default 48)")
+    cmd.add_argument("--task-seed", type=int, default=0, help="seed of the generated tasks")
+    cmd.add_argument("--tasks-file", help="JSONL of tasks (DriftTask.to_dict per line) instead of generated ones")
+    cmd.add_argument("--max-iterations", type=int, help="run at most this many iterations now (resume later)")
+    cmd.add_argument("--fresh", action="store_true", help="delete output_dir first instead of resuming")
+    cmd.set_defaults(func=_cmd_train_acr)

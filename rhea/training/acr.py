@@ -1,0 +1,568 @@
+"""TGSE: teacher-guided self-evolving training of ACR's router and refactorer adapters.
+
+One loop over iterations, each drawing unused tasks (`DriftTask`s: history, question, gold):
+
+- **Phase I** (iteration 0, cold start): the teacher routes and refactors the seed tasks;
+- **Phase II** (iterations 1..``phase2_iterations``): the student router (router adapter)
+  routes; the teacher refactors with probability ``p_teacher`` (annealed each iteration by
+  ``p_teacher_decay`` down to ``p_teacher_min``), the student refactorer otherwise. When the
+  student picks NONE (or breaks the contract) on a task the solver gets wrong, the teacher
+  is asked for its operator instead;
+- **Phase III** (later iterations): the local refactorer only (``p_teacher = 0``).
+
+Hindsight verification: the solver answers from the raw history and from the refactored
+one; the scorer (exact match by default) rewards both. Instances go to three pools, as
+in the paper's Algorithm 1:
+
+- *corrective*: refactoring raised the reward by at least δ — router target: the operator;
+  refactorer target: the refactored context;
+- *compressive*: the reward held (within δ, and > 0) while the context shrank by at least
+  ``min_token_saving`` — the same targets;
+- *regularization*: refactoring lowered the reward by at least δ, or NONE was kept on a task
+  the solver already solves — router target: NONE.
+
+After each iteration both adapters are updated *incrementally* (training continues from
+their current weights) on a mix of the pools in ``pool_ratios``; a held-out share of the
+instances (``val_fraction``, by instance id) gives each module a validation loss for
+per-module early stopping (``patience``; a stopped module keeps its best weights and is
+not trained again). Everything needed to resume — iteration, used tasks, pools, adapters,
+best scores — is written to ``output_dir`` after every iteration.
+
+>>> cfg = TGSEConfig(output_dir="out", iterations=3, phase2_iterations=1)
+>>> [cfg.phase(i) for i in range(3)], cfg.p_teacher(1), cfg.p_teacher(2)
+(['I', 'II', 'III'], 1.0, 0.0)
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import re
+import shutil
+import string
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from rhea.agents.acr.controller import ADAPTERS, REFACTORER, ROUTER, ACRController
+from rhea.agents.acr.errors import ACRConfigError, TGSEStateError
+from rhea.agents.acr.operators import NONE
+from rhea.agents.acr.policy import apply_refactor, plan_history
+from rhea.agents.acr.refactorer import Refactorer, refactor_messages
+from rhea.agents.acr.router import Router, RouterDecision, router_messages
+from rhea.agents.acr.tasks import DriftTask
+from rhea.context.policies.vanilla import Vanilla
+from rhea.training.data import build_trajectory_samples, collate
+
+POOLS = ("corrective", "compressive", "regularization")
+STATE_FILE = "state.json"
+REWARDS = ("exact_match", "value_match")
+
+
+# ---------------------------------------------------------------------------- rewards
+def normalize_answer(text: str) -> str:
+    """Lower case, no punctuation, no articles, single spaces (SQuAD-style).
+
+    >>> normalize_answer("  The Rugby! ")
+    'rugby'
+    """
+    text = text.lower().translate(str.maketrans("", "", string.punctuation))
+    return " ".join(w for w in text.split() if w not in ("a", "an", "the"))
+
+
+def exact_match(answer: str, task: DriftTask) -> float:
+    """1.0 when the normalised answer equals the normalised gold answer.
+
+    >>> from rhea.agents.acr.tasks import drift_tasks
+    >>> t = drift_tasks(1)[0]; exact_match(t.answer.upper() + ".", t), exact_match("It is " + t.answer, t)
+    (1.0, 0.0)
+    """
+    return float(normalize_answer(answer) == normalize_answer(task.answer))
+
+
+def value_match(answer: str, task: DriftTask) -> float:
+    """1.0 when the answer names the gold value and no confusable candidate (lenient)."""
+    from rhea.eval.suites.base import value_matches
+
+    return float(value_matches(answer, task.answer, task.candidates))
+
+
+def get_reward(name: str) -> Callable[[str, DriftTask], float]:
+    if name not in REWARDS:
+        raise ACRConfigError(f"reward={name!r} must be one of {REWARDS}")
+    return exact_match if name == "exact_match" else value_match
+
+
+# ---------------------------------------------------------------------------- config
+@dataclass
+class TGSEConfig:
+    """Every TGSE setting (YAML keys of ``rhea train-acr --config``)."""
+
+    #: where state.json, pools/, adapters/ and best/ go
+    output_dir: str = "acr-tgse"
+    #: base model of the controller (model-zoo name, local path or cached hub id)
+    base_model: str = "smollm2-135m"
+    #: iterations in all (iteration 0 is Phase I)
+    iterations: int = 4
+    #: iterations 1..N are Phase II (teacher refactorer with probability p_teacher); later ones Phase III
+    phase2_iterations: int = 2
+    #: tasks drawn (unused ones only) in Phase I
+    seed_tasks: int = 12
+    #: tasks drawn per Phase II/III iteration
+    tasks_per_iteration: int = 8
+    #: reward margin: corrective needs r_ref - r_raw >= delta, regularization r_raw - r_ref >= delta
+    delta: float = 0.5
+    #: compressive instances must cut the context's text tokens by at least this share
+    min_token_saving: float = 0.3
+    #: mix of the pools in each iteration's training set (normalised)
+    pool_ratios: dict = field(default_factory=lambda: {"corrective": 0.5, "compressive": 0.3, "regularization": 0.2})
+    #: at most this many router (and refactorer) training instances per iteration
+    max_train_instances: int = 64
+    #: teacher-refactorer probability in the first Phase II iteration
+    p_teacher_start: float = 1.0
+    #: multiplied into p_teacher after every Phase II iteration
+    p_teacher_decay: float = 0.5
+    #: floor of p_teacher in Phase II (Phase III is always 0)
+    p_teacher_min: float = 0.0
+    #: share of instances held out (by instance id) for the per-module validation loss
+    val_fraction: float = 0.2
+    #: iterations without validation improvement before a module stops training
+    patience: int = 2
+    #: passes over the training mix per iteration
+    epochs: int = 2
+    #: AdamW learning rate of the adapters
+    lr: float = 2e-4
+    #: LoRA rank / alpha of both adapters
+    lora_r: int = 8
+    lora_alpha: int = 16
+    #: SFT samples longer than this (tokens) are skipped and reported
+    max_length: int = 2048
+    #: reward of the hindsight verification: exact_match or value_match
+    reward: str = "exact_match"
+    #: generation budgets
+    router_max_new_tokens: int = 64
+    refactor_max_new_tokens: int = 96
+    solver_max_new_tokens: int = 16
+    #: seed of task order, teacher draws and training
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ACRConfigError(msg)
+
+        for name in ("iterations", "seed_tasks", "tasks_per_iteration", "max_train_instances", "epochs", "patience",
+                     "lora_r", "lora_alpha", "max_length", "router_max_new_tokens", "refactor_max_new_tokens",
+                     "solver_max_new_tokens"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f"{name}={value!r} must be an int >= 1")
+        need(isinstance(self.phase2_iterations, int) and self.phase2_iterations >= 0,
+             f"phase2_iterations={self.phase2_iterations!r} must be an int >= 0")
+        need(0 < self.delta <= 1, f"delta={self.delta} must be in (0, 1]")
+        need(0 <= self.min_token_saving < 1, f"min_token_saving={self.min_token_saving} must be in [0, 1)")
+        need(isinstance(self.pool_ratios, dict) and set(self.pool_ratios) <= set(POOLS)
+             and all(isinstance(v, (int, float)) and v >= 0 for v in self.pool_ratios.values())
+             and sum(self.pool_ratios.values()) > 0,
+             f"pool_ratios={self.pool_ratios!r} must map some of {POOLS} to non-negative weights with a positive sum")
+        need(0 <= self.p_teacher_min <= self.p_teacher_start <= 1 and 0 <= self.p_teacher_decay <= 1,
+             "p_teacher_min <= p_teacher_start must lie in [0, 1] and p_teacher_decay in [0, 1]")
+        need(0 <= self.val_fraction < 1, f"val_fraction={self.val_fraction} must be in [0, 1)")
+        need(self.lr > 0, f"lr={self.lr} must be > 0")
+        need(self.reward in REWARDS, f"reward={self.reward!r} must be one of {REWARDS}")
+
+    def phase(self, iteration: int) -> str:
+        return "I" if iteration == 0 else "II" if iteration <= self.phase2_iterations else "III"
+
+    def p_teacher(self, iteration: int) -> float:
+        """Probability that the teacher refactors in `iteration` (1 in Phase I, 0 in Phase III)."""
+        phase = self.phase(iteration)
+        if phase == "I":
+            return 1.0
+        if phase == "III":
+            return 0.0
+        return max(self.p_teacher_min, self.p_teacher_start * self.p_teacher_decay ** (iteration - 1))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TGSEConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        bad = sorted(set(data) - known)
+        if bad:
+            raise ACRConfigError(f"unknown TGSE key(s) {bad}; known keys: {sorted(known)}")
+        return cls(**data)
+
+    @classmethod
+    def from_yaml(cls, path: str) -> "TGSEConfig":
+        import yaml
+
+        try:
+            with open(path, encoding="utf-8") as f:
+                return cls.from_dict(yaml.safe_load(f) or {})
+        except FileNotFoundError as e:
+            raise ACRConfigError(f"config file {path} not found") from e
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------------------- instances
+@dataclass
+class Instance:
+    """One verified example: router and/or refactorer SFT targets, and what the verification saw."""
+
+    instance_id: str
+    pool: str
+    task_id: str
+    iteration: int
+    operator: str
+    router_messages: list[dict]
+    router_target: str
+    refactor_messages: list[dict] | None = None
+    refactor_target: str | None = None
+    reward_raw: float = 0.0
+    reward_refactored: float | None = None
+    tokens_raw: int = 0
+    tokens_refactored: int | None = None
+    refactored_by: str = ""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _is_val(instance_id: str, fraction: float) -> bool:
+    return fraction > 0 and (zlib.crc32(instance_id.encode()) % 1000) < fraction * 1000
+
+
+def _none_target(analysis: str) -> str:
+    return RouterDecision(analysis, False, NONE).to_json()
+
+
+# ---------------------------------------------------------------------------- the loop
+@dataclass
+class TGSEResult:
+    iterations_run: int
+    history: list[dict]
+    pools: dict[str, int]
+    stopped: dict[str, bool]
+    seconds: float
+    output_dir: str
+
+
+class TGSE:
+    """The TGSE loop over a controller, a teacher, a solver and a task list.
+
+    controller: the `ACRController` whose adapters are trained; teacher: any `TextGenerator`;
+    solver: the `TextGenerator` that answers (default: the controller's base model, adapters
+    disabled); tasks: `DriftTask`s (drawn in order, each used once); reward: a callable
+    ``(answer, task) -> float`` (default from ``config.reward``).
+    """
+
+    def __init__(self, config: TGSEConfig, controller: ACRController, teacher: Any, tasks: Sequence[DriftTask], *,
+                 solver: Any = None, reward: Callable[[str, DriftTask], float] | None = None, log: Callable = print):
+        if not isinstance(controller, ACRController):
+            raise TypeError(f"controller must be an ACRController, got {type(controller).__name__}")
+        if not callable(getattr(teacher, "generate", None)):
+            raise TypeError(f"teacher must be a TextGenerator (with .generate), got {type(teacher).__name__}")
+        ids = [t.task_id for t in tasks]
+        if len(set(ids)) != len(ids):
+            raise ACRConfigError("task ids must be unique (they record which tasks were used)")
+        self.config, self.controller, self.teacher = config, controller, teacher
+        self.tasks = list(tasks)
+        self.solver = solver if solver is not None else controller.generator(None)
+        self.reward = reward or get_reward(config.reward)
+        self.log = log
+        self.out = Path(config.output_dir)
+        self.tokenizer = controller.tokenizer
+        self._acc = None
+        self._fresh_state()
+
+    def _fresh_state(self) -> None:
+        self.iteration = 0
+        self.used: list[str] = []
+        self.pools: dict[str, list[Instance]] = {p: [] for p in POOLS}
+        self.best: dict[str, float | None] = {a: None for a in ADAPTERS}
+        self.bad: dict[str, int] = {a: 0 for a in ADAPTERS}
+        self.stopped: dict[str, bool] = {a: False for a in ADAPTERS}
+        self.history: list[dict] = []
+
+    # ------------------------------------------------------------------ persistence
+    def save_state(self) -> None:
+        """Adapters (latest), pools and state.json; state.json is written last, so a crash mid-save
+        resumes from the previous iteration."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.controller.save_adapters(self.out / "adapters")
+        pools_dir = self.out / "pools"
+        pools_dir.mkdir(exist_ok=True)
+        for pool, items in self.pools.items():
+            (pools_dir / f"{pool}.jsonl").write_text("".join(json.dumps(i.to_dict(), ensure_ascii=False) + "\n" for i in items))
+        state = {"format": "rhea-acr-tgse/1", "iteration": self.iteration, "used_tasks": self.used, "best": self.best,
+                 "bad": self.bad, "stopped": self.stopped, "history": self.history, "config": self.config.to_dict()}
+        tmp = self.out / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        tmp.replace(self.out / STATE_FILE)
+
+    def load_state(self) -> bool:
+        """Resume from ``output_dir`` if it holds a state; False when there is none."""
+        path = self.out / STATE_FILE
+        if not path.is_file():
+            return False
+        try:
+            state = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise TGSEStateError(f"{path} is corrupted ({e}); delete {self.out} to start over") from e
+        if state.get("format") != "rhea-acr-tgse/1":
+            raise TGSEStateError(f"{path} is not a TGSE state (format {state.get('format')!r})")
+        known = {t.task_id for t in self.tasks}
+        missing = [t for t in state["used_tasks"] if t not in known]
+        if missing:
+            raise TGSEStateError(f"{path} used tasks {missing[:3]} that are not in the task list; resume with the same tasks")
+        self.controller.load_adapters(self.out / "adapters")
+        self.iteration, self.used = int(state["iteration"]), list(state["used_tasks"])
+        self.best, self.bad, self.stopped = dict(state["best"]), dict(state["bad"]), dict(state["stopped"])
+        self.history = list(state["history"])
+        for pool in POOLS:
+            file = self.out / "pools" / f"{pool}.jsonl"
+            lines = file.read_text().splitlines() if file.is_file() else []
+            self.pools[pool] = [Instance(**json.loads(line)) for line in lines if line.strip()]
+        return True
+
+    # ------------------------------------------------------------------ one task
+    def _answer(self, plan) -> str:
+        return self.solver.generate(plan.text_messages(), max_new_tokens=self.config.solver_max_new_tokens)
+
+    def verify(self, task: DriftTask, decision: RouterDecision, refactorer: Refactorer, base_plan, turns):
+        """(reward_refactored, tokens_refactored, refactor result) for `decision` on `task`."""
+        result = refactorer.refactor(decision.selected_operator, turns, task.query, task.task, use_llm=True)
+        if result.fallback_reason is not None or result.context is None:
+            return None, None, result
+        plan = apply_refactor(base_plan, task.conversation, task.query, decision, result, turns, tokenizer=self.tokenizer)
+        return self.reward(self._answer(plan), task), plan.ledger.text_tokens, result
+
+    def run_task(self, task: DriftTask, iteration: int, rng: random.Random) -> list[Instance]:
+        """Route, refactor, verify in hindsight; the instances `task` yields for the pools."""
+        cfg = self.config
+        base_plan = Vanilla(tokenizer=self.tokenizer).build(task.conversation, task.query)
+        turns = plan_history(base_plan, task.conversation)
+        r_raw = self.reward(self._answer(base_plan), task)
+        t_raw = base_plan.ledger.text_tokens
+        phase = cfg.phase(iteration)
+        teacher_router = Router(self.teacher, max_new_tokens=cfg.router_max_new_tokens)
+        student_router = Router(self.controller.generator(ROUTER), max_new_tokens=cfg.router_max_new_tokens)
+        use_teacher = phase == "I" or rng.random() < cfg.p_teacher(iteration)
+        refactor_gen = self.teacher if use_teacher else self.controller.generator(REFACTORER)
+        refactorer = Refactorer(refactor_gen, deterministic=False, max_new_tokens=cfg.refactor_max_new_tokens)
+        decision = (teacher_router if phase == "I" else student_router).route(turns, task.query, task.task)
+        if phase != "I" and decision.selected_operator == NONE and r_raw < 1.0:
+            decision = teacher_router.route(turns, task.query, task.task)  # teacher guidance where the student idles
+        r_msgs = router_messages(turns, task.query, task.task)
+        stem = f"{task.task_id}@{iteration}"
+        by = "teacher" if use_teacher else "student"
+        if decision.selected_operator == NONE:
+            if not decision.valid or r_raw < 1.0:
+                return []  # nothing verified to learn from
+            return [Instance(f"{stem}:none", "regularization", task.task_id, iteration, NONE, r_msgs,
+                             _none_target("The history is consistent and on track."), reward_raw=r_raw, tokens_raw=t_raw)]
+        r_ref, t_ref, result = self.verify(task, decision, refactorer, base_plan, turns)
+        if r_ref is None:
+            return []  # the refactorer broke its contract: no verified target
+        common = dict(task_id=task.task_id, iteration=iteration, operator=decision.selected_operator,
+                      router_messages=r_msgs, reward_raw=r_raw, reward_refactored=r_ref, tokens_raw=t_raw,
+                      tokens_refactored=t_ref, refactored_by=by)
+        f_msgs = refactor_messages(decision.selected_operator, turns, task.query, task.task)
+        target = f"<summary>{result.context}</summary>"
+        if r_ref - r_raw >= cfg.delta:
+            pool = "corrective"
+        elif abs(r_ref - r_raw) < cfg.delta and r_ref > 0 and t_ref <= (1 - cfg.min_token_saving) * t_raw:
+            pool = "compressive"
+        elif r_raw - r_ref >= cfg.delta:
+            return [Instance(f"{stem}:reg", "regularization", **{**common, "operator": NONE},
+                             router_target=_none_target(f"Refactoring with {decision.selected_operator} would lose "
+                                                        "information the answer needs; keep the history."))]
+        else:
+            return []
+        router_target = RouterDecision(decision.analysis or f"Drift: {decision.selected_operator} applies.", True,
+                                       decision.selected_operator).to_json()
+        return [Instance(f"{stem}:{pool}", pool, router_target=router_target, refactor_messages=f_msgs,
+                         refactor_target=target, **common)]
+
+    # ------------------------------------------------------------------ training
+    def _mix(self, module: str, rng: random.Random) -> tuple[list[Instance], list[Instance]]:
+        """(train, val) instances for `module`, train mixed by ``pool_ratios``."""
+        cfg = self.config
+        pools = POOLS if module == ROUTER else ("corrective", "compressive")
+        usable = {p: [i for i in self.pools[p] if module == ROUTER or i.refactor_target] for p in pools}
+        val = [i for p in pools for i in usable[p] if _is_val(i.instance_id, cfg.val_fraction)]
+        train = {p: [i for i in usable[p] if not _is_val(i.instance_id, cfg.val_fraction)] for p in pools}
+        weights = {p: float(cfg.pool_ratios.get(p, 0.0)) for p in pools}
+        total_w = sum(weights[p] for p in pools if train[p]) or 1.0
+        budget = min(cfg.max_train_instances, sum(len(v) for v in train.values()))
+        chosen: list[Instance] = []
+        for p in pools:
+            if train[p] and weights[p] > 0:
+                n = min(len(train[p]), max(1, round(budget * weights[p] / total_w)))
+                chosen += rng.sample(train[p], n)
+        return chosen[: cfg.max_train_instances], val
+
+    def _samples(self, module: str, instances: list[Instance]):
+        trajectories = []
+        for i in instances:
+            prompt = i.router_messages if module == ROUTER else i.refactor_messages
+            target = i.router_target if module == ROUTER else i.refactor_target
+            messages = [*prompt, {"role": "assistant", "content": target}]
+            trajectories.append((messages, [False] * len(prompt) + [True]))
+        sample_set = build_trajectory_samples(trajectories, self.tokenizer, max_length=self.config.max_length)
+        for skip in sample_set.skipped:
+            self.log(f"[acr tgse] {module}: skipped {skip.source}: {skip.reason}")
+        return sample_set.samples
+
+    def _loss(self, batch: dict) -> torch.Tensor:
+        model = self.controller.peft_model
+        device = next(model.parameters()).device
+        return model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
+                     labels=batch["labels"].to(device)).loss
+
+    def val_loss(self, module: str, instances: list[Instance]) -> float | None:
+        samples = self._samples(module, instances)
+        if not samples:
+            return None
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        with self.controller.adapter(module), torch.no_grad():
+            losses = [float(self._loss(collate([s], pad))) for s in samples]
+        return sum(losses) / len(losses)
+
+    def train_module(self, module: str, instances: list[Instance], rng: random.Random) -> list[float]:
+        """Continue training adapter `module` (incremental update) on `instances`; per-step losses."""
+        samples = self._samples(module, instances)
+        if not samples:
+            return []
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        params = self.controller.adapter_parameters(module)
+        model = self.controller.peft_model
+        acc = self._accelerator()
+        losses = []
+        with self.controller.adapter(module):
+            for p in params:
+                p.requires_grad_(True)
+            optimizer = acc.prepare_optimizer(torch.optim.AdamW(params, lr=self.config.lr))
+            model.train()
+            try:
+                for _ in range(self.config.epochs):
+                    for index in rng.sample(range(len(samples)), len(samples)):
+                        loss = self._loss(collate([samples[index]], pad))
+                        acc.backward(loss)
+                        acc.clip_grad_norm_(params, 1.0)
+                        optimizer.step()
+                        optimizer.zero_grad(set_to_none=True)
+                        losses.append(float(loss.detach()))
+            finally:
+                model.eval()
+        return losses
+
+    def _accelerator(self):
+        # accelerate handles the backward (mixed precision, device) the same way rhea's Trainer does;
+        # the model stays where the controller put it (the solver and routers share it between updates).
+        if self._acc is None:
+            from accelerate import Accelerator
+
+            self._acc = Accelerator(cpu=next(self.controller.peft_model.parameters()).device.type == "cpu")
+        return self._acc
+
+    def _early_stop(self, module: str, val: float | None) -> str:
+        if val is None:
+            return "no validation instances yet"
+        best = self.best[module]
+        if best is None or val < best - 1e-4:
+            self.best[module], self.bad[module] = val, 0
+            self.controller.save_adapters(self.out / "best", names=[module])
+            return "improved"
+        self.bad[module] += 1
+        if self.bad[module] >= self.config.patience:
+            self.stopped[module] = True
+            self.controller.load_adapters(self.out / "best", names=[module])
+            return f"stopped after {self.bad[module]} iterations without improvement (best weights restored)"
+        return f"no improvement ({self.bad[module]}/{self.config.patience})"
+
+    # ------------------------------------------------------------------ driver
+    def run(self, *, resume: bool = True, max_iterations: int | None = None) -> TGSEResult:
+        """Run (or resume) until ``config.iterations``, the tasks run out, or both modules stop.
+
+        `max_iterations` bounds the iterations of *this call* (e.g. 1 to step the loop)."""
+        cfg = self.config
+        t0 = time.perf_counter()
+        if not (resume and self.load_state()):
+            if (self.out / STATE_FILE).exists():
+                raise TGSEStateError(f"{self.out} already holds a TGSE run; resume it or choose another output_dir")
+            self._fresh_state()
+        ran = 0
+        while self.iteration < cfg.iterations and not all(self.stopped.values()):
+            if max_iterations is not None and ran >= max_iterations:
+                break
+            it = self.iteration
+            rng = random.Random(cfg.seed * 7919 + it)
+            want = cfg.seed_tasks if it == 0 else cfg.tasks_per_iteration
+            todo = [t for t in self.tasks if t.task_id not in set(self.used)][:want]
+            if not todo:
+                self.log(f"[acr tgse] no unused tasks left after iteration {it - 1}")
+                break
+            t_it = time.perf_counter()
+            new: list[Instance] = []
+            for task in todo:
+                new += self.run_task(task, it, rng)
+                self.used.append(task.task_id)
+            for inst in new:
+                self.pools[inst.pool].append(inst)
+            record: dict[str, Any] = {"iteration": it, "phase": cfg.phase(it), "p_teacher": cfg.p_teacher(it),
+                                      "tasks": len(todo), "new_instances": {p: sum(i.pool == p for i in new) for p in POOLS},
+                                      "pool_sizes": {p: len(v) for p, v in self.pools.items()}}
+            for module in ADAPTERS:
+                if self.stopped[module]:
+                    record[module] = {"status": "stopped earlier"}
+                    continue
+                train, val = self._mix(module, rng)
+                losses = self.train_module(module, train, rng)
+                v = self.val_loss(module, val)
+                record[module] = {"train_instances": len(train), "val_instances": len(val), "steps": len(losses),
+                                  "train_loss": sum(losses) / len(losses) if losses else None, "val_loss": v,
+                                  "status": self._early_stop(module, v) if losses else "no training instances"}
+            record["seconds"] = round(time.perf_counter() - t_it, 1)
+            self.history.append(record)
+            self.iteration = it + 1
+            self.save_state()
+            self.log(f"[acr tgse] {json.dumps(record)}")
+            ran += 1
+        return TGSEResult(ran, self.history, {p: len(v) for p, v in self.pools.items()}, dict(self.stopped),
+                          time.perf_counter() - t0, str(self.out))
+
+
+def teacher_from_spec(spec: str):
+    """``rules`` → `RuleTeacher`; ``http(s)://host/v1#model`` → an OpenAI-compatible endpoint."""
+    if spec == "rules":
+        from rhea.agents.acr.teacher import RuleTeacher
+
+        return RuleTeacher()
+    match = re.match(r"^(https?://[^#]+)#(.+)$", spec)
+    if match:
+        from rhea.llm import OpenAICompatibleGenerator
+
+        return OpenAICompatibleGenerator(match.group(1), model=match.group(2))
+    raise ACRConfigError(f"teacher={spec!r} must be 'rules' or 'http(s)://host/v1#model-name'")
+
+
+def clear_output(config: TGSEConfig) -> None:
+    """Delete a previous run's output directory (``rhea train-acr --fresh``)."""
+    shutil.rmtree(config.output_dir, ignore_errors=True)
+
+
+def _field_lines(cls) -> str:
+    """Every key of a config dataclass with its default and ``#:`` comment (for --help)."""
+    from rhea.training.config import _field_docs
+
+    docs = _field_docs(cls)
+    lines = []
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        lines.append(f"  {f.name}: {default!r}" + (f"  # {docs[f.name]}" if docs.get(f.name) else ""))
+    return "\n".join(lines)
