@@ -20,7 +20,7 @@ MAX_MESSAGE_CHARS = 200_000
 #: policies whose plans need the generate adapter (latents or Rhea's trained generator)
 _GENERATE_ADAPTER_POLICIES = ("rhea", "rhea-no-im", "rhea-all-raw", "rhea-drop-all", "reply-soft-compress")
 #: the constructor argument through which each LLM-driven policy takes its controller
-_CONTROLLER_ARG = {"summary": "generator", "sculptor": "generator", "context-agent": "generator", "ace": "llm"}
+_CONTROLLER_ARG = {"summary": "generator", "sculptor": "generator", "context-agent": "generator", "ace": "llm", "acr": "controller"}
 
 
 def _policy_answer(plan: ContextPlan) -> str | None:
