@@ -10,18 +10,26 @@ from rhea.memory import (
     load_labelled,
     precision_recall,
 )
-from rhea.memory.recognizer import CLASSIFIER_PROMPT, match_rules, trained_classifier
+from rhea.memory.recognizer import (
+    CLASSIFIER_PROMPT,
+    cross_validate,
+    match_one_off,
+    match_rules,
+    split_fold,
+    trained_classifier,
+)
 
 
 def test_labelled_set_shape():
     rows = load_labelled()
-    assert len(rows) >= 150
+    assert len(rows) >= 300
     assert len({r["text"] for r in rows}) == len(rows)
     for r in rows:
         assert set(r) == {"text", "label", "kind", "category", "split"}
         assert r["label"] == (r["kind"] != "none") and r["split"] in ("train", "test")
     cats = {r["category"] for r in rows}
-    assert {"oneoff", "content-mention", "revoke", "json", "language", "length", "case", "punctuation"} <= cats
+    assert {"oneoff", "content-mention", "revoke", "json", "language", "length", "case", "punctuation",
+            "greeting", "self-intro", "smalltalk", "greeting+rule", "intro+rule"} <= cats
     test = load_labelled("test")
     assert sum(r["label"] for r in test) >= 25 and sum(1 - r["label"] for r in test) >= 20
 
@@ -56,12 +64,57 @@ def test_rules_fire_on_directives(text, kind):
 @pytest.mark.parametrize("text", [
     "Why do cats always land on their feet?",
     "What does 'from now on' mean in legal contracts?",
-    "Rewrite your previous answer in French.",
     "How do I stop my dog from barking?",
 ])
 def test_rules_stay_quiet_on_hard_negatives(text):
-    assert match_rules(text) is None
+    assert match_rules(text) is None and match_one_off(text) is None
     assert InstructionRecognizer(None)(text) == RecognizerDecision(False, "none", "default")
+
+
+@pytest.mark.parametrize("text", [
+    "Rewrite your previous answer in French.",
+    "For this question only, respond in German.",
+    "This time, start your answer with a summary.",
+    "Summarize the above in three bullet points.",
+])
+def test_one_off_scope_is_decided_by_the_rules(text):
+    calls = []
+    d = InstructionRecognizer(lambda t: calls.append(t) or 1.0)(text)
+    assert (d.is_global, d.source) == (False, "rules") and d.matched and calls == []
+
+
+@pytest.mark.parametrize("text,kind", [
+    ("Hi, I'm planning a trip to Lisbon. From now on, answer in Portuguese.", "add"),
+    ("Until I say otherwise, answer in haiku.", "add"),
+    ("Talk like a cowboy for the whole conversation.", "add"),
+    ("Remember to always cite your sources.", "add"),
+    ("From now on answer in French, this time too.", "add"),  # a global cue wins over a one-off cue
+])
+def test_new_rules_fire(text, kind):
+    d = InstructionRecognizer(None)(text)
+    assert (d.is_global, d.kind, d.source) == (True, kind, "rules")
+
+
+@pytest.mark.parametrize("text", [
+    # the reported false positive; deliberately NOT in the labelled set, so this is out of sample
+    "Hi, I'm planning a trip to Lisbon.",
+    "Hey! I'm heading to Kyoto in May.",
+    "Hello, my name is Priya and I teach maths.",
+    "Good morning, how are you?",
+])
+def test_greetings_and_introductions_are_not_instructions(text):
+    assert "Lisbon" not in " ".join(r["text"] for r in load_labelled())
+    assert not InstructionRecognizer()(text).is_global
+
+
+def test_cross_validation_beats_the_paper():
+    rows = load_labelled()
+    assert {split_fold(r["text"], 5) for r in rows} == set(range(5))
+    cv = cross_validate(rows, folds=5)
+    assert cv["n"] == len(rows) and cv["tp"] + cv["fn"] == sum(r["label"] for r in rows)
+    assert cv["recall"] > 0.89 and cv["precision"] > 0.62, cv  # paper: Qwen3-0.6B, R 0.89, P 0.62
+    with pytest.raises(ValueError, match="folds"):
+        cross_validate(rows, folds=1)
 
 
 def test_classifier_runs_only_when_rules_do_not_fire():
