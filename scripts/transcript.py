@@ -269,15 +269,16 @@ def main(argv=None) -> int:
         out.with_suffix(".json").write_text(json.dumps({"meta": meta, "turns": rows}, indent=1, ensure_ascii=False))
     else:
         results = {}
-        for policy in args.policies:
+        for policy in args.policies:  # written after every policy, so a cut-short run keeps what it has
             results[policy] = run(model, policy, turns, args.max_new_tokens, log)
-        meta["wall_s"] = time.time() - started
-        out.write_text(tokens_table_markdown(results, meta))
-        table = {policy: [{k: r[k] for k in ("turn", "tokens_fed", "text_tokens", "latent_slots", "full_history_tokens",
-                                             "prompt_tokens", "prefix_reused_tokens")} | {"tiers": r["record"]["tiers"],
-                                             "instructions": len(r["instructions"])} for r in rows]
-                 for policy, rows in results.items()}
-        out.with_suffix(".json").write_text(json.dumps({"meta": meta, "policies": table}, indent=1, ensure_ascii=False))
+            meta["wall_s"] = time.time() - started
+            out.write_text(tokens_table_markdown(results, meta))
+            table = {name: [{k: r[k] for k in ("turn", "tokens_fed", "text_tokens", "latent_slots", "full_history_tokens",
+                                               "prompt_tokens", "prefix_reused_tokens")}
+                            | {"tiers": r["record"]["tiers"], "instructions": len(r["instructions"]),
+                               "seconds": sum(r["latency_s"].values())} for r in rows]
+                     for name, rows in results.items()}
+            out.with_suffix(".json").write_text(json.dumps({"meta": meta, "policies": table}, indent=1, ensure_ascii=False))
     log(f"wrote {out} and {out.with_suffix('.json')}")
     return 0
 

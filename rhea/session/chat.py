@@ -122,10 +122,21 @@ class ChatSession:
             raise ValueError(f"policy {policy!r} could not be built with {sorted(kwargs)}: {e}") from e
 
     def set_policy(self, policy: str | ContextPolicy, **policy_kwargs) -> None:
-        """Switch policy mid-conversation; the new policy catches up on the turns so far."""
+        """Switch policy mid-conversation; the new policy catches up on the turns so far.
+
+        A policy with an instructional memory re-reads every past user message with its
+        recognizer, so global instructions given before the switch (and their revocations)
+        carry over; `observe` alone only sees the turns' text.
+        """
         new = self._make_policy(policy, policy_kwargs)
         new.reset()
-        for turn in self.conversation:
+        im, recognizer = getattr(new, "im", None), getattr(new, "recognizer", None)
+        replay_im = getattr(new, "use_im", False) and im is not None and recognizer is not None
+        for i, turn in enumerate(self.conversation):
+            if replay_im:
+                decision = recognizer(turn.user)
+                if decision.is_global:
+                    im.update(turn.user, decision, i)
             new.observe(turn)
         self.policy = new
         self.invalidate_prefix_cache()

@@ -106,3 +106,18 @@ def test_blocks_holding_latents_or_nothing_after_them_are_not_cached():
     assert not PrefixKVCache.usable(model, torch.tensor([[1, 2, 3]]), 3)
     assert not PrefixKVCache.usable(model, torch.tensor([[1, mem, 3, 4]]), 3)
     assert PrefixKVCache.usable(model, torch.tensor([[1, 2, 3, 4]]), 3)
+
+
+def test_set_policy_carries_the_instructions_over():
+    model = tiny_rhea()
+    chat = ChatSession(model, policy="vanilla", max_new_tokens=2)
+    for q in ["from now on always answer in french .", "the cat", "from now on never use the word dog .",
+              "stop answering in french ."]:
+        chat.send(q)
+    chat.set_policy("rhea-all-raw")
+    assert [e.text for e in chat.policy.im.entries] == ["from now on never use the word dog ."]
+    assert [h.action for h in chat.policy.im.history] == ["add", "add", "revoke"]
+    chat.send("the dog")
+    assert chat.last_plan.decisions.instructions == ["from now on never use the word dog ."]
+    chat.set_policy("rhea-no-im")  # no instructional memory: nothing replayed
+    assert len(chat.policy.im) == 0
