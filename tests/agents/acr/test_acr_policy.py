@@ -1,0 +1,116 @@
+"""The "acr" policy: plan rewriting, audit records, composition with Rhea, adapters hot-swapped."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from rhea.agents.acr import ACRConfigError, ACRPolicy
+from rhea.context import Conversation, Turn
+from rhea.context.policies import get_policy
+from rhea.llm import ScriptedGenerator
+
+from .helpers import tiny_controller
+
+CONV = Conversation([Turn("The meeting is in room 3.", "Noted."), Turn("Why do cats purr?", "Contentment."),
+                     Turn("Correction: the room is actually 7.", "Thanks."), Turn("Wrong.", "Room 3.")])
+
+
+def route(op: str, drift: bool = True) -> str:
+    return json.dumps({"analysis": f"use {op}", "drift_detected": drift, "selected_operator": op})
+
+
+def test_registered_and_llm_context_replaces_history_with_the_original_kept_for_audit():
+    gen = ScriptedGenerator([route("fact_rectification"), "<summary>The meeting room is 7.</summary>"])
+    policy = get_policy("acr", controller=gen, task="Track the meeting.")
+    plan = policy.build(CONV, "Which room?")
+    assert plan.policy == "acr" and [m["role"] for m in plan.messages] == ["system", "user"]
+    assert "The meeting room is 7." in plan.system_text and "fact_rectification" in plan.system_text
+    assert all(d.tier == "drop" and "replaced by the ACR fact_rectification" in d.note for d in plan.decisions.turns)
+    route_rec, refactor_rec = plan.decisions.records
+    assert route_rec["event"] == "acr_route" and route_rec["selected_operator"] == "fact_rectification"
+    assert refactor_rec["event"] == "acr_refactor" and refactor_rec["context"] == "The meeting room is 7."
+    assert [t["user"] for t in refactor_rec["original_history"]] == [t.user for t in CONV]
+    assert plan.ledger.text_tokens < plan.ledger.full_history_tokens
+    assert policy.operator_counts == {"fact_rectification": 1}
+
+
+def test_router_failure_falls_back_to_the_unchanged_history():
+    plan = ACRPolicy(ScriptedGenerator(["no json here"])).build(CONV, "Which room?")
+    assert [d.tier for d in plan.decisions.turns] == ["raw"] * 4 and len(plan.messages) == 9
+    assert plan.decisions.records[0]["fallback_reason"].startswith("not JSON")
+    assert plan.decisions.records[1]["operator"] == "NONE" and plan.decisions.records[1]["original_history"] == []
+
+
+def test_deterministic_selection_and_anchor():
+    plan = ACRPolicy(ScriptedGenerator([route("noise_filter")]), tau=0.2).build(CONV, "Which meeting room?")
+    assert [d.tier for d in plan.decisions.turns] == ["raw", "drop", "raw", "raw"]
+    assert plan.decisions.records[1]["source"] == "deterministic"
+    anchored = ACRPolicy(ScriptedGenerator([route("attention_anchor")]), system_prompt="Answer in French.").build(
+        Conversation([Turn("Always answer with one word.", "Ok.")]), "Which room?")
+    assert anchored.messages[-1]["content"].endswith("Which room?")
+    assert "- Answer in French." in anchored.messages[-1]["content"]
+    assert "- Always answer with one word." in anchored.messages[-1]["content"]
+
+
+def test_refactorer_contract_failure_keeps_history_and_records_the_reason():
+    gen = ScriptedGenerator([route("state_abstraction"), "The room is 7."])
+    plan = ACRPolicy(gen).build(CONV, "Which room?")
+    assert [d.tier for d in plan.decisions.turns] == ["raw"] * 4
+    rec = plan.decisions.records[1]
+    assert rec["source"] == "fallback-original" and "original history kept" in rec["fallback_reason"]
+
+
+def test_runs_on_top_of_the_rhea_plan():
+    from rhea.context.policies.rhea_policy import RheaPolicy
+    from rhea.testing import tiny_rhea
+
+    model = tiny_rhea()
+    base = RheaPolicy(model, tau_low=-2.0, tau_high=2.0, recognizer=None, use_im=False)  # every reply latent
+    conv = Conversation([Turn("the city is paris", "yes paris"), Turn("the color is blue", "blue it is")])
+    gen = ScriptedGenerator([route("noise_filter")])
+    policy = ACRPolicy(gen, base_policy=base, tau=0.9)
+    for turn in conv:
+        policy.observe(turn)
+    plan = policy.build(conv, "what is the city")
+    assert "(reply held as compressed memory)" in gen.calls[0][1]["content"]
+    assert [d.tier for d in plan.decisions.turns] == ["latent", "latent"]  # keep_last keeps turn 1, BM25 turn 0
+    assert len(plan.latents()) == 2
+    state = policy.state_dict()
+    assert state["name"] == "acr" and state["state"]["base"]["name"] == "rhea"
+    with pytest.raises(ACRConfigError, match="system_prompt to the base policy"):
+        ACRPolicy(gen, base_policy=base, system_prompt="x")
+
+
+def test_controller_adapters_are_hot_swapped_on_one_base():
+    ctrl = tiny_controller()
+    base_weight = ctrl.peft_model.get_base_model().model.embed_tokens.weight
+    with torch.no_grad():
+        for p in ctrl.adapter_parameters("router"):
+            p.normal_(0, 0.5)
+    policy = ACRPolicy(ctrl, router_max_new_tokens=4, refactor_max_new_tokens=4)
+    assert policy.router.generator.adapter == "router" and policy.refactorer.generator.adapter == "refactorer"
+    prompt_only = ACRPolicy(ctrl, prompt_only=True)
+    assert prompt_only.router.generator.adapter is None
+    msgs = [{"role": "user", "content": "the city is paris"}]
+    with ctrl.adapter("router"):
+        routed = ctrl.peft_model(**ctrl.tokenizer("the city is", return_tensors="pt")).logits
+    with ctrl.disable_adapters():
+        plain = ctrl.peft_model(**ctrl.tokenizer("the city is", return_tensors="pt")).logits
+    assert not torch.allclose(routed, plain)  # the adapter changes the output ...
+    plan = policy.build(CONV, "Which room?")  # ... and the policy runs on the same weights
+    assert ctrl.peft_model.get_base_model().model.embed_tokens.weight is base_weight
+    assert plan.decisions.records[0]["event"] == "acr_route"
+    assert ctrl.generator(None).generate(msgs, max_new_tokens=2) == prompt_only.router.generator.generate(msgs, max_new_tokens=2)
+
+
+def test_bad_arguments_raise_named_errors():
+    with pytest.raises(ACRConfigError, match="needs a router"):
+        ACRPolicy(None)
+    with pytest.raises(TypeError, match="ACRController or a TextGenerator"):
+        ACRPolicy(42)
+    with pytest.raises(ACRConfigError, match="tau="):
+        ACRPolicy(ScriptedGenerator([]), tau=2.0)
+    with pytest.raises(ACRConfigError, match="scorer="):
+        ACRPolicy(ScriptedGenerator([]), scorer="dense")
