@@ -47,6 +47,13 @@ _COMPILED_SLOTS = {name: re.compile(p, re.IGNORECASE) for name, p in SLOT_PATTER
 
 HEADER = "Follow these instructions in every response. If two conflict, follow the later one."
 
+#: A revocation that also says what to do now: "... instead", "..., and call me Alex".
+_REPLACEMENT = re.compile(
+    r"\binstead\b|\brather than\b|(?:\band|\bbut|[;,])\s+(?:from now on,?\s+|please\s+|just\s+)?"
+    r"(?:always|never|call me|refer to me|use|answer|respond|reply|write|switch to|keep|start|end|speak|talk)\b",
+    re.IGNORECASE,
+)
+_QUOTED = re.compile(r"(?<!\w)'[^'\n]*'(?!\w)|\"[^\"\n]*\"|“[^”\n]*”")
 _REVOKE_ALL = re.compile(r"\b(?:all|every)\b(?:\s+[\w']+){0,2}\s+(?:instructions?|rules?|requirements?|constraints?)\b", re.IGNORECASE)
 _STOPWORDS = set(
     "a an the to of in on for with and or but is are be been it this that those these my your you me i "
@@ -192,7 +199,9 @@ class InstructionalMemory:
         """Apply a `RecognizerDecision` for message `text`; return the events it caused.
 
         A revocation that matches no live entry ("stop using em dashes" with no dash rule
-        stored) is a new prohibition, so it is added rather than dropped.
+        stored) is a new prohibition, so it is added rather than dropped. A revocation that
+        names a replacement ("forget the JSON rule and use YAML instead") removes the old
+        entry and keeps the message as the new one.
 
         >>> from rhea.memory import InstructionRecognizer
         >>> im, rec = InstructionalMemory(), InstructionRecognizer(None)
@@ -207,6 +216,9 @@ class InstructionalMemory:
             if not self.revoke(text, reason=f"revoked by the user at turn {turn} ({decision.source})", turn=turn):
                 self.add(text, turn)
                 self.history[-1].reason += "; a revocation that matched nothing is kept as a standing instruction"
+            elif _REPLACEMENT.search(_QUOTED.sub("''", text)):
+                self.add(text, turn)
+                self.history[-1].reason += "; the revocation also sets a replacement, kept as a standing instruction"
         return self.history[start:]
 
     def _match_revocation(self, text: str) -> tuple[list[InstructionEntry], str]:

@@ -114,3 +114,22 @@ def test_update_applies_recognizer_decisions():
     assert len(im) == 0 and [h.action for h in im.history] == ["add", "revoke"]
     events = im.update("Stop using em dashes in your replies.", rec("Stop using em dashes in your replies."), 3)
     assert [e.action for e in events] == ["revoke-unmatched", "add"] and "standing instruction" in events[-1].reason
+
+
+@pytest.mark.parametrize("message,kept", [
+    ("Forget the Captain thing and call me Alex instead.", True),
+    ("Forget the JSON rule, use YAML.", True),
+    ("Forget the Captain thing.", False),
+    ("You no longer need to call me 'Captain, and use my name'.", False),  # quoted text names no replacement
+])
+def test_revocation_with_a_replacement_keeps_the_replacement(message, kept):
+    from rhea.memory import InstructionRecognizer
+
+    im, rec = InstructionalMemory(), InstructionRecognizer(None)
+    for i, m in enumerate(["Call me Captain in all your replies.", "From now on, answer in JSON."]):
+        im.update(m, rec(m), i)
+    decision = rec(message)
+    assert decision.kind == "revoke"
+    actions = [e.action for e in im.update(message, decision, 2)]
+    assert actions == (["revoke", "add"] if kept else ["revoke"])
+    assert (message in [e.text for e in im.entries]) == kept and len(im) == (2 if kept else 1)
