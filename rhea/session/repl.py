@@ -33,8 +33,10 @@ def format_turn_trace(chat: ChatSession) -> str:
     lines.append(f"  tokens fed {fed} ({plan.ledger.text_tokens} text + {plan.ledger.latent_slots} latent slots) "
                  f"vs full history {full}; prompt incl. template {rec.prompt_tokens}")
     t = rec.timings
-    lines.append(f"  latency: plan {t['plan_s']:.2f}s (compress+score), prefill {t['prefill_s']:.2f}s, "
-                 f"decode {t['decode_s']:.2f}s ({rec.new_tokens} tok), compress reply {t['observe_s']:.2f}s")
+    reused = int(t.get("prefix_reused_tokens", 0))
+    lines.append(f"  latency: plan {t['plan_s']:.2f}s (compress+score), prefill {t['prefill_s']:.2f}s"
+                 + (f" ({reused} instruction-block tokens from cache)" if reused else "")
+                 + f", decode {t['decode_s']:.2f}s ({rec.new_tokens} tok), compress reply {t['observe_s']:.2f}s")
     for r in plan.decisions.records:
         warn = r.get("scores", {}).get("warning") if isinstance(r, dict) else None
         if warn:

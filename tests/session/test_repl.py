@@ -12,6 +12,7 @@ def test_repl_commands_and_trace(tiny_model, tmp_path):
     assert "Always answer in French" in text or "always answer in French" in text
     assert "IM: From now on, always answer in French." in text
     assert "tokens fed" in text and "latency: plan" in text and "#0:" in text
+    assert "instruction-block tokens from cache" in text  # turn 2 reuses the IM block of turn 1
     assert "policy: recent-k" in text and "loaded 3 turns, policy recent-k" in text
     assert "unknown command /bogus" in text
     assert len(chat.conversation) == 3
