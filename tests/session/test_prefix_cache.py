@@ -40,16 +40,20 @@ def test_replies_token_exact_with_and_without_reuse(anchor_bias):
     assert off.prefix_cache is None
 
 
-def test_generate_token_exact_on_longer_replies():
+@pytest.mark.parametrize("adapter", ["generate", "base"])
+def test_generate_token_exact_on_longer_replies(adapter):
     model = tiny_rhea()
     plan = ContextPlan([{"role": "system", "content": "always answer in french . never use the cat ."},
                         {"role": "user", "content": "what is the capital of france ?"}])
     cache = PrefixKVCache()
-    plain = generate_from_plan(model, plan, max_new_tokens=24, repetition_penalty=1.0)
-    first = generate_from_plan(model, plan, max_new_tokens=24, repetition_penalty=1.0, prefix_cache=cache)
-    second = generate_from_plan(model, plan, max_new_tokens=24, repetition_penalty=1.0, prefix_cache=cache)
+    kw = dict(max_new_tokens=24, repetition_penalty=1.0, adapter=adapter)
+    plain = generate_from_plan(model, plan, **kw)
+    first = generate_from_plan(model, plan, prefix_cache=cache, **kw)
+    second = generate_from_plan(model, plan, prefix_cache=cache, **kw)
     assert plain.text == first.text == second.text and plain.new_tokens == second.new_tokens
     assert (cache.misses, cache.hits) == (1, 1) and second.timings["prefix_reused_tokens"] == len(cache) > 0
+    other = generate_from_plan(model, plan, prefix_cache=cache, **{**kw, "adapter": "generate" if adapter == "base" else "base"})
+    assert cache.misses == 2 and other.timings["prefix_reused_tokens"] == 0
 
 
 def test_cache_invalidates_on_im_adapter_weights_model_and_policy_change():
