@@ -112,6 +112,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--tgse-dir", default="/tmp/rhea-acr-bench-tgse")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--reward", default="value_match", help="TGSE reward: exact_match or value_match (the "
+                        "135M model rarely answers with the bare value, so EM alone gives TGSE almost no signal)")
+    parser.add_argument("--solver-tokens", type=int, default=8)
     args = parser.parse_args(argv)
 
     import torch
@@ -131,12 +134,12 @@ def main(argv=None) -> int:
     test = drift_tasks(args.n_test, seed=1000)
     train = drift_tasks(args.n_train, seed=1)
     rewards = {"em": exact_match, "value": value_match}
-    budgets = {"router_max_new_tokens": 64, "refactor_max_new_tokens": 64}
-    results = {"model": args.model, "n_test": len(test), "solver_max_new_tokens": 16, **budgets, "settings": {},
+    budgets = {"router_max_new_tokens": 48, "refactor_max_new_tokens": 48}
+    results = {"model": args.model, "n_test": len(test), "solver_max_new_tokens": args.solver_tokens, **budgets, "settings": {},
                "tgse": None, "rows": {}}
     trace: list[dict] = []
 
-    summary, rows = evaluate("none", test, None, solver, tok, rewards, [], 16, trace)
+    summary, rows = evaluate("none", test, None, solver, tok, rewards, [], args.solver_tokens, trace)
     results["settings"]["none"], results["rows"]["none"] = summary, rows
 
     prompt_gens = [controller.generator(None), controller.generator(None)]
@@ -144,27 +147,35 @@ def main(argv=None) -> int:
     def prompt_only(task):
         return ACRPolicy(router=prompt_gens[0], refactorer=prompt_gens[1], task=task.task, tokenizer=tok, **budgets)
 
-    summary, rows = evaluate("prompt-only", test, prompt_only, solver, tok, rewards, prompt_gens, 16, trace)
+    summary, rows = evaluate("prompt-only", test, prompt_only, solver, tok, rewards, prompt_gens, args.solver_tokens, trace)
     results["settings"]["prompt-only"], results["rows"]["prompt-only"] = summary, rows
 
     cfg = TGSEConfig(output_dir=args.tgse_dir, base_model=args.model, iterations=args.iterations,
                      phase2_iterations=1, seed_tasks=max(1, args.n_train // 2),
                      tasks_per_iteration=max(1, args.n_train // (2 * max(1, args.iterations - 1))),
-                     epochs=2, lr=2e-4, lora_r=8, lora_alpha=16, val_fraction=0.2, patience=2,
-                     router_max_new_tokens=64, refactor_max_new_tokens=64, solver_max_new_tokens=16)
+                     epochs=3, lr=1e-3, lora_r=8, lora_alpha=16, val_fraction=0.2, patience=2,
+                     router_max_new_tokens=48, refactor_max_new_tokens=48, solver_max_new_tokens=args.solver_tokens,
+                     reward=args.reward)
     clear_output(cfg)
     t0 = time.perf_counter()
     tgse = TGSE(cfg, controller, RuleTeacher(), train, solver=solver)
     out = tgse.run(resume=False)
     results["tgse"] = {"config": cfg.to_dict(), "seconds": round(time.perf_counter() - t0, 1), "pools": out.pools,
                        "stopped": out.stopped, "history": out.history, "teacher": "RuleTeacher (rules)"}
+    for pool, items in tgse.pools.items():  # a few verified TGSE instances for the trace
+        for inst in items[:2]:
+            trace.append({"setting": "tgse-pool", "pool": pool, "task_id": inst.task_id, "iteration": inst.iteration,
+                          "operator": inst.operator, "router_target": inst.router_target,
+                          "refactor_target": inst.refactor_target, "refactored_by": inst.refactored_by,
+                          "reward_raw": inst.reward_raw, "reward_refactored": inst.reward_refactored,
+                          "tokens_raw": inst.tokens_raw, "tokens_refactored": inst.tokens_refactored})
 
     trained_gens = [controller.generator("router"), controller.generator("refactorer")]
 
     def trained(task):
         return ACRPolicy(router=trained_gens[0], refactorer=trained_gens[1], task=task.task, tokenizer=tok, **budgets)
 
-    summary, rows = evaluate("trained", test, trained, solver, tok, rewards, trained_gens, 16, trace)
+    summary, rows = evaluate("trained", test, trained, solver, tok, rewards, trained_gens, args.solver_tokens, trace)
     results["settings"]["trained"], results["rows"]["trained"] = summary, rows
     results["seconds"] = round(time.perf_counter() - t_start, 1)
 
