@@ -94,10 +94,11 @@ def cmd_plot(args) -> None:
         ax.plot([r["step"] for r in rows if key in r], [r[key] for r in rows if key in r], label=key)
     ax.set_xlabel("optimizer step (4 micro-batches)")
     ax.set_ylabel("loss")
-    ax.set_title("default adapters, SmolLM2-135M, CPU 1 thread")
+    ax.set_title(f"default adapters ({args.stage} stage), SmolLM2-135M, CPU 1 thread", fontsize=9)
     ax.legend()
     fig.tight_layout()
-    target = ROOT / "benchmarks" / "results" / "training_default_adapters_loss.png"
+    suffix = "" if args.stage == "lm" else f"_{args.stage}"
+    target = ROOT / "benchmarks" / "results" / f"training_default_adapters{suffix}_loss.png"
     fig.savefig(target, dpi=120)
     print(f"wrote {target}")
 
@@ -133,6 +134,7 @@ def main() -> None:
     s.add_argument("--out", required=True)
     s.add_argument("--checkpoint", default=None)
     s.add_argument("--data", default=None)
+    pl.add_argument("--stage", choices=["lm", "contrastive"], default="lm", help="names the PNG")
     for q in (t, s):
         q.add_argument("--stage", choices=["lm", "contrastive"], default="lm", help="lm: LM + auto-encoding; contrastive: + retrieval loss")
         q.add_argument("--init-from", default=None, help="save_pretrained directory to continue (stage contrastive: stage lm's final)")
