@@ -450,7 +450,14 @@ def evaluate(prompted_generator: TextGenerator | None = None) -> dict:
         "cv5_rules_plus_trained": _summary(cross_validate(folds=5)),
     }
     if prompted_generator is not None:
-        prompted = PromptClassifier(prompted_generator)
+        plain = PromptClassifier(prompted_generator)
+        memo: dict[str, float] = {}
+
+        def prompted(text: str) -> float:  # each test text is asked once, for both views below
+            if text not in memo:
+                memo[text] = plain(text)
+            return memo[text]
+
         out["test_rules_plus_prompted"] = _summary(precision_recall(InstructionRecognizer(prompted, threshold=0.5), test))
         alone = {"tp": 0, "fp": 0, "fn": 0, "tn": 0, "unparsed": 0}
         for r in test:
