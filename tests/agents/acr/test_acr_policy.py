@@ -114,3 +114,21 @@ def test_bad_arguments_raise_named_errors():
         ACRPolicy(ScriptedGenerator([]), tau=2.0)
     with pytest.raises(ACRConfigError, match="scorer="):
         ACRPolicy(ScriptedGenerator([]), scorer="dense")
+
+
+def test_chat_session_gives_acr_the_session_model_as_controller(tmp_path):
+    from rhea.llm import HFGenerator
+    from rhea.session import ChatSession
+    from rhea.testing import tiny_rhea
+
+    model = tiny_rhea()
+    chat = ChatSession(model, policy="acr", max_new_tokens=3,
+                       policy_kwargs={"router_max_new_tokens": 4, "refactor_max_new_tokens": 4})
+    assert isinstance(chat.policy.router.generator, HFGenerator) and chat.policy.router.generator.adapter is None
+    chat.send("the city is paris")
+    chat.send("what is the city")
+    route = chat.last_plan.decisions.records[0]
+    assert route["event"] == "acr_route" and route["raw"] and route["selected_operator"] == "NONE"
+    chat.save(tmp_path / "s")
+    again = ChatSession.load(tmp_path / "s", model)
+    assert again.policy.config() == chat.policy.config() and len(again.conversation) == 2
