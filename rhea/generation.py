@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -53,6 +54,7 @@ class PrefixKVCache:
 
     def __init__(self) -> None:
         self._key: tuple | None = None
+        self._model: weakref.ref | None = None  # not id(model): a new model may reuse a freed id
         self._cache = None
         self.hits = 0
         self.misses = 0
@@ -60,7 +62,7 @@ class PrefixKVCache:
 
     def clear(self) -> None:
         """Forget the stored block (the next turn rebuilds it)."""
-        self._key, self._cache = None, None
+        self._key, self._model, self._cache = None, None, None
 
     def __len__(self) -> int:
         """Tokens currently stored (0 when empty)."""
@@ -83,10 +85,11 @@ class PrefixKVCache:
         prefilled here, which costs the same as prefilling it inside ``generate``).
         """
         block = tuple(input_ids[0, :prefix_len].tolist())
-        key = (id(model), _weights_version(model), adapter, model.dtype, str(model.device),
+        key = (_weights_version(model), adapter, model.dtype, str(model.device),
                float(getattr(model.config, "anchor_bias", 0.0)), block)
         reused = prefix_len
-        if key != self._key:
+        same_model = self._model is not None and self._model() is model
+        if key != self._key or not same_model:
             self.misses += 1
             reused = 0
             self.clear()
@@ -94,7 +97,7 @@ class PrefixKVCache:
             with torch.no_grad(), ctx:
                 out = model(input_ids=input_ids[:, :prefix_len].to(model.device),
                             prefix_len=torch.tensor([prefix_len]), use_cache=True)
-            self._cache, self._key = out.past_key_values, key
+            self._cache, self._key, self._model = out.past_key_values, key, weakref.ref(model)
             self.builds += 1
         else:
             self.hits += 1
