@@ -3,8 +3,15 @@
 Writes benchmarks/results/kernels_<device>.json (one row per provider x shape, plus ratios
 computed within this run) and kernels_<device>.png.
 
-    python benchmarks/kernels.py --device cpu --quick      # CPU: reference, compile, C++
-    python benchmarks/kernels.py --device cuda             # GPU: + Triton, FlexAttention, N to 32k
+    python benchmarks/kernels.py --device cpu              # CPU: N 1k-4k, D 64/128; C++ kernels
+    python benchmarks/kernels.py --device cpu --quick      # smaller shapes, D 64 only
+    python benchmarks/kernels.py --device cuda             # GPU: Triton kernels, N to 32k
+
+Providers. Turn scoring: the eager reference, torch.compile(reference), and the kernel
+(Triton on CUDA, C++ on CPU). Attention: SDPA without bias (the ceiling), SDPA with a
+materialised bias, the LSE-merge reference (forward only), FlexAttention (score_mod +
+block mask, torch.compile'd for the device), and the kernel. The run ends with a markdown
+table of the kernel's ratios (also stored under "table" in the JSON).
 
 Timing: `triton.testing.do_bench` (median, quantiles 0.2/0.8) on CUDA; on CPU the median of
 repeats after warm-up. Bandwidth is reported as a fraction of the device's peak: pass
@@ -37,18 +44,23 @@ GPU_PEAK_GBPS = {"H100": 3350.0, "H200": 4800.0, "A100": 2039.0, "L4": 300.0}
 def time_ms(fn, device: str, min_time_s: float = 1.0, max_reps: int = 200) -> tuple[float, float, float]:
     """(median, p20, p80) milliseconds of fn().
 
-    CPU: 3 warm-up calls (first-call allocation, torch.compile), then at least 5 repeats and
-    about min_time_s of them; the median resists the other tenants of a shared machine.
+    CPU: warm-up calls (first-call allocation, torch.compile; one only for calls over 0.25 s),
+    then at least 5 repeats (3 for slow calls) and about min_time_s of them; the median
+    resists the other tenants of a shared machine.
     """
     if device == "cuda":
         from triton.testing import do_bench
 
         return tuple(do_bench(fn, quantiles=[0.5, 0.2, 0.8]))
-    for _ in range(3):
+    t0 = time.perf_counter()
+    fn()  # first call: allocation, torch.compile
+    slow = time.perf_counter() - t0 > 0.25
+    for _ in range(0 if slow else 2):
         fn()
     times = []
     start = time.perf_counter()
-    while len(times) < 5 or (time.perf_counter() - start < min_time_s and len(times) < max_reps):
+    min_reps = 3 if slow else 5
+    while len(times) < min_reps or (time.perf_counter() - start < min_time_s and len(times) < max_reps):
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
@@ -63,6 +75,17 @@ def cpu_stream_copy_gbps(mb: int = 256) -> float:
     dst = torch.empty_like(src)
     ms, _, _ = time_ms(lambda: dst.copy_(src), "cpu", min_time_s=1.0)
     return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
+
+
+def cpu_name() -> str:
+    """CPU model and the cores this process may use, e.g. "Intel(R) Xeon(R) Processor (2 cores)"."""
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{name} ({len(os.sched_getaffinity(0))} cores)"
 
 
 def device_peak_gbps(device: str, override: float | None) -> tuple[float, str]:
@@ -138,25 +161,24 @@ def attention_providers(device: str, causal: bool = True):
         return R.anchored_attention_lse_merge(q, k, v, pl, beta, causal)
 
     providers = {"sdpa_no_bias": (sdpa, True), "sdpa_bias": (sdpa_bias, True), "lse_merge": (lse_merge, False)}
-    if device == "cuda":
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-        flex = torch.compile(flex_attention)
+    flex = torch.compile(flex_attention)  # compiled per shape: CUDA (Triton) or CPU (C++) templates
 
-        def flex_anchored(q, k, v, pl, beta):
-            def score_mod(score, b, h, qi, kj):
-                return score + torch.where(kj < pl[b], beta, 0.0)
+    def flex_anchored(q, k, v, pl, beta):  # the same bias as a score_mod, the visibility as a block mask
+        def score_mod(score, b, h, qi, kj):
+            return score + torch.where(kj < pl[b], beta, 0.0)
 
-            def mask_mod(b, h, qi, kj):
-                return (kj < pl[b]) | (kj <= qi)
+        def mask_mod(b, h, qi, kj):
+            return (kj < pl[b]) | (kj <= qi) if causal else kj >= 0
 
-            bm = create_block_mask(mask_mod, q.shape[0], None, q.shape[2], k.shape[2], device=q.device)
-            return flex(q, k, v, score_mod=score_mod, block_mask=bm, enable_gqa=True)
+        bm = create_block_mask(mask_mod, q.shape[0], None, q.shape[2], k.shape[2], device=q.device)
+        return flex(q, k, v, score_mod=score_mod, block_mask=bm, enable_gqa=True)
 
-        providers["flex"] = (flex_anchored, True)
-        providers["triton"] = (lambda q, k, v, pl, beta: rk.anchored_attention(q, k, v, pl, beta, causal), True)
-    elif rk.HAS_EXT:
-        providers["cpp"] = (lambda q, k, v, pl, beta: rk.anchored_attention(q, k, v, pl, beta, causal), True)
+    providers["flex"] = (flex_anchored, True)
+    kernel = "triton" if device == "cuda" else ("cpp" if rk.HAS_EXT else None)
+    if kernel:
+        providers[kernel] = (lambda q, k, v, pl, beta: rk.anchored_attention(q, k, v, pl, beta, causal), True)
     return providers
 
 
@@ -165,7 +187,7 @@ def attention_shapes(device: str, quick: bool):
         ns = [1024, 2048, 4096, 8192] if quick else [1024, 2048, 4096, 8192, 16384, 32768]
         return [(max(1, 16384 // n), 16, 4, n, d) for d in (64, 128) for n in ns]  # (B, H, Hkv, N, D)
     ns = [512, 1024] if quick else [1024, 2048, 4096]
-    return [(1, 8, 2, n, 64) for n in ns]
+    return [(1, 8, 2, n, d) for d in ((64,) if quick else (64, 128)) for n in ns]
 
 
 def bench_attention(device: str, quick: bool):
@@ -207,26 +229,61 @@ def bench_attention(device: str, quick: bool):
 
 # ------------------------------------------------------------------ output
 
+KERNELS = ("triton", "cpp")
+
+
 def ratios(rows):
-    """Within-run speedups: turn scoring vs eager; attention vs SDPA without bias."""
+    """Within-run ratios named by the issue's targets.
+
+    turn_scores: speedup of every provider over eager, and of the kernel over torch.compile.
+    anchored_attention: time of every provider / SDPA without bias (the ceiling; lower is
+    better), and for the kernel: speedup over FlexAttention and over SDPA with a materialised
+    bias, and its backward (fwd_bwd - fwd) time / SDPA's backward time.
+    """
     out = []
-    base = {(r["B"], r["T"], r["n"], r["d"]): r["ms"] for r in rows
-            if r["op"] == "turn_scores" and r["provider"] == "eager"}
-    for r in rows:
-        if r["op"] == "turn_scores" and r["provider"] != "eager":
-            key = (r["B"], r["T"], r["n"], r["d"])
-            out.append(dict(op="turn_scores", provider=r["provider"], shape=list(key),
-                            speedup_vs_eager=base[key] / r["ms"]))
-    ceil = {(r["B"], r["N"], r["D"], r["mode"]): r["ms"] for r in rows
-            if r["op"] == "anchored_attention" and r["provider"] == "sdpa_no_bias"}
-    for r in rows:
-        if r["op"] != "anchored_attention" or r["provider"] == "sdpa_no_bias":
+    ts = {(r["provider"], r["B"], r["T"], r["n"], r["d"]): r["ms"] for r in rows if r["op"] == "turn_scores"}
+    for (prov, *shape), ms in ts.items():
+        if prov == "eager" or ("eager", *shape) not in ts:
             continue
-        key = (r["B"], r["N"], r["D"], r["mode"])
-        if key in ceil:
-            out.append(dict(op="anchored_attention", provider=r["provider"], mode=r["mode"], N=r["N"], D=r["D"],
-                            time_vs_sdpa_no_bias=r["ms"] / ceil[key]))
+        row = dict(op="turn_scores", provider=prov, shape=shape, speedup_vs_eager=ts[("eager", *shape)] / ms)
+        if prov in KERNELS and ("compile", *shape) in ts:
+            row["speedup_vs_compile"] = ts[("compile", *shape)] / ms
+        out.append(row)
+    at = {(r["provider"], r["mode"], r["B"], r["N"], r["D"]): r["ms"] for r in rows
+          if r["op"] == "anchored_attention"}
+    for (prov, mode, B, N, D), ms in at.items():
+        ceil = at.get(("sdpa_no_bias", mode, B, N, D))
+        if prov == "sdpa_no_bias" or ceil is None:
+            continue
+        row = dict(op="anchored_attention", provider=prov, mode=mode, N=N, D=D, time_vs_sdpa_no_bias=ms / ceil)
+        if prov in KERNELS:
+            for other in ("flex", "sdpa_bias"):
+                if (other, mode, B, N, D) in at:
+                    row[f"speedup_vs_{other}"] = at[(other, mode, B, N, D)] / ms
+            fwd, sfwd = at.get((prov, "fwd", B, N, D)), at.get(("sdpa_no_bias", "fwd", B, N, D))
+            if mode == "fwd_bwd" and fwd and sfwd and ceil > sfwd:
+                row["bwd_time_vs_sdpa_bwd"] = (ms - fwd) / (ceil - sfwd)
+        out.append(row)
     return out
+
+
+def table(ratio_rows) -> str:
+    """Markdown table of the kernel's ratios (the closing-note table)."""
+    lines = []
+    ts = [r for r in ratio_rows if r["op"] == "turn_scores" and r["provider"] in KERNELS]
+    if ts:
+        lines += ["| turn_scores (B, T, n, d) | provider | x eager | x torch.compile |", "|---|---|---|---|"]
+        lines += [f"| {tuple(r['shape'])} | {r['provider']} | {r['speedup_vs_eager']:.2f} | "
+                  f"{r.get('speedup_vs_compile', float('nan')):.2f} |" for r in ts]
+    at = [r for r in ratio_rows if r["op"] == "anchored_attention" and r["provider"] in KERNELS]
+    if at:
+        lines += ["", "| attention N | D | mode | provider | time / SDPA no bias | x FlexAttention | x SDPA+bias "
+                  "| bwd time / SDPA bwd |", "|---|---|---|---|---|---|---|---|"]
+        fmt = lambda r, k: f"{r[k]:.2f}" if k in r else "-"  # noqa: E731
+        lines += [f"| {r['N']} | {r['D']} | {r['mode']} | {r['provider']} | {r['time_vs_sdpa_no_bias']:.2f} | "
+                  f"{fmt(r, 'speedup_vs_flex')} | {fmt(r, 'speedup_vs_sdpa_bias')} | "
+                  f"{fmt(r, 'bwd_time_vs_sdpa_bwd')} |" for r in at]
+    return "\n".join(lines)
 
 
 def plot(rows, path: str, device: str) -> None:
@@ -283,16 +340,15 @@ def main(argv=None):
     if args.only in (None, "attention"):
         rows += bench_attention(args.device, args.quick)
     meta = dict(device=args.device, device_name=torch.cuda.get_device_name() if args.device == "cuda"
-                else platform.processor() or platform.machine(), torch=torch.__version__,
+                else cpu_name(), torch=torch.__version__,
                 threads=torch.get_num_threads(), peak_gbps=peak, peak_source=peak_src, quick=args.quick,
                 has_ext=rk.HAS_EXT, time=time.strftime("%Y-%m-%dT%H:%M:%S"))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"kernels_{args.device}")
     with open(path + ".json", "w") as f:
-        json.dump(dict(meta=meta, rows=rows, ratios=ratios(rows)), f, indent=1)
+        json.dump(dict(meta=meta, rows=rows, ratios=ratios(rows), table=table(ratios(rows))), f, indent=1)
     plot(rows, path + ".png", args.device)
-    for r in ratios(rows):
-        print(json.dumps(r))
+    print(table(ratios(rows)))
     print(f"wrote {path}.json and {path}.png")
 
 

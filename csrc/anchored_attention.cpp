@@ -1,10 +1,20 @@
-// Prefix-anchored attention on CPU (forward + backward), OpenMP via at::parallel_for.
+// Prefix-anchored attention on CPU (forward + backward): flash-style tiling.
 //
 // Key j is visible to query i iff j < P (P = prefix_len[b], clamped to [0, N]) or j <= i
 // (or always when causal=false); its logit gets +beta iff j < P. GQA: query head h reads
-// kv head h / (H / Hkv). Forward keeps O(N) memory per thread (one row of logits) and
-// returns the log-sum-exp, which the backward uses to recompute probabilities.
-#include "common.h"
+// kv head h / (H / Hkv), K/V are never repeated.
+//
+// Forward: tasks are (batch, head, query block), run with at::parallel_for (OpenMP). A task
+// walks the key blocks with an online softmax: S = scale * Q_blk K_blk^T and O += P V_blk
+// are GEMMs (cpublas), the softmax step is a vectorised row kernel (vec.h). The bias is
+// added only in key blocks that overlap the prefix; key blocks that no query of the block
+// can see (past the diagonal and the prefix) are never visited. Memory: O(block^2) per
+// thread plus the [B, H, N] log-sum-exp, which the backward uses to recompute P.
+//
+// Backward: tasks are (batch, head); each recomputes P block by block and accumulates dQ,
+// dK, dV with GEMMs. A task owns its head's dK/dV rows (per query head under GQA, then
+// summed over each kv head's group), so no two threads write the same memory.
+#include "vec.h"
 
 #include <ATen/Parallel.h>
 
@@ -24,7 +34,8 @@ Dims check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   TORCH_CHECK(k.sizes() == v.sizes(), "k ", k.sizes(), " and v ", v.sizes(), " must match");
   TORCH_CHECK(q.size(0) == k.size(0) && q.size(2) == k.size(2) && q.size(3) == k.size(3),
               "q ", q.sizes(), " and k ", k.sizes(), " disagree on B, N or D");
-  TORCH_CHECK(q.size(1) % k.size(1) == 0, "H=", q.size(1), " must be a multiple of Hkv=", k.size(1));
+  TORCH_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "H=", q.size(1), " must be a multiple of Hkv=",
+              k.size(1));
   TORCH_CHECK(prefix_len.dim() == 1 && prefix_len.size(0) == q.size(0), "prefix_len must be [B]");
   TORCH_CHECK(q.device().is_cpu(), "cpp_anchored_attention is the CPU implementation");
   return {q.size(0), q.size(1), k.size(1), q.size(2), q.size(3), q.size(1) / k.size(1)};
@@ -37,10 +48,25 @@ std::vector<int64_t> clamped_prefix(const at::Tensor& prefix_len, int64_t N) {
   return out;
 }
 
-// Number of keys visible to query i: the visible set is always a prefix [0, hi).
-inline int64_t visible_end(int64_t i, int64_t P, int64_t N, bool causal) {
-  return causal ? std::max(i + 1, P) : N;
+// Block sizes as in ATen's CPU flash attention: big query blocks keep the GEMMs efficient,
+// small ones keep short sequences parallel.
+struct Blocks {
+  int64_t q, kv;
+};
+inline Blocks block_sizes(int64_t N) { return {N >= 768 ? 256 : (N >= 192 ? 64 : 32), 512}; }
+
+// Keys [0, end) hold every key some query in [m0, m0 + mlen) can see.
+inline int64_t keys_end(int64_t m0, int64_t mlen, int64_t P, int64_t N, bool causal) {
+  return causal ? std::min(N, std::max(P, m0 + mlen)) : N;
 }
+
+// In key block [n0, n0 + nlen), query i sees columns [0, cV); columns [0, cP) carry +beta.
+inline void row_limits(int64_t i, int64_t n0, int64_t nlen, int64_t P, bool causal, int64_t* cP, int64_t* cV) {
+  *cP = std::clamp<int64_t>(P - n0, 0, nlen);
+  *cV = causal ? std::max(*cP, std::clamp<int64_t>(i - n0 + 1, 0, nlen)) : nlen;
+}
+
+at::Tensor f32(const at::Tensor& t) { return t.to(at::kFloat).contiguous(); }
 
 }  // namespace
 
@@ -48,40 +74,50 @@ std::tuple<at::Tensor, at::Tensor> anchored_attention_fwd_cpu(const at::Tensor& 
                                                              const at::Tensor& v_in, const at::Tensor& prefix_len,
                                                              double beta, bool causal, double scale) {
   const Dims s = check_inputs(q_in, k_in, v_in, prefix_len);
-  const at::Tensor q = q_in.to(at::kFloat).contiguous(), k = k_in.to(at::kFloat).contiguous(),
-                   v = v_in.to(at::kFloat).contiguous();
+  const at::Tensor q = f32(q_in), k = f32(k_in), v = f32(v_in);
   const std::vector<int64_t> P = clamped_prefix(prefix_len, s.N);
   at::Tensor out = at::empty({s.B, s.H, s.N, s.D}, q.options());
   at::Tensor lse = at::empty({s.B, s.H, s.N}, q.options());
+  if (s.N == 0 || s.D == 0 || q.numel() == 0) return {out.zero_().to(q_in.scalar_type()), lse.fill_(-INFINITY)};
+  const Blocks blk = block_sizes(s.N);
+  const int64_t nqb = (s.N + blk.q - 1) / blk.q;
+  const int64_t kvb = std::min(blk.kv, s.N);
+  // Per-thread scratch: logits [q, kv], running max and sum [q], output accumulator [q, D].
+  const int64_t scratch = blk.q * kvb + 2 * blk.q + blk.q * s.D;
+  std::vector<float> buf(at::get_num_threads() * scratch);
   const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
   float *op = out.data_ptr<float>(), *lp = lse.data_ptr<float>();
   const float fscale = static_cast<float>(scale), fbeta = static_cast<float>(beta);
-  // Grain of 16 rows: consecutive queries of one head reuse the same keys from cache.
-  at::parallel_for(0, s.B * s.H * s.N, 16, [&](int64_t begin, int64_t end) {
-    std::vector<float> logits(s.N);
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t i = row % s.N, bh = row / s.N, b = bh / s.H, h = bh % s.H;
-      const int64_t kvh = b * s.Hkv + h / s.group;
-      const float* qi = qp + row * s.D;
-      const float* kb = kp + kvh * s.N * s.D;
-      const float* vb = vp + kvh * s.N * s.D;
-      const int64_t hi = visible_end(i, P[b], s.N, causal);
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < hi; ++j) {
-        logits[j] = dot(qi, kb + j * s.D, s.D) * fscale + (j < P[b] ? fbeta : 0.f);
-        m = std::max(m, logits[j]);
+  const RowKernels& rk = row_kernels();
+  at::parallel_for(0, s.B * s.H * nqb, 1, [&](int64_t begin, int64_t end) {
+    float* S = buf.data() + at::get_thread_num() * scratch;
+    float *mrow = S + blk.q * kvb, *lrow = mrow + blk.q, *acc = lrow + blk.q;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t qb = task % nqb, bh = task / nqb, b = bh / s.H, h = bh % s.H;
+      const int64_t m0 = qb * blk.q, mlen = std::min(blk.q, s.N - m0);
+      const int64_t kv_end = keys_end(m0, mlen, P[b], s.N, causal);
+      const float* qm = qp + (bh * s.N + m0) * s.D;
+      const float* kb = kp + (b * s.Hkv + h / s.group) * s.N * s.D;
+      const float* vb = vp + (b * s.Hkv + h / s.group) * s.N * s.D;
+      std::fill(mrow, mrow + mlen, -std::numeric_limits<float>::infinity());
+      std::fill(lrow, lrow + mlen, 0.f);
+      for (int64_t n0 = 0; n0 < kv_end; n0 += kvb) {
+        const int64_t nlen = std::min(kvb, kv_end - n0);
+        gemm_rm(false, true, mlen, nlen, s.D, fscale, qm, s.D, kb + n0 * s.D, s.D, 0.f, S, nlen);
+        for (int64_t r = 0; r < mlen; ++r) {
+          int64_t cP, cV;
+          row_limits(m0 + r, n0, nlen, P[b], causal, &cP, &cV);
+          const float alpha = rk.softmax_step(S + r * nlen, nlen, cP, cV, fbeta, mrow + r, lrow + r);
+          if (n0 > 0 && alpha != 1.f) rk.scale(acc + r * s.D, s.D, alpha);
+        }
+        gemm_rm(false, false, mlen, s.D, nlen, 1.f, S, nlen, vb + n0 * s.D, s.D, n0 == 0 ? 0.f : 1.f, acc, s.D);
       }
-      float* oi = op + row * s.D;
-      std::fill(oi, oi + s.D, 0.f);
-      float l = 0.f;
-      for (int64_t j = 0; j < hi; ++j) {
-        const float p = std::exp(logits[j] - m);
-        l += p;
-        axpy(p, vb + j * s.D, oi, s.D);
+      float* om = op + (bh * s.N + m0) * s.D;
+      for (int64_t r = 0; r < mlen; ++r) {
+        std::copy(acc + r * s.D, acc + (r + 1) * s.D, om + r * s.D);
+        rk.scale(om + r * s.D, s.D, 1.f / lrow[r]);
+        lp[bh * s.N + m0 + r] = mrow[r] + std::log(lrow[r]);
       }
-      const float inv = 1.f / l;
-      for (int64_t x = 0; x < s.D; ++x) oi[x] *= inv;
-      lp[row] = m + std::log(l);
     }
   });
   return {out.to(q_in.scalar_type()), lse};
@@ -92,45 +128,60 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> anchored_attention_bwd_cpu(
     const at::Tensor& out_in, const at::Tensor& lse_in, const at::Tensor& prefix_len, double beta, bool causal,
     double scale) {
   const Dims s = check_inputs(q_in, k_in, v_in, prefix_len);
-  const at::Tensor q = q_in.to(at::kFloat).contiguous(), k = k_in.to(at::kFloat).contiguous(),
-                   v = v_in.to(at::kFloat).contiguous(), dout = grad_out.to(at::kFloat).contiguous(),
-                   lse = lse_in.to(at::kFloat).contiguous();
+  const at::Tensor q = f32(q_in), k = f32(k_in), v = f32(v_in), dout = f32(grad_out), lse = f32(lse_in);
   // delta_i = dO_i . O_i, the softmax-backward row term.
   const at::Tensor delta = (dout * out_in.to(at::kFloat)).sum(-1).contiguous();
   const std::vector<int64_t> P = clamped_prefix(prefix_len, s.N);
   at::Tensor dq = at::zeros_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
-  const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>(),
-              *dop = dout.data_ptr<float>(), *lp = lse.data_ptr<float>(), *dlp = delta.data_ptr<float>();
-  float *dqp = dq.data_ptr<float>(), *dkp = dk.data_ptr<float>(), *dvp = dv.data_ptr<float>();
-  const float fscale = static_cast<float>(scale), fbeta = static_cast<float>(beta);
-  // One task per (batch, kv head): it owns dK/dV of that head and dQ of its query group,
-  // so no two threads ever write the same row (no atomics, deterministic).
-  at::parallel_for(0, s.B * s.Hkv, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t bk = begin; bk < end; ++bk) {
-      const int64_t b = bk / s.Hkv;
-      const float* kb = kp + bk * s.N * s.D;
-      const float* vb = vp + bk * s.N * s.D;
-      float* dkb = dkp + bk * s.N * s.D;
-      float* dvb = dvp + bk * s.N * s.D;
-      for (int64_t g = 0; g < s.group; ++g) {
-        const int64_t bh = b * s.H + (bk % s.Hkv) * s.group + g;
-        for (int64_t i = 0; i < s.N; ++i) {
-          const int64_t row = bh * s.N + i;
-          const float *qi = qp + row * s.D, *doi = dop + row * s.D;
-          float* dqi = dqp + row * s.D;
-          const int64_t hi = visible_end(i, P[b], s.N, causal);
-          for (int64_t j = 0; j < hi; ++j) {
-            const float logit = dot(qi, kb + j * s.D, s.D) * fscale + (j < P[b] ? fbeta : 0.f);
-            const float p = std::exp(logit - lp[row]);
-            axpy(p, doi, dvb + j * s.D, s.D);
-            const float ds = p * (dot(doi, vb + j * s.D, s.D) - dlp[row]) * fscale;
-            axpy(ds, kb + j * s.D, dqi, s.D);
-            axpy(ds, qi, dkb + j * s.D, s.D);
+  // Under GQA each query head accumulates its own dK/dV, summed over the group at the end.
+  at::Tensor dkh = s.group == 1 ? dk : at::zeros_like(q), dvh = s.group == 1 ? dv : at::zeros_like(q);
+  if (s.N > 0 && s.D > 0 && q.numel() > 0) {
+    const Blocks blk = block_sizes(s.N);
+    const int64_t kvb = std::min(blk.kv, s.N);
+    const int64_t scratch = 2 * blk.q * kvb;  // P and dP blocks
+    std::vector<float> buf(at::get_num_threads() * scratch);
+    const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>(),
+                *dop = dout.data_ptr<float>(), *lp = lse.data_ptr<float>(), *dlp = delta.data_ptr<float>();
+    float *dqp = dq.data_ptr<float>(), *dkp = dkh.data_ptr<float>(), *dvp = dvh.data_ptr<float>();
+    const float fscale = static_cast<float>(scale), fbeta = static_cast<float>(beta);
+    const RowKernels& rk = row_kernels();
+    at::parallel_for(0, s.B * s.H, 1, [&](int64_t begin, int64_t end) {
+      float* Pm = buf.data() + at::get_thread_num() * scratch;
+      float* dP = Pm + blk.q * kvb;
+      for (int64_t bh = begin; bh < end; ++bh) {
+        const int64_t b = bh / s.H, h = bh % s.H;
+        const int64_t kvh = b * s.Hkv + h / s.group;
+        const float *kb = kp + kvh * s.N * s.D, *vb = vp + kvh * s.N * s.D;
+        const int64_t gh = s.group == 1 ? kvh : bh;  // the rows of dkh/dvh this task owns
+        float *dkb = dkp + gh * s.N * s.D, *dvb = dvp + gh * s.N * s.D;
+        for (int64_t m0 = 0; m0 < s.N; m0 += blk.q) {
+          const int64_t mlen = std::min(blk.q, s.N - m0), row0 = bh * s.N + m0;
+          const float *qm = qp + row0 * s.D, *dom = dop + row0 * s.D;
+          float* dqm = dqp + row0 * s.D;
+          const int64_t kv_end = keys_end(m0, mlen, P[b], s.N, causal);
+          for (int64_t n0 = 0; n0 < kv_end; n0 += kvb) {
+            const int64_t nlen = std::min(kvb, kv_end - n0);
+            gemm_rm(false, true, mlen, nlen, s.D, fscale, qm, s.D, kb + n0 * s.D, s.D, 0.f, Pm, nlen);
+            for (int64_t r = 0; r < mlen; ++r) {
+              int64_t cP, cV;
+              row_limits(m0 + r, n0, nlen, P[b], causal, &cP, &cV);
+              rk.probs(Pm + r * nlen, nlen, cP, cV, fbeta, lp[row0 + r]);
+            }
+            // dV += P^T dO; dP = dO V^T; dS = P * (dP - delta); dQ += scale dS K; dK += scale dS^T Q
+            gemm_rm(true, false, nlen, s.D, mlen, 1.f, Pm, nlen, dom, s.D, 1.f, dvb + n0 * s.D, s.D);
+            gemm_rm(false, true, mlen, nlen, s.D, 1.f, dom, s.D, vb + n0 * s.D, s.D, 0.f, dP, nlen);
+            for (int64_t r = 0; r < mlen; ++r) rk.dsoftmax(Pm + r * nlen, dP + r * nlen, nlen, dlp[row0 + r]);
+            gemm_rm(false, false, mlen, s.D, nlen, fscale, dP, nlen, kb + n0 * s.D, s.D, 1.f, dqm, s.D);
+            gemm_rm(true, false, nlen, s.D, mlen, fscale, dP, nlen, qm, s.D, 1.f, dkb + n0 * s.D, s.D);
           }
         }
       }
+    });
+    if (s.group > 1) {
+      dk = dkh.view({s.B, s.Hkv, s.group, s.N, s.D}).sum(2);
+      dv = dvh.view({s.B, s.Hkv, s.group, s.N, s.D}).sum(2);
     }
-  });
+  }
   return {dq.to(q_in.scalar_type()), dk.to(k_in.scalar_type()), dv.to(v_in.scalar_type())};
 }
 

@@ -1,9 +1,15 @@
-// Turn scoring on CPU: one pass over the stored latents vk, OpenMP over (batch, turn).
+// Turn scoring on CPU: one pass over the stored latents vk.
 //
 // score[b, t] = max_{i,j} cos(vq[b,i] - c, vk[b,t,j] - c), norms floored at kNormEps;
 // masked turns get -inf and tier 0. See rhea_kernels/reference.py for the definition.
-#include "common.h"
-#include "dots.h"
+//
+// The queries are centred and normalised once. vk is read in chunks of about kChunkRows
+// latent rows; per chunk, one GEMM (the BLAS torch ships) gives every query-key dot
+// product while the rows are in cache, the rows' norms come from a vectorised pass
+// (vec.h), and each turn's max is taken from the dots scaled by 1/|k|. Small calls run
+// on the calling thread: waking a second thread costs more than it saves, and on a busy
+// machine it waits for a core.
+#include "vec.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -15,49 +21,62 @@ namespace rhea_kernels {
 
 namespace {
 
+constexpr int64_t kChunkRows = 256;               // latent rows per GEMM (~0.6 MB at d=576)
+constexpr int64_t kSerialMacs = int64_t{8} << 20;  // below this many multiply-adds, stay on one thread
+
 template <typename scalar_t>
 void score_rows(const scalar_t* vq, const scalar_t* vk, const bool* mask, const float* center,
                 float* scores, int8_t* tiers, int64_t B, int64_t T, int64_t nq, int64_t nk,
                 int64_t d, double tau_low, double tau_high) {
+  const RowKernels& rk = row_kernels();
   // Centred, unit-norm queries in fp32: tiny next to vk, computed once per call.
   std::vector<float> qn(B * nq * d);
-  at::parallel_for(0, B * nq, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      float* dst = qn.data() + r * d;
-      const scalar_t* src = vq + r * d;
-      for (int64_t x = 0; x < d; ++x) dst[x] = static_cast<float>(src[x]) - (center ? center[x] : 0.f);
-      const float inv = 1.f / std::max(std::sqrt(dot(dst, dst, d)), kNormEps);
-      for (int64_t x = 0; x < d; ++x) dst[x] *= inv;
-    }
-  });
+  for (int64_t r = 0; r < B * nq; ++r) {
+    float* dst = qn.data() + r * d;
+    const scalar_t* src = vq + r * d;
+    for (int64_t x = 0; x < d; ++x) dst[x] = static_cast<float>(src[x]) - (center ? center[x] : 0.f);
+    rk.scale(dst, d, 1.f / std::max(std::sqrt(rk.sumsq(dst, d)), kNormEps));
+  }
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  // Grain 4 turns: each turn is nk*d elements, enough work to amortise scheduling.
-  const DotsFn dots_and_norm = pick_dots_and_norm();
   // fp32 rows without a centre are read in place; anything else is staged in fp32 once.
   const bool stage = center != nullptr || !std::is_same_v<scalar_t, float>;
-  // Grain 4 turns: each turn is nk*d elements, enough work to amortise scheduling.
-  at::parallel_for(0, B * T, 4, [&](int64_t begin, int64_t end) {
-    std::vector<float> buf(stage ? d : 0), dots(nq);
-    for (int64_t bt = begin; bt < end; ++bt) {
-      const int64_t b = bt / T;
-      float best = neg_inf;
-      if (mask == nullptr || mask[bt]) {
-        for (int64_t j = 0; j < nk; ++j) {
-          const scalar_t* src = vk + (bt * nk + j) * d;
-          const float* row;
-          if (stage) {
-            for (int64_t x = 0; x < d; ++x) buf[x] = static_cast<float>(src[x]) - (center ? center[x] : 0.f);
-            row = buf.data();
-          } else {
-            row = reinterpret_cast<const float*>(src);
-          }
-          const float nrm2 = dots_and_norm(qn.data() + b * nq * d, nq, row, d, dots.data());
-          const float inv = 1.f / std::max(std::sqrt(nrm2), kNormEps);
-          for (int64_t i = 0; i < nq; ++i) best = std::max(best, dots[i] * inv);
+  const int64_t tc = std::max<int64_t>(1, kChunkRows / nk);  // turns per chunk
+  const int64_t chunks = (T + tc - 1) / tc;
+  const int64_t macs = B * T * nk * nq * d;
+  const int64_t grain = macs < kSerialMacs ? std::max<int64_t>(1, B * chunks) : 1;
+  at::parallel_for(0, B * chunks, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> buf(stage ? tc * nk * d : 0), dots(nq * tc * nk), inv(tc * nk);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / chunks, t0 = (task % chunks) * tc, t1 = std::min(T, t0 + tc);
+      bool any = mask == nullptr;
+      for (int64_t t = t0; t < t1 && !any; ++t) any = mask[b * T + t];
+      if (any) {
+        const int64_t rows = (t1 - t0) * nk;
+        const scalar_t* src = vk + (b * T + t0) * nk * d;
+        const float* K;
+        if (stage) {
+          for (int64_t r = 0; r < rows * d; r += d)
+            for (int64_t x = 0; x < d; ++x) buf[r + x] = static_cast<float>(src[r + x]) - (center ? center[x] : 0.f);
+          K = buf.data();
+        } else {
+          K = reinterpret_cast<const float*>(src);
         }
+        for (int64_t r = 0; r < rows; ++r) inv[r] = 1.f / std::max(std::sqrt(rk.sumsq(K + r * d, d)), kNormEps);
+        gemm_rm(false, true, nq, rows, d, 1.f, qn.data() + b * nq * d, d, K, d, 0.f, dots.data(), rows);
       }
-      scores[bt] = best;
-      if (tiers) tiers[bt] = best > tau_high ? 2 : (best < tau_low ? 0 : 1);
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t bt = b * T + t;
+        float best = neg_inf;
+        if (mask == nullptr || mask[bt]) {
+          const int64_t r0 = (t - t0) * nk;
+          for (int64_t i = 0; i < nq; ++i) {
+            const float* di = dots.data() + i * (t1 - t0) * nk + r0;
+            for (int64_t j = 0; j < nk; ++j) best = std::max(best, di[j] * inv[r0 + j]);
+          }
+        }
+        scores[bt] = best;
+        if (tiers) tiers[bt] = best > tau_high ? 2 : (best < tau_low ? 0 : 1);
+      }
     }
   });
 }
@@ -68,6 +87,8 @@ void check_inputs(const at::Tensor& vq, const at::Tensor& vk, const std::optiona
   TORCH_CHECK(vk.dim() == 4, "vk must be [B, T, nk, d], got ", vk.sizes());
   TORCH_CHECK(vq.size(0) == vk.size(0) && vq.size(2) == vk.size(3), "vq ", vq.sizes(), " and vk ",
               vk.sizes(), " disagree on B or d");
+  TORCH_CHECK(vq.size(1) >= 1 && vk.size(2) >= 1 && vk.size(3) >= 1, "nq, nk and d must be >= 1, got vq ",
+              vq.sizes(), " and vk ", vk.sizes());
   TORCH_CHECK(vq.scalar_type() == vk.scalar_type(), "vq and vk must share a dtype");
   TORCH_CHECK(vq.device().is_cpu() && vk.device().is_cpu(), "cpp_turn_scores is the CPU implementation");
   if (turn_mask) TORCH_CHECK(turn_mask->sizes() == vk.sizes().slice(0, 2), "turn_mask must be [B, T]");
@@ -85,7 +106,7 @@ std::tuple<at::Tensor, at::Tensor> run(const at::Tensor& vq_in, const at::Tensor
   if (turn_mask) mask = turn_mask->to(at::kBool).contiguous();
   if (center_in) center = center_in->to(at::kFloat).contiguous();
   at::Tensor scores = at::empty({B, T}, vk.options().dtype(at::kFloat));
-  at::Tensor tiers = at::empty({B, T}, vk.options().dtype(at::kChar));
+  at::Tensor tiers = with_tiers ? at::empty({B, T}, vk.options().dtype(at::kChar)) : at::Tensor();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, vk.scalar_type(), "cpp_turn_scores", [&] {
     score_rows<scalar_t>(vq.data_ptr<scalar_t>(), vk.data_ptr<scalar_t>(),
                          mask.defined() ? mask.data_ptr<bool>() : nullptr,

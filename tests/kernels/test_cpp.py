@@ -36,6 +36,22 @@ def test_anchored_attention_fwd_bwd(B, H, Hkv, N, D, prefix, causal, dt):
         assert got.shape == ref.shape and rel_rms(got, ref, floor=0.1) < tol
 
 
+# Shapes past one tile: several query blocks (256 rows at N >= 768) and key blocks (512),
+# the prefix ending inside a block, P=0, GQA; turn scoring over many chunks on all threads.
+BIG_ATTN = [(2, 4, 2, 1100, 64, [600, 0], True), (1, 2, 1, 700, 32, [100], False), (1, 2, 2, 520, 128, [520], True)]
+BIG_SCORE = [(2, 300, 8, 8, 576, True), (1, 40, 3, 96, 60, False)]
+
+
+@pytest.mark.parametrize("B,H,Hkv,N,D,prefix,causal,dt", attn_params(dtypes=("fp32",), shapes=BIG_ATTN))
+def test_anchored_attention_multi_block(B, H, Hkv, N, D, prefix, causal, dt):
+    test_anchored_attention_fwd_bwd(B, H, Hkv, N, D, prefix, causal, dt)
+
+
+@pytest.mark.parametrize("B,T,nq,nk,d,with_center,dt", score_params(dtypes=("fp32", "bf16"), shapes=BIG_SCORE))
+def test_turn_scores_many_chunks(B, T, nq, nk, d, with_center, dt):
+    test_turn_scores_and_tiers(B, T, nq, nk, d, with_center, dt)
+
+
 def test_opcheck_cpp_ops():
     vq, vk, mask, center = score_inputs(2, 7, 3, 5, 60, True, torch.float32)
     torch.library.opcheck(torch.ops.rhea_kernels.cpp_turn_scores.default, (vq, vk, mask, center))
