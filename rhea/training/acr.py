@@ -61,6 +61,8 @@ from rhea.training.data import build_trajectory_samples, collate
 POOLS = ("corrective", "compressive", "regularization")
 STATE_FILE = "state.json"
 REWARDS = ("exact_match", "value_match")
+#: below this many instances a module trains on all of them (no validation split yet)
+MIN_POOL_FOR_VALIDATION = 5
 
 
 # ---------------------------------------------------------------------------- rewards
@@ -128,7 +130,7 @@ class TGSEConfig:
     p_teacher_decay: float = 0.5
     #: floor of p_teacher in Phase II (Phase III is always 0)
     p_teacher_min: float = 0.0
-    #: share of instances held out (by instance id) for the per-module validation loss
+    #: share of instances held out (by instance id) for the per-module validation loss (once a module has >= 5)
     val_fraction: float = 0.2
     #: iterations without validation improvement before a module stops training
     patience: int = 2
@@ -394,8 +396,10 @@ class TGSE:
         cfg = self.config
         pools = POOLS if module == ROUTER else ("corrective", "compressive")
         usable = {p: [i for i in self.pools[p] if module == ROUTER or i.refactor_target] for p in pools}
-        val = [i for p in pools for i in usable[p] if _is_val(i.instance_id, cfg.val_fraction)]
-        train = {p: [i for i in usable[p] if not _is_val(i.instance_id, cfg.val_fraction)] for p in pools}
+        # hold instances out only once there are enough, so a tiny first pool is not all held out
+        fraction = cfg.val_fraction if sum(map(len, usable.values())) >= MIN_POOL_FOR_VALIDATION else 0.0
+        val = [i for p in pools for i in usable[p] if _is_val(i.instance_id, fraction)]
+        train = {p: [i for i in usable[p] if not _is_val(i.instance_id, fraction)] for p in pools}
         weights = {p: float(cfg.pool_ratios.get(p, 0.0)) for p in pools}
         total_w = sum(weights[p] for p in pools if train[p]) or 1.0
         budget = min(cfg.max_train_instances, sum(len(v) for v in train.values()))

@@ -89,3 +89,19 @@ def test_config_validation_and_annealing():
         TGSEConfig(pool_ratios={"corrective": 1, "useless": 1})
     with pytest.raises(ACRConfigError, match="unknown TGSE key"):
         TGSEConfig.from_dict({"learning_rate": 1})
+
+
+def test_small_pools_are_not_held_out_for_validation(tmp_path):
+    import random
+
+    from rhea.training.acr import Instance
+
+    loop = TGSE(config(tmp_path).__class__(output_dir=str(tmp_path / "v"), val_fraction=0.99), tiny_controller(),
+                RuleTeacher(), drift_tasks(1), log=lambda *_: None)
+    make = lambda n: Instance(f"t{n}", "corrective", f"t{n}", 0, "fact_rectification", [], "{}", [], "<summary>x</summary>")
+    loop.pools["corrective"] = [make(0)]
+    train, val = loop._mix("router", random.Random(0))
+    assert len(train) == 1 and val == []
+    loop.pools["corrective"] = [make(n) for n in range(6)]
+    train, val = loop._mix("refactorer", random.Random(0))
+    assert len(val) >= 5 and len(train) + len(val) == 6
