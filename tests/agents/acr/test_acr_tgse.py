@@ -96,7 +96,7 @@ def test_small_pools_are_not_held_out_for_validation(tmp_path):
 
     from rhea.training.acr import Instance
 
-    loop = TGSE(config(tmp_path).__class__(output_dir=str(tmp_path / "v"), val_fraction=0.99), tiny_controller(),
+    loop = TGSE(TGSEConfig(output_dir=str(tmp_path / "v"), val_fraction=0.99), tiny_controller(),
                 RuleTeacher(), drift_tasks(1), log=lambda *_: None)
     make = lambda n: Instance(f"t{n}", "corrective", f"t{n}", 0, "fact_rectification", [], "{}", [], "<summary>x</summary>")
     loop.pools["corrective"] = [make(0)]
