@@ -224,6 +224,8 @@ class ZooModel:
     source: PackagedGGUF | SplitGGUF
     #: facts shown by ``rhea models list`` (architecture, layers, hidden size, ...)
     facts: dict = field(default_factory=dict)
+    #: dtype `load_rhea_model` uses when the caller gives none (measured choice; see docs/models.md)
+    dtype: str = "float32"
 
     @property
     def cache_path(self) -> Path:
@@ -271,6 +273,8 @@ MODEL_ZOO: dict[str, ZooModel] = {
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         ),
         facts={"architecture": "qwen2", "layers": 28, "hidden": 1536},
+        # bf16 halves the weights (3.5 vs 7.1 GB) and decoded no slower than fp32 on an avx512_bf16 CPU
+        dtype="bfloat16",
     ),
 }
 
@@ -286,6 +290,14 @@ def get_model(name: str) -> ZooModel:
             f"{name!r} is not a model-zoo name{hint}; known: {', '.join(sorted(MODEL_ZOO))}. "
             "See `rhea models list`."
         ) from None
+
+
+def default_dtype(name_or_path: str):
+    """The torch dtype to load `name_or_path` in when none is asked for: the zoo entry's, else float32."""
+    import torch
+
+    zoo = MODEL_ZOO.get(name_or_path)
+    return getattr(torch, zoo.dtype if zoo else "float32")
 
 
 def convert_to_cache(zoo: ZooModel) -> Path:

@@ -77,10 +77,16 @@ def load_default_model(*, trained: bool = True, dtype: torch.dtype = torch.float
     return model, model.tokenizer
 
 
-def load_rhea_model(name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype = torch.float32):
-    """A `RheaForCausalLM` from a Rhea directory, the default model, or any base (fresh adapters)."""
+def load_rhea_model(name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype | None = None):
+    """A `RheaForCausalLM` from a Rhea directory, the default model, or any base (fresh adapters).
+
+    `dtype=None` picks the zoo entry's dtype (bfloat16 for ``qwen2.5-coder-1.5b``), else float32.
+    """
     from rhea.modeling.config import CONFIG_NAME
     from rhea.modeling.rhea_model import RheaForCausalLM
+    from rhea.models import default_dtype
+
+    dtype = dtype or default_dtype(name_or_path)
 
     if os.path.isfile(os.path.join(name_or_path, CONFIG_NAME)):
         return RheaForCausalLM.from_pretrained(name_or_path, dtype=dtype)

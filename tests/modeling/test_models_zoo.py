@@ -256,3 +256,27 @@ def test_train_model_flag_sets_the_base_model(tmp_path, monkeypatch, capsys):
     assert rhea_main(["train", "--config", str(cfg), "--model", "qwen2.5-coder-1.5b"]) == 0
     assert seen == {"base_model": "qwen2.5-coder-1.5b"}
     assert json.loads(capsys.readouterr().out)["optimizer_steps"] == 0
+
+
+def test_default_dtype_per_zoo_entry():
+    import torch
+
+    from rhea.models import default_dtype
+
+    assert default_dtype("qwen2.5-coder-1.5b") is torch.bfloat16
+    assert default_dtype("smollm2-135m") is torch.float32
+    assert default_dtype("/some/local/dir") is torch.float32
+
+
+def test_load_rhea_model_default_dtype_on_a_local_base(tmp_path):
+    """A local base (not in the zoo) still loads in float32 when no dtype is given; an explicit one wins."""
+    import torch
+
+    from rhea.modeling.loading import load_rhea_model
+    from rhea.testing import tiny_llama, tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    tiny_llama(len(tok)).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    assert load_rhea_model(str(tmp_path)).dtype == torch.float32
+    assert load_rhea_model(str(tmp_path), dtype=torch.bfloat16).dtype == torch.bfloat16
