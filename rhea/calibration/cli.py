@@ -16,7 +16,10 @@ def calibrate_model(model, triples, *, keep: float = 0.9, drop: float = 0.8, raw
     """Fit thresholds on `triples` and set them on ``model.config``; returns the fit report.
 
     `centering`: "none" (raw cosine), "fixed" (subtract the calibration triples' mean latent),
-    or "auto" (fit both; keep the one meeting the targets with the larger margin).
+    or "auto": fit both and keep the one whose thresholds *transfer* best to unseen topics —
+    leave-one-family-out on the calibration triples (fit on the other families, measure
+    keep/drop on the left-out one; score = mean over folds of the worst slack against the
+    targets), ties broken by the gap between the related and unrelated score quantiles.
     """
     from rhea.calibration.fit import CalibrationError, encode_triples, fit_thresholds
 
@@ -29,8 +32,10 @@ def calibrate_model(model, triples, *, keep: float = 0.9, drop: float = 0.8, raw
         s = lat.scores(center if mode == "fixed" else None)
         fit = fit_thresholds(s.related, s.unrelated, keep=keep, drop=drop, raw=raw)
         gap = float(s.related.quantile(1 - keep) - s.unrelated.quantile(drop))  # > 0: the targets are separable
-        fits[mode] = {"fit": fit, "ranking_accuracy": s.ranking_accuracy, "margin": gap}
-    best = max(fits, key=lambda m: (fits[m]["fit"].targets_met, fits[m]["margin"]))
+        fits[mode] = {"fit": fit, "ranking_accuracy": s.ranking_accuracy, "margin": gap,
+                      "transfer": _family_transfer(triples, s, keep=keep, drop=drop, raw=raw)}
+    best = max(fits, key=lambda m: (fits[m]["transfer"] if fits[m]["transfer"] is not None else fits[m]["fit"].targets_met - 1,
+                                    fits[m]["margin"]))
     fit = fits[best]["fit"]
     cfg = model.config
     cfg.tau_low, cfg.tau_high = fit.tau_low, fit.tau_high
@@ -38,10 +43,33 @@ def calibrate_model(model, triples, *, keep: float = 0.9, drop: float = 0.8, raw
     cfg.latent_centering = "fixed" if best == "fixed" else "none"
     cfg.validate()
     report = {"centering": best, "n_triples": len(triples), "targets": {"keep": keep, "drop": drop, "raw": raw},
-              **{m: {**f["fit"].to_dict(), "ranking_accuracy": f["ranking_accuracy"], "margin": f["margin"]}
+              **{m: {**f["fit"].to_dict(), "ranking_accuracy": f["ranking_accuracy"], "margin": f["margin"],
+                     "family_transfer": f["transfer"]}
                  for m, f in fits.items()}}
     cfg.extra["calibration"] = report
     return report
+
+
+def _family_transfer(triples, scores, *, keep: float, drop: float, raw: float) -> float | None:
+    """Leave-one-family-out: mean over families of min(kept - keep, dropped - drop) on the left-out
+    family under thresholds fitted on the others (None with fewer than 2 families)."""
+    import torch
+
+    from rhea.calibration.fit import fit_thresholds
+
+    families = sorted({t.family for t in triples})
+    if len(families) < 2:
+        return None
+    slacks = []
+    for fam in families:
+        out = torch.tensor([t.family == fam for t in triples])
+        if out.all() or (~out).sum() < 2:
+            return None
+        fit = fit_thresholds(scores.related[~out], scores.unrelated[~out], keep=keep, drop=drop, raw=raw)
+        kept = float((scores.related[out] >= fit.tau_low).float().mean())
+        dropped = float((scores.unrelated[out] < fit.tau_low).float().mean())
+        slacks.append(min(kept - keep, dropped - drop))
+    return sum(slacks) / len(slacks)
 
 
 def _cmd_calibrate(args) -> int:

@@ -88,3 +88,16 @@ def test_episodic_centering_modes(tiny_model):
     assert torch.allclose(em["running"].score(q), turn_scores(q[None], vk, center=running)[0], atol=1e-6)
     with pytest.raises(ValueError, match="centering"):
         EpisodicMemory(tiny_model.compress, centering="mean")
+
+
+def test_family_transfer_prefers_thresholds_that_hold_on_an_unseen_family():
+    from rhea.calibration.cli import _family_transfer
+    from rhea.calibration.data import Triple
+    from rhea.calibration.fit import TripleScores
+
+    fams = [Triple(f, "r", "q", "u", "x") for f in "aabb"]
+    steady = TripleScores(torch.tensor([0.8, 0.8, 0.8, 0.8]), torch.tensor([0.2, 0.2, 0.2, 0.2]))
+    shifted = TripleScores(torch.tensor([0.9, 0.9, 0.5, 0.5]), torch.tensor([0.6, 0.6, 0.2, 0.2]))
+    assert _family_transfer(fams, steady, keep=0.9, drop=0.8, raw=0.5) == pytest.approx(0.1)
+    assert _family_transfer(fams, shifted, keep=0.9, drop=0.8, raw=0.5) < 0
+    assert _family_transfer(fams[:2], steady, keep=0.9, drop=0.8, raw=0.5) is None
