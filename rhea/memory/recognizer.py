@@ -480,9 +480,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="rhea.memory.recognizer", description="Recognizer precision/recall on the packaged labelled set")
     ap.add_argument("--prompted", action="store_true", help="also the prompted classifier on the embedded model (heavy)")
     ap.add_argument("--out", help="write the JSON here (e.g. benchmarks/results/recognizer.json)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads for --prompted (1: on a shared CPU more threads than free cores is far slower)")
     args = ap.parse_args(argv)
     generator, t0 = None, time.perf_counter()
     if args.prompted:
+        import torch
+
+        torch.set_num_threads(args.threads)
         from rhea import load_default_model
         from rhea.llm import HFGenerator
 
