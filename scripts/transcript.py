@@ -195,6 +195,13 @@ def transcript_markdown(rows: list[dict], meta: dict) -> str:
             out.append("- past turns: " + ", ".join(
                 f"#{d['turn'] + 1} {d['tier']}" + (f" ({d['score']:.3f})" if d["score"] is not None else "")
                 for d in r["past_turns"]))
+            scores = [d["score"] for d in r["past_turns"] if d["score"] is not None]
+            tiers = [d["tier"] for d in r["past_turns"]]
+            top = max(set(tiers), key=tiers.count)
+            if scores:
+                out.append(f"- scores: min {min(scores):.3f}, mean {sum(scores) / len(scores):.3f}, max {max(scores):.3f}"
+                           + (f"; WARNING: {tiers.count(top)}/{len(tiers)} turns in tier {top!r}, the thresholds do not "
+                              "separate this model's scores" if len(tiers) >= 5 and tiers.count(top) >= 0.9 * len(tiers) else ""))
         lat = r["latency_s"]
         out += [f"- tokens fed {r['tokens_fed']} ({r['text_tokens']} text + {r['latent_slots']} latent slots) vs full "
                 f"history {r['full_history_tokens']}; prompt {r['prompt_tokens']} incl. template, "
@@ -237,7 +244,12 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", required=True, help="markdown path; the JSON goes beside it")
+    p.add_argument("--rerender", action="store_true", help="with --policy: rewrite the markdown from the JSON beside --out")
     args = p.parse_args(argv)
+    if args.rerender:
+        saved = json.loads(Path(args.out).with_suffix(".json").read_text())
+        Path(args.out).write_text(transcript_markdown(saved["turns"], saved["meta"]))
+        return 0
     if not 1 <= args.turns <= len(SCRIPT):
         p.error(f"--turns must be in 1..{len(SCRIPT)} (the script has {len(SCRIPT)} messages)")
     out = Path(args.out)
