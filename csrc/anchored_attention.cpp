@@ -66,6 +66,19 @@ inline void row_limits(int64_t i, int64_t n0, int64_t nlen, int64_t P, bool caus
   *cV = causal ? std::max(*cP, std::clamp<int64_t>(i - n0 + 1, 0, nlen)) : nlen;
 }
 
+// S[mlen, nlen] = scale * Q_blk K_blk^T for queries [m0, m0 + mlen) and keys [n0, n0 + nlen),
+// then row_fn(r, cP, cV) on each row with its bias/visibility limits (see row_limits).
+template <typename RowFn>
+inline void logits_block(const float* qm, int64_t m0, int64_t mlen, const float* kb, int64_t n0, int64_t nlen,
+                         int64_t D, float scale, int64_t P, bool causal, float* S, RowFn&& row_fn) {
+  gemm_rm(false, true, mlen, nlen, D, scale, qm, D, kb + n0 * D, D, 0.f, S, nlen);
+  for (int64_t r = 0; r < mlen; ++r) {
+    int64_t cP, cV;
+    row_limits(m0 + r, n0, nlen, P, causal, &cP, &cV);
+    row_fn(r, cP, cV);
+  }
+}
+
 at::Tensor f32(const at::Tensor& t) { return t.to(at::kFloat).contiguous(); }
 
 }  // namespace
@@ -103,13 +116,11 @@ std::tuple<at::Tensor, at::Tensor> anchored_attention_fwd_cpu(const at::Tensor& 
       std::fill(lrow, lrow + mlen, 0.f);
       for (int64_t n0 = 0; n0 < kv_end; n0 += kvb) {
         const int64_t nlen = std::min(kvb, kv_end - n0);
-        gemm_rm(false, true, mlen, nlen, s.D, fscale, qm, s.D, kb + n0 * s.D, s.D, 0.f, S, nlen);
-        for (int64_t r = 0; r < mlen; ++r) {
-          int64_t cP, cV;
-          row_limits(m0 + r, n0, nlen, P[b], causal, &cP, &cV);
-          const float alpha = rk.softmax_step(S + r * nlen, nlen, cP, cV, fbeta, mrow + r, lrow + r);
-          if (n0 > 0 && alpha != 1.f) rk.scale(acc + r * s.D, s.D, alpha);
-        }
+        logits_block(qm, m0, mlen, kb, n0, nlen, s.D, fscale, P[b], causal, S,
+                     [&](int64_t r, int64_t cP, int64_t cV) {
+                       const float alpha = rk.softmax_step(S + r * nlen, nlen, cP, cV, fbeta, mrow + r, lrow + r);
+                       if (n0 > 0 && alpha != 1.f) rk.scale(acc + r * s.D, s.D, alpha);
+                     });
         gemm_rm(false, false, mlen, s.D, nlen, 1.f, S, nlen, vb + n0 * s.D, s.D, n0 == 0 ? 0.f : 1.f, acc, s.D);
       }
       float* om = op + (bh * s.N + m0) * s.D;
@@ -161,12 +172,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> anchored_attention_bwd_cpu(
           const int64_t kv_end = keys_end(m0, mlen, P[b], s.N, causal);
           for (int64_t n0 = 0; n0 < kv_end; n0 += kvb) {
             const int64_t nlen = std::min(kvb, kv_end - n0);
-            gemm_rm(false, true, mlen, nlen, s.D, fscale, qm, s.D, kb + n0 * s.D, s.D, 0.f, Pm, nlen);
-            for (int64_t r = 0; r < mlen; ++r) {
-              int64_t cP, cV;
-              row_limits(m0 + r, n0, nlen, P[b], causal, &cP, &cV);
-              rk.probs(Pm + r * nlen, nlen, cP, cV, fbeta, lp[row0 + r]);
-            }
+            logits_block(qm, m0, mlen, kb, n0, nlen, s.D, fscale, P[b], causal, Pm,
+                         [&](int64_t r, int64_t cP, int64_t cV) {
+                           rk.probs(Pm + r * nlen, nlen, cP, cV, fbeta, lp[row0 + r]);
+                         });
             // dV += P^T dO; dP = dO V^T; dS = P * (dP - delta); dQ += scale dS K; dK += scale dS^T Q
             gemm_rm(true, false, nlen, s.D, mlen, 1.f, Pm, nlen, dom, s.D, 1.f, dvb + n0 * s.D, s.D);
             gemm_rm(false, true, mlen, nlen, s.D, 1.f, dom, s.D, vb + n0 * s.D, s.D, 0.f, dP, nlen);
