@@ -203,7 +203,7 @@ def main() -> None:
         "max_new_tokens": args.max_new_tokens,
         "instructions": INSTRUCTIONS,
         "command": "flock /tmp/rhea-heavy.lock nice -n 10 .venv/bin/python benchmarks/im_kv_cache.py "
-                   f"--turns {args.turns} --max-new-tokens {args.max_new_tokens} --repeats {args.repeats} "
+                   f"--turns {args.turns} --max-new-tokens {args.max_new_tokens} --repeats {args.repeats} --threads {args.threads} "
                    f"--policies {' '.join(args.policies)}",
         "policies": {},
     }
