@@ -402,7 +402,7 @@ def summary_markdown(results: dict) -> str:
         lines.append("| " + " | ".join(headers) + " |")
         lines.append("|" + "---|" * len(headers))
         for row in rows:
-            lines.append("| " + " | ".join(_fmt(row[h]) for h in headers) + " |")
+            lines.append("| " + " | ".join(_fmt(row[h], 3 if h.endswith(" s") else 2) for h in headers) + " |")
     if config["suite"] == "long-horizon" and any(
             d["aggregate"].get("judge") == "skipped" for d in results["policies"].values()):
         lines += ["", "No judge was configured (--judge-url): quality ratings were skipped; the recall and "
