@@ -14,7 +14,7 @@ decode). With `out=` it writes, as it goes:
 ``out/*.png``                       IAR / tokens / latency against the turn index
 
 An interrupted run started again with the same settings continues from the last finished
-turn of each episode (the saved session restores the policy's memory exactly), so long runs
+turn of each episode (the policy list may differ: policies already run are reused, new ones run) (the saved session restores the policy's memory exactly), so long runs
 on slow machines can be stopped and resumed at any time.
 
 >>> from rhea.testing import tiny_rhea
@@ -120,11 +120,14 @@ def _check_config(out: Path, config: dict, resume: bool) -> None:
     path = out / "config.json"
     if path.is_file() and resume:
         saved = json.loads(path.read_text())
-        if saved != config:
-            diff = sorted(k for k in set(saved) | set(config) if saved.get(k) != config.get(k))
+        # the policy list may change: each policy's episodes are checkpointed on their own
+        diff = sorted(k for k in set(saved) | set(config) if k != "policies" and saved.get(k) != config.get(k))
+        if diff:
             raise BenchError(
                 f"{out} holds a run with other settings ({', '.join(diff)} differ); pass the same settings "
                 "to resume it, another --out for a new run, or --no-resume to start this one over")
+        if saved != config:
+            path.write_text(json.dumps(config, indent=1))
         return
     if path.is_file():  # not resuming: start over
         shutil.rmtree(out / "state", ignore_errors=True)

@@ -148,3 +148,14 @@ def test_paper_tables_render_our_runs(model, tmp_path):
     rhea_row = next(line for line in text.splitlines() if line.startswith("| rhea-no-im |"))
     assert "n/a (not transcribed)" in rhea_row and rhea_row.count("|") == 5
     assert (tmp_path / "tables.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_adding_a_policy_reuses_the_finished_ones(model, tmp_path, monkeypatch):
+    first = run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
+    sent = []
+    original = ChatSession.send
+    monkeypatch.setattr(ChatSession, "send", lambda self, text, **kw: sent.append(self.policy.name) or original(self, text, **kw))
+    both = run_suite(model, "efficiency", ["vanilla", "recent-k"], out=tmp_path, **RUN)
+    assert sent == ["recent-k"] * 3
+    assert both["policies"]["vanilla"]["turns"] == first["policies"]["vanilla"]["turns"]
+    assert json.loads((tmp_path / "config.json").read_text())["policies"] == ["vanilla", "recent-k"]
