@@ -444,6 +444,7 @@ def plot_results(results: dict, out: str | Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     out = Path(out)
     config = results["config"]
@@ -464,6 +465,7 @@ def plot_results(results: dict, out: str | Path) -> list[Path]:
             xs, ys = _by_turn(first["turns"], "full_history_tokens")
             if xs:
                 ax.plot(xs, ys, "k--", linewidth=1, label="full history")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("turn")
         ax.set_ylabel(label)
         ax.set_title(title, fontsize=9)
