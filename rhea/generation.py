@@ -128,7 +128,12 @@ class _TimingStreamer:
                 self.emitted = text
 
     def end(self) -> None:
-        pass
+        """Flush text held back for an unfinished multi-byte character, so the stream equals the reply."""
+        if self.on_text is not None and self.ids:
+            text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+            if text != self.emitted:
+                self.on_text(text[len(self.emitted):])
+                self.emitted = text
 
 
 def generate_from_plan(
