@@ -17,7 +17,13 @@ def _policies(value: str) -> list[str]:
         return list(DEFAULT_POLICIES)
     if value == "all":
         return available_policies()
-    return _split(value)
+    names = _split(value)
+    unknown = [n for n in names if n not in available_policies()]
+    if unknown:  # before the model loads, not after
+        from rhea.eval.runner import BenchError
+
+        raise BenchError(f"unknown policies {unknown}; choose from {available_policies()}, 'default' or 'all'")
+    return names
 
 
 def _suites(value: str) -> list[str]:

@@ -133,6 +133,14 @@ def test_cli_bad_suite_fails_before_loading_a_model(tmp_path, capsys):
     assert "unknown suite" in capsys.readouterr().err
 
 
+def test_cli_bad_policy_fails_before_loading_a_model(tmp_path, capsys):
+    code = main(["bench", "--suite", "efficiency", "--policies", "vanilla,list", "--out", str(tmp_path),
+                 "--model", str(tmp_path / "missing")])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "unknown policies ['list']" in err and "'default' or 'all'" in err
+
+
 def test_paper_tables_render_our_runs(model, tmp_path):
     import importlib.util
     from pathlib import Path
