@@ -3,8 +3,8 @@
 // score[b, t] = max_{i,j} cos(vq[b,i] - c, vk[b,t,j] - c), norms floored at kNormEps;
 // masked turns get -inf and tier 0. See rhea_kernels/reference.py for the definition.
 //
-// The queries are centred and normalised once. vk is read in chunks of about kChunkRows
-// latent rows; per chunk, one GEMM (the BLAS torch ships) gives every query-key dot
+// The queries are centred and normalised once. vk is read in chunks of about kChunkBytes
+// of latent rows; per chunk, one GEMM (the BLAS torch ships) gives every query-key dot
 // product while the rows are in cache, the rows' norms come from a vectorised pass
 // (vec.h), and each turn's max is taken from the dots scaled by 1/|k|. Small calls run
 // on the calling thread: waking a second thread costs more than it saves, and on a busy
@@ -21,7 +21,10 @@ namespace rhea_kernels {
 
 namespace {
 
-constexpr int64_t kChunkRows = 256;               // latent rows per GEMM (~0.6 MB at d=576)
+// Latent rows per GEMM: as many as fit in about kChunkBytes of fp32 (within L2), so one GEMM
+// call covers a whole session at d=576 (a 256-row chunk made T=64 cost two GEMM calls, 1.7x
+// the time of one).
+constexpr int64_t kChunkBytes = int64_t{3} << 19;  // 1.5 MiB: L2 here is 2 MiB per core
 constexpr int64_t kSerialMacs = int64_t{8} << 20;  // below this many multiply-adds, stay on one thread
 
 template <typename scalar_t>
@@ -40,7 +43,8 @@ void score_rows(const scalar_t* vq, const scalar_t* vk, const bool* mask, const 
   const float neg_inf = -std::numeric_limits<float>::infinity();
   // fp32 rows without a centre are read in place; anything else is staged in fp32 once.
   const bool stage = center != nullptr || !std::is_same_v<scalar_t, float>;
-  const int64_t tc = std::max<int64_t>(1, kChunkRows / nk);  // turns per chunk
+  const int64_t chunk_rows = std::max<int64_t>(nk, kChunkBytes / (d * int64_t{sizeof(float)}));
+  const int64_t tc = std::max<int64_t>(1, chunk_rows / nk);  // turns per chunk
   const int64_t chunks = (T + tc - 1) / tc;
   const int64_t macs = B * T * nk * nq * d;
   const int64_t grain = macs < kSerialMacs ? std::max<int64_t>(1, B * chunks) : 1;

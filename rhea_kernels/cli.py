@@ -1,0 +1,195 @@
+"""`rhea kernels`: what is built, whether it is correct here, and how fast one shape runs.
+
+    rhea kernels info                                  # extension, Triton, CUDA, dispatch per device
+    rhea kernels check [--device cpu|cuda]             # kernels vs the plain-torch references
+    rhea kernels time turn_scores --shape 1,64,8,576   # one shape: kernel vs eager reference
+    rhea kernels time anchored_attention --shape 1,8,2,1024,64 --prefix 128 --backward
+
+`time` uses `torch.utils.benchmark.Timer.blocked_autorange` (median); the full comparison
+across providers and shapes is `benchmarks/kernels.py`. This module never imports `rhea`.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+
+import torch
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class KernelsCliError(ValueError):
+    """Bad `rhea kernels` arguments (shape, device)."""
+
+
+def _device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise KernelsCliError("--device cuda: torch.cuda.is_available() is False on this machine; use --device cpu")
+    return torch.device(name)
+
+
+def _shape(text: str, n: int, what: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        dims = ()
+    if len(dims) != n or min(dims) < 1:
+        raise KernelsCliError(f"--shape {text!r}: expected {n} positive integers separated by commas ({what})")
+    return dims
+
+
+def info() -> dict:
+    from rhea_kernels import _ext
+    from rhea_kernels.ops import backend_for
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    out = {
+        "torch": torch.__version__,
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+        "cpp_extension": _ext.HAS_EXT,
+        "cpp_extension_error": _ext.EXT_ERROR,
+        "triton": triton_version,
+        "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "backend_cpu": backend_for(torch.empty(0)),
+    }
+    if torch.cuda.is_available():
+        out["backend_cuda"] = backend_for(torch.empty(0, device="cuda"))
+    return out
+
+
+def _close(name: str, got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float) -> tuple[str, bool, float]:
+    got, want = got.float().cpu(), want.float().cpu()
+    finite = torch.isfinite(want)
+    same_inf = torch.equal(torch.isfinite(got), finite)
+    err = (got[finite] - want[finite]).abs().max().item() if finite.any() else 0.0
+    ok = same_inf and torch.allclose(got[finite], want[finite], atol=atol, rtol=rtol)
+    return name, ok, err
+
+
+def check(device: torch.device, seed: int = 0) -> list[tuple[str, bool, float]]:
+    """Each op on small odd shapes against `rhea_kernels.reference`; (case, ok, max abs error)."""
+    import rhea_kernels as rk
+    from rhea_kernels import reference as R
+
+    g = torch.Generator().manual_seed(seed)
+    rand = lambda *s, dtype=torch.float32: torch.randn(*s, generator=g).to(device=device, dtype=dtype)  # noqa: E731
+    results = []
+    for B, T, nq, nk, d in [(1, 1, 8, 8, 576), (2, 33, 3, 5, 60), (1, 7, 8, 8, 896)]:
+        vq, vk = rand(B, nq, d), rand(B, T, nk, d)
+        mask = torch.rand(B, T, generator=g).to(device) > 0.3
+        results.append(_close(f"turn_scores B={B} T={T} nq={nq} nk={nk} d={d}",
+                              rk.turn_scores(vq, vk, mask), R.turn_scores(vq, vk, mask), 1e-4, 1e-4))
+    for B, H, Hkv, N, D, prefix in [(1, 4, 1, 37, 64, 5), (2, 2, 2, 130, 32, 130), (1, 2, 1, 1, 64, 0)]:
+        for dtype, tol in ((torch.float32, 2e-4), (torch.bfloat16, 3e-2)):
+            q = rand(B, H, N, D, dtype=dtype).requires_grad_()
+            k, v = rand(B, Hkv, N, D, dtype=dtype).requires_grad_(), rand(B, Hkv, N, D, dtype=dtype).requires_grad_()
+            pl = torch.full((B,), prefix, dtype=torch.long, device=device)
+            out = rk.anchored_attention(q, k, v, pl, beta=1.5)
+            ref = R.anchored_attention(*(t.detach().float().requires_grad_() for t in (q, k, v)), pl, beta=1.5)
+            tag = f"anchored_attention B={B} H={H}:{Hkv} N={N} D={D} prefix={prefix} {str(dtype)[6:]}"
+            results.append(_close(tag + " fwd", out, ref, tol, tol))
+            grad = rand(*out.shape)
+            got = torch.autograd.grad(out, (q, k, v), grad.to(dtype))
+            qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+            want = torch.autograd.grad(R.anchored_attention(qf, kf, vf, pl, beta=1.5), (qf, kf, vf), grad)
+            for name, a, b in zip("qkv", got, want):
+                results.append(_close(f"{tag} d{name}", a, b, 10 * tol, 10 * tol))
+    return results
+
+
+def time_op(op: str, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype, prefix: int,
+            backward: bool) -> dict:
+    """Median seconds of the kernel and of the eager reference for one shape."""
+    from torch.utils.benchmark import Timer
+
+    import rhea_kernels as rk
+    from rhea_kernels import reference as R
+
+    if op == "turn_scores":
+        B, T, n, d = shape
+        vq, vk = torch.randn(B, n, d, device=device, dtype=dtype), torch.randn(B, T, n, d, device=device, dtype=dtype)
+        fns = {"kernel": lambda: rk.turn_scores(vq, vk), "reference": lambda: R.turn_scores(vq, vk)}
+    else:
+        B, H, Hkv, N, D = shape
+        if H % Hkv:
+            raise KernelsCliError(f"--shape: H={H} must be a multiple of Hkv={Hkv} (GQA)")
+        if not 0 <= prefix <= N:
+            raise KernelsCliError(f"--prefix {prefix} must be between 0 and N={N}")
+        q = torch.randn(B, H, N, D, device=device, dtype=dtype, requires_grad=backward)
+        k = torch.randn(B, Hkv, N, D, device=device, dtype=dtype, requires_grad=backward)
+        v = torch.randn(B, Hkv, N, D, device=device, dtype=dtype, requires_grad=backward)
+        pl = torch.full((B,), prefix, dtype=torch.long, device=device)
+
+        def run(fn):
+            def call():
+                out = fn(q, k, v, pl, beta=1.0)
+                if backward:
+                    out.sum().backward()
+            return call
+
+        # the LSE-merge reference is O(N) memory but forward-only; with --backward, the materialised one
+        fns = {"kernel": run(rk.anchored_attention),
+               "reference": run(R.anchored_attention if backward else R.anchored_attention_lse_merge)}
+    res = {}
+    for name, fn in fns.items():
+        fn()  # warm-up (allocation, Triton compile)
+        res[name] = Timer("fn()", globals={"fn": fn}).blocked_autorange(min_run_time=0.5).median
+    res["speedup"] = res["reference"] / res["kernel"]
+    return res
+
+
+def _main(args) -> int:
+    try:
+        if args.kernels_cmd == "info":
+            for key, value in info().items():
+                print(f"{key:22s} {value}")
+            return 0
+        device = _device(args.device)
+        if args.kernels_cmd == "check":
+            results = check(device)
+            for name, ok, err in results:
+                print(f"{'ok  ' if ok else 'FAIL'} {name:70s} max|err| {err:.2e}")
+            failed = sum(not ok for _, ok, _ in results)
+            print(f"{len(results) - failed}/{len(results)} cases match the reference on {device}")
+            return 1 if failed else 0
+        dims = 4 if args.op == "turn_scores" else 5
+        shape = _shape(args.shape, dims, "B,T,n,d" if dims == 4 else "B,H,Hkv,N,D")
+        res = time_op(args.op, shape, device, DTYPES[args.dtype], args.prefix, args.backward)
+        print(f"{args.op} {shape} {args.dtype} on {device}: kernel {res['kernel'] * 1e3:.3f} ms, "
+              f"reference {res['reference'] * 1e3:.3f} ms, speed-up {res['speedup']:.2f}x")
+        return 0
+    except KernelsCliError as e:
+        print(f"rhea kernels: error: {e}", file=sys.stderr)
+        return 2
+
+
+def register(sub) -> None:
+    p = sub.add_parser("kernels", help="rhea_kernels: build info, correctness check, one-shape timing",
+                       description=__doc__.split("\n\n")[0])
+    ks = p.add_subparsers(dest="kernels_cmd", required=True)
+    ks.add_parser("info", help="what is built and which implementation each device uses")
+    c = ks.add_parser("check", help="compare the kernels with the plain-torch references on small shapes")
+    c.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    t = ks.add_parser("time", help="time one shape: kernel vs eager reference")
+    t.add_argument("op", choices=["turn_scores", "anchored_attention"])
+    t.add_argument("--shape", required=True, help="turn_scores: B,T,n,d; anchored_attention: B,H,Hkv,N,D")
+    t.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    t.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
+    t.add_argument("--prefix", type=int, default=0, help="anchored_attention: instruction prefix length")
+    t.add_argument("--backward", action="store_true", help="anchored_attention: time forward + backward")
+    p.set_defaults(func=_main)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="rhea")
+    register(ap.add_subparsers(dest="cmd", required=True))
+    args = ap.parse_args(argv)
+    return args.func(args)
