@@ -77,6 +77,10 @@ class TripleLatents:
     def mean(self) -> torch.Tensor:
         return latent_mean(torch.cat([self.replies, self.queries, self.unrelated]))
 
+    def subset(self, keep: torch.Tensor) -> "TripleLatents":
+        """The triples where the bool mask `keep` is True."""
+        return TripleLatents(self.replies[keep], self.queries[keep], self.unrelated[keep])
+
 
 def encode_triples(model, triples: Sequence[Triple], *, batch_size: int = 16) -> TripleLatents:
     """Compress the replies, needing queries and unrelated queries of `triples`."""

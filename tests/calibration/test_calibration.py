@@ -90,14 +90,62 @@ def test_episodic_centering_modes(tiny_model):
         EpisodicMemory(tiny_model.compress, centering="mean")
 
 
+def _unit_latents(cosines: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Replies along e0 and, per triple, a query at the given cosine to it: [N, 1, 3] each."""
+    import math
+
+    replies = torch.tensor([[[1.0, 0.0, 0.0]]] * len(cosines))
+    queries = torch.tensor([[[c, math.sqrt(1 - c * c), 0.0]] for c in cosines])
+    return replies, queries
+
+
 def test_family_transfer_prefers_thresholds_that_hold_on_an_unseen_family():
     from rhea.calibration.cli import _family_transfer
     from rhea.calibration.data import Triple
-    from rhea.calibration.fit import TripleScores
+    from rhea.calibration.fit import TripleLatents
 
     fams = [Triple(f, "r", "q", "u", "x") for f in "aabb"]
-    steady = TripleScores(torch.tensor([0.8, 0.8, 0.8, 0.8]), torch.tensor([0.2, 0.2, 0.2, 0.2]))
-    shifted = TripleScores(torch.tensor([0.9, 0.9, 0.5, 0.5]), torch.tensor([0.6, 0.6, 0.2, 0.2]))
-    assert _family_transfer(fams, steady, keep=0.9, drop=0.8, raw=0.5) == pytest.approx(0.1)
-    assert _family_transfer(fams, shifted, keep=0.9, drop=0.8, raw=0.5) < 0
-    assert _family_transfer(fams[:2], steady, keep=0.9, drop=0.8, raw=0.5) is None
+    r, q = _unit_latents([0.8, 0.8, 0.8, 0.8])
+    _, u = _unit_latents([0.2, 0.2, 0.2, 0.2])
+    steady = TripleLatents(r, q, u)
+    r, q = _unit_latents([0.9, 0.9, 0.5, 0.5])
+    _, u = _unit_latents([0.6, 0.6, 0.2, 0.2])
+    shifted = TripleLatents(r, q, u)
+    assert _family_transfer(fams, steady, False, keep=0.9, drop=0.8, raw=0.5) == pytest.approx(0.1)
+    assert _family_transfer(fams, shifted, False, keep=0.9, drop=0.8, raw=0.5) < 0
+    assert _family_transfer(fams[:2], steady, False, keep=0.9, drop=0.8, raw=0.5) is None
+
+
+def test_family_transfer_centres_each_fold_without_the_left_out_family():
+    from rhea.calibration.cli import _family_transfer
+    from rhea.calibration.data import Triple
+    from rhea.calibration.fit import TripleLatents
+
+    fams = [Triple(f, "r", "q", "u", "x") for f in "aaabbbccc"]
+    offset = {"a": 0.0, "b": 3.0, "c": -2.0}  # a centre that saw a family would remove its shift
+    shift = torch.stack([torch.full((1, 6), offset[t.family]) for t in fams])
+    g = torch.Generator().manual_seed(0)
+    lat = TripleLatents(*(torch.randn(9, 1, 6, generator=g) + shift for _ in range(3)))
+    centres = []
+
+    class Recording(TripleLatents):
+        def subset(self, keep):
+            return Recording(*vars(super().subset(keep)).values())
+
+        def scores(self, center=None):
+            centres.append((self.replies.shape[0], center))
+            return super().scores(center)
+
+    _family_transfer(fams, Recording(*vars(lat).values()), True, keep=0.9, drop=0.8, raw=0.5)
+    assert len(centres) == 6  # per fold: the 6 fitting triples, then the 3 left out
+    for fold, fam in enumerate("abc"):
+        rest = lat.subset(torch.tensor([t.family != fam for t in fams]))
+        (n_fit, c_fit), (n_out, c_out) = centres[2 * fold], centres[2 * fold + 1]
+        assert (n_fit, n_out) == (6, 3)
+        assert torch.allclose(c_fit, rest.mean()) and torch.allclose(c_out, rest.mean())
+        assert not torch.allclose(c_out, lat.mean())
+    centres.clear()
+    _family_transfer(fams, Recording(*vars(lat).values()), False, keep=0.9, drop=0.8, raw=0.5)
+    assert all(c is None for _, c in centres)
+
+
