@@ -16,19 +16,19 @@ SCRIPT = [
 ]
 
 
-def _history_messages(conversation: Conversation, latent_turns: dict[int, torch.Tensor]) -> list[dict]:
+TIER_NAMES = {0: "drop", 1: "latent", 2: "raw"}
+
+
+def _history_messages(conversation: Conversation, latent_turns: dict[int, torch.Tensor],
+                      dropped: frozenset[int] = frozenset()) -> list[dict]:
     msgs = []
     for i, turn in enumerate(conversation):
         msgs.append({"role": "user", "content": turn.user})
+        if i in dropped:  # HCR drops the reply; the user turn stays (the paper's layout)
+            continue
         content = [Latent(latent_turns[i], i)] if i in latent_turns else turn.assistant
         msgs.append({"role": "assistant", "content": content})
     return msgs
-
-
-def _cosine_max(a: torch.Tensor, b: torch.Tensor) -> float:
-    a = torch.nn.functional.normalize(a.float(), dim=-1)
-    b = torch.nn.functional.normalize(b.float(), dim=-1)
-    return float((a @ b.T).max())
 
 
 def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 48, echo: Callable[[str], None] = print) -> dict:
@@ -70,23 +70,44 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 48, echo
         echo("")
 
     query = SCRIPT[-1]
+    # Heuristic context retrieval exactly as the rhea policy does it: max-cosine through
+    # rhea_kernels (centred when the model ships a calibrated centre), then the model's tiers.
+    from rhea.memory.episodic import EpisodicEntry, EpisodicMemory
+    from rhea_kernels import score_tiers
+
+    cfg = model.config
+    memory = EpisodicMemory(lambda texts: model.compress(texts),
+                            center=torch.tensor(cfg.latent_center) if cfg.latent_center is not None else None,
+                            centering=cfg.latent_centering)
+    for i, turn in enumerate(conversation):
+        memory.entries.append(EpisodicEntry(i, turn.user, turn.assistant, latents[i].float().cpu()))
     with torch.no_grad():
-        q_lat = model.compress([query])[0]
-    scores = {i: _cosine_max(q_lat, latents[i]) for i in latents}
+        q_lat = model.compress([query])[0].float()
+    score_t = memory.score(q_lat)
+    tiers = score_tiers(score_t[None], cfg.tau_low, cfg.tau_high)[0].tolist()
+    scores = {i: float(score_t[i]) for i in latents}
+    calibrated = "calibration" in cfg.extra
+    in_latent = {i: latents[i] for i, t in enumerate(tiers) if t == 1}
+    dropped = frozenset(i for i, t in enumerate(tiers) if t == 0)
     full = ContextPlan(_history_messages(conversation, {}) + [{"role": "user", "content": query}], policy="vanilla")
-    hybrid = ContextPlan(_history_messages(conversation, {0: latents[0]}) + [{"role": "user", "content": query}], policy="demo")
+    hybrid = ContextPlan(_history_messages(conversation, in_latent, dropped) + [{"role": "user", "content": query}],
+                         policy="demo")
     n_full = render(full, tok).input_ids.shape[1]
     rendered = render(hybrid, tok)
     echo(f"[turn {len(SCRIPT)}] user: {query}")
-    echo("  max-cosine score of the query's latents vs each past reply's latents: "
-         + ", ".join(f"turn {i + 1}: {s:.3f}" for i, s in scores.items()))
-    echo(f"  context: turn 1's reply replaced by its {model.n_mem} latents -> {rendered.input_ids.shape[1]} tokens "
-         f"({model.n_mem} of them <mem> slots) instead of {n_full} with the full text")
+    echo(f"  max-cosine score of the query's latents vs each past reply's latents "
+         f"({'centred by the calibrated mean latent' if memory.score_center(q_lat) is not None else 'raw cosine'}; "
+         f"tau_low={cfg.tau_low:g}, tau_high={cfg.tau_high:g}, {'calibrated by rhea calibrate' if calibrated else 'the paper defaults'}): "
+         + ", ".join(f"turn {i + 1}: {s:.3f} -> {TIER_NAMES[tiers[i]]}" for i, s in scores.items()))
+    echo(f"  context: {len(in_latent)} repl{'y' if len(in_latent) == 1 else 'ies'} as {model.n_mem} latents each, "
+         f"{len(dropped)} dropped -> {rendered.input_ids.shape[1]} tokens ({model.n_mem * len(in_latent)} of them "
+         f"<mem> slots) instead of {n_full} with the full text")
     echo("  rendered prompt (latent slots shown as <mem>):")
     for line in rendered.text.splitlines():
         echo("    | " + line)
     gen = generate_from_plan(model, hybrid, max_new_tokens=max_new_tokens)
     echo(f"[turn {len(SCRIPT)}] assistant from the hybrid context ({gen.new_tokens} tokens, "
          f"{gen.timings['prefill_s'] + gen.timings['decode_s']:.1f}s): {gen.text}")
-    return {"load_s": load_s, "cached": cached, "scores": scores, "tokens_full": n_full,
+    return {"load_s": load_s, "cached": cached, "scores": scores,
+            "tiers": {i: TIER_NAMES[tiers[i]] for i in scores}, "tokens_full": n_full,
             "tokens_hybrid": int(rendered.input_ids.shape[1]), "final_reply": gen.text}
