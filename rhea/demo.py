@@ -76,7 +76,7 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 48, echo
     from rhea_kernels import score_tiers
 
     cfg = model.config
-    memory = EpisodicMemory(lambda texts: model.compress(texts),
+    memory = EpisodicMemory(model.compress,
                             center=torch.tensor(cfg.latent_center) if cfg.latent_center is not None else None,
                             centering=cfg.latent_centering)
     for i, turn in enumerate(conversation):
