@@ -119,7 +119,7 @@ def register(sub) -> None:
     p.add_argument("--model", required=True, help="Rhea directory (save_pretrained), model-zoo name or base model path")
     p.add_argument("--out", default=None, help="save the calibrated model here (required unless --model is a Rhea directory)")
     p.add_argument("--triples", default=None, help="JSONL with reply/query/unrelated per line (default: generated)")
-    p.add_argument("--n", type=int, default=96, help="generated calibration triples (default 96)")
+    p.add_argument("--n", type=int, default=336, help="generated calibration triples (default 336: 24 per calibration family)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--keep", type=float, default=0.9, help="target share of needed replies kept (not dropped)")
     p.add_argument("--drop", type=float, default=0.8, help="target share of unrelated replies dropped")

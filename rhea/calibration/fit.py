@@ -58,11 +58,11 @@ class TripleScores:
     @property
     def ranking_accuracy(self) -> float:
         """Share of triples whose needing query scores above the unrelated one."""
-        return float((self.related > self.unrelated).float().mean())
+        return float((self.related > self.unrelated).double().mean())
 
     def tier_accuracy(self, tau_low: float) -> tuple[float, float]:
         """(share of related kept, share of unrelated dropped) under threshold `tau_low`."""
-        return float((self.related >= tau_low).float().mean()), float((self.unrelated < tau_low).float().mean())
+        return float((self.related >= tau_low).double().mean()), float((self.unrelated < tau_low).double().mean())
 
 
 @dataclass
@@ -124,8 +124,8 @@ def fit_thresholds(related: torch.Tensor, unrelated: torch.Tensor, *, keep: floa
         raise CalibrationError(f"need at least 2 related and 2 unrelated scores, got {related.numel()} and {unrelated.numel()}")
     values = torch.cat([related, unrelated]).sort().values
     cands = torch.cat([values[:1] - 1e-4, (values[1:] + values[:-1]) / 2, values[-1:] + 1e-4])
-    kept = (related[None, :] >= cands[:, None]).float().mean(1)
-    dropped = (unrelated[None, :] < cands[:, None]).float().mean(1)
+    kept = (related[None, :] >= cands[:, None]).double().mean(1)
+    dropped = (unrelated[None, :] < cands[:, None]).double().mean(1)
     ok = (kept >= keep) & (dropped >= drop)
     if ok.any():
         idx = ok.nonzero().flatten()
@@ -136,8 +136,8 @@ def fit_thresholds(related: torch.Tensor, unrelated: torch.Tensor, *, keep: floa
         tau_low = float(cands[int(score.argmax())])
     tau_high = max(tau_low, float(torch.quantile(related, 1.0 - raw))) if raw > 0 else 1.0
     tau_low, tau_high = max(-1.0, min(1.0, tau_low)), max(-1.0, min(1.0, tau_high))
-    keep_rate = float((related >= tau_low).float().mean())
-    drop_rate = float((unrelated < tau_low).float().mean())
-    raw_rate = float((related > tau_high).float().mean())
+    keep_rate = float((related >= tau_low).double().mean())
+    drop_rate = float((unrelated < tau_low).double().mean())
+    raw_rate = float((related > tau_high).double().mean())
     return ThresholdFit(round(tau_low, 6), round(tau_high, 6), keep_rate, drop_rate, raw_rate,
                         keep_rate >= keep and drop_rate >= drop)

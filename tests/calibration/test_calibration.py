@@ -5,6 +5,7 @@ import torch
 
 from rhea.calibration import CalibrationDataError, CalibrationError, fit_thresholds, read_triples_jsonl, triples, write_triples_jsonl
 from rhea.calibration.cli import calibrate_model
+from rhea.calibration.fit import TripleScores
 from rhea.calibration.data import FAMILIES
 from rhea.context import Turn
 from rhea.memory.episodic import EpisodicMemory
@@ -39,6 +40,16 @@ def test_fit_puts_tau_low_in_the_middle_of_the_gap_and_tau_high_at_the_raw_quant
     fit = fit_thresholds(torch.tensor([0.6, 0.7, 0.8, 0.9]), torch.tensor([0.1, 0.2, 0.3, 0.4]), raw=0.5)
     assert fit.targets_met and 0.4 < fit.tau_low < 0.6 and fit.tau_low == pytest.approx(0.5, abs=0.03)
     assert fit.tau_high == pytest.approx(0.75) and fit.raw_rate == 0.5
+
+
+def test_rates_that_hit_a_target_exactly_meet_it():
+    # 9 of 10 kept is exactly keep=0.9; in float32 the mean is 0.89999998 and used to fail the target
+    related = torch.tensor([0.05] + [0.9] * 9)
+    unrelated = torch.linspace(0.0, 0.5, 10)
+    fit = fit_thresholds(related, unrelated, keep=0.9, drop=0.8)
+    assert fit.keep_rate == 0.9 and fit.targets_met and 0.5 < fit.tau_low < 0.9
+    scores = TripleScores(related, unrelated)
+    assert scores.tier_accuracy(fit.tau_low) == (0.9, 1.0)
 
 
 def test_fit_reports_unmet_targets_when_scores_overlap():
