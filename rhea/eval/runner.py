@@ -86,7 +86,7 @@ def _cost_row(session, timer: _CompressTimer | None, compress_before: float, com
     row = {
         "context_tokens": record.prompt_tokens, "latent_slots": record.latent_slots,
         "text_tokens": record.prompt_tokens - record.latent_slots, "new_tokens": record.new_tokens,
-        "full_history_tokens": record.full_history_tokens,
+        "full_history_tokens": record.full_history_tokens, "content_tokens": record.content_tokens,
         "compress_s": compress_total, "score_s": max(plan_s - compress_in_plan, 0.0) if timer else 0.0,
         "plan_s": plan_s, "render_s": float(t.get("render_s", 0.0)),
         "prefill_s": float(t.get("prefill_s", 0.0)), "decode_s": float(t.get("decode_s", 0.0)),
@@ -330,8 +330,11 @@ def _cost_summary(rows: Sequence[dict]) -> dict:
     if ok:
         last_turn = max(r.get("turn_index") or 0 for r in ok)
         summary["last_turn_context_tokens"] = mean(r["context_tokens"] for r in ok if r.get("turn_index") == last_turn)
+        # Content tokens over content tokens: the rendered prompt (context_tokens) also counts the chat
+        # template, which the full-history count does not. Rows written before content_tokens existed: None.
         full = sum(r["full_history_tokens"] for r in ok)
-        summary["context_vs_full_history"] = (sum(r["context_tokens"] for r in ok) / full) if full else None
+        content = [r.get("content_tokens") for r in ok]
+        summary["context_vs_full_history"] = (sum(content) / full) if full and None not in content else None
     tiers: dict[str, int] = {}
     for r in ok:
         for tier, n in r.get("tiers", {}).items():
@@ -415,7 +418,10 @@ def summary_markdown(results: dict) -> str:
         lines += ["", "Score warnings recorded by the policies (turns warned, last warning):"]
         lines += [f"- {p}: {len(w)}/{len(results['policies'][p]['turns'])} turns; {w[-1]}"
                   for p, w in warned.items() if w]
-    lines += ["", "Columns: context tokens = text tokens + latent slots fed to the model for the turn; "
+    lines += ["", "Columns: context tokens = text tokens + latent slots fed to the model for the turn (the rendered "
+                  "prompt, chat template included); vs full history = the turn's content tokens (text + latent "
+                  "slots, no template) / the content tokens of the whole history and query, summed over turns "
+                  "(1.0 = everything, '–' for rows recorded before this was measured); "
                   "latency = plan (incl. compress + score) + render + prefill + decode + observe (compressing the "
                   "new reply)."]
     return "\n".join(lines) + "\n"

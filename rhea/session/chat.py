@@ -48,6 +48,9 @@ class TurnRecord:
     full_history_tokens: int
     tiers: dict[str, int]
     timings: dict[str, float] = field(default_factory=dict)
+    #: Text tokens + latent slots of the plan, counted like `full_history_tokens` (content only,
+    #: no chat-template tokens), so the two compare; None in sessions saved before it existed.
+    content_tokens: int | None = None
 
 
 class ChatSession:
@@ -206,6 +209,7 @@ class ChatSession:
             turn=len(self.conversation) - 1, policy=self.policy.name, prompt_tokens=gen.prompt_tokens,
             latent_slots=gen.latent_slots, new_tokens=gen.new_tokens,
             full_history_tokens=plan.ledger.full_history_tokens, tiers=tiers,
+            content_tokens=plan.ledger.text_tokens + plan.ledger.latent_slots,
             timings={"plan_s": t_plan, **gen.timings, "observe_s": t_observe,
                      "compress_calls": getattr(getattr(self.policy, "episodic", None), "compress_calls", 0) - compress_before},
         ))

@@ -38,6 +38,10 @@ def test_outputs_exist_and_parse(model, tmp_path):
     assert rhea_rows[2]["compress_s"] > 0, "rhea compresses the query and the new reply"
     assert sum(rhea_rows[2]["tiers"].values()) == 2
     assert saved["policies"]["vanilla"]["turns"][2]["compress_s"] == 0.0
+    # vanilla feeds the whole history: content over full-history content is exactly 1 (template tokens excluded)
+    assert saved["policies"]["vanilla"]["cost"]["context_vs_full_history"] == pytest.approx(1.0)
+    # (rhea may exceed 1 here: 8 latent slots stand in for 3-token replies)
+    assert all(isinstance(r["content_tokens"], int) and r["content_tokens"] > 0 for r in rhea_rows)
     summary = (tmp_path / "summary.md").read_text()
     assert "| vanilla |" in summary and "| rhea |" in summary and "IAR (0-10)" in summary
     for png in ("iar_vs_turn.png", "tokens_vs_turn.png", "latency_vs_turn.png"):
