@@ -219,7 +219,8 @@ def run_suite(
                                            "cost": _cost_summary(rows), "turns": rows}
     finally:
         bar.close()
-    results["wall_s"] = time.perf_counter() - started
+    results["wall_s"] = time.perf_counter() - started  # this invocation only (a resumed run did less)
+    results["turn_seconds"] = sum(r.get("latency_s") or 0.0 for d in results["policies"].values() for r in d["turns"])
     if out is not None:
         write_outputs(results, out)
     return results
@@ -402,7 +403,8 @@ def summary_markdown(results: dict) -> str:
              f"{config['n_episodes']} episode(s) × {config['n_turns']} turns, seed {config['seed']}, "
              f"max_new_tokens {config['max_new_tokens']}, greedy; data: {config['data'] or 'built-in'}; "
              f"{env.get('device', '?')}, torch {env.get('torch', '?')}, {env.get('threads', '?')} threads"
-             + (f"; wall {results['wall_s'] / 60:.1f} min" if "wall_s" in results else ""), ""]
+             + (f"; turn time {results['turn_seconds'] / 60:.1f} min over all policies" if "turn_seconds" in results else "")
+             + (f" (wall of the last invocation {results['wall_s'] / 60:.1f} min)" if "wall_s" in results else ""), ""]
     if rows:
         headers = list(rows[0])
         lines.append("| " + " | ".join(headers) + " |")
