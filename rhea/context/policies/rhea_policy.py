@@ -164,8 +164,11 @@ def _score_summary(decisions: list[TurnDecision], tau_low: float, tau_high: floa
                       "tau_low": tau_low, "tau_high": tau_high, "tier_share": shares}}
     top = max(shares, key=shares.get)
     if len(decisions) >= 5 and shares[top] >= 0.9:
-        out["scores"]["warning"] = (f"{shares[top]:.0%} of turns fall in tier {top!r}: the thresholds do not separate "
-                                    "this model's scores (calibrate tau_low/tau_high, or centre the latents)")
+        fine_when = {"raw": "every past turn is relevant to the query", "latent": "every past turn is loosely related",
+                     "drop": "the query is unrelated to every past turn"}[top]
+        out["scores"]["warning"] = (f"{shares[top]:.0%} of turns fall in tier {top!r}: right only if {fine_when}; "
+                                    "otherwise the thresholds do not separate this model's scores (calibrate "
+                                    "tau_low/tau_high, or centre the latents)")
     return out
 
 
