@@ -457,7 +457,7 @@ def plot_results(results: dict, out: str | Path) -> list[Path]:
     out = Path(out)
     config = results["config"]
     title = f"{config['suite']} · {config['model']}"
-    plots = [("tokens_vs_turn.png", "context_tokens", "context tokens (text + latent slots)"),
+    plots = [("tokens_vs_turn.png", "context_tokens", "context tokens (text + latent slots, chat template included)"),
              ("latency_vs_turn.png", "latency_s", "latency per turn (s)")]
     if config["suite"] == "instruction-retention":
         plots.insert(0, ("iar_vs_turn.png", "iar", "IAR (0-10)"))
@@ -472,7 +472,7 @@ def plot_results(results: dict, out: str | Path) -> list[Path]:
             first = next(iter(results["policies"].values()), {"turns": []})
             xs, ys = _by_turn(first["turns"], "full_history_tokens")
             if xs:
-                ax.plot(xs, ys, "k--", linewidth=1, label="full history")
+                ax.plot(xs, ys, "k--", linewidth=1, label="full history (content only, no template)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("turn")
         ax.set_ylabel(label)
