@@ -27,6 +27,9 @@ from pathlib import Path
 
 import torch
 
+from rhea.calibration.data import DEFAULT_N_CALIBRATION
+from rhea.calibration.fit import share
+
 PAPER = (0.5, 0.8)
 
 
@@ -41,7 +44,7 @@ def load(path: str):
 def tier_rates(scores, tau_low: float, tau_high: float) -> dict:
     kept, dropped = scores.tier_accuracy(tau_low)
     return {"tau_low": round(tau_low, 4), "tau_high": round(tau_high, 4), "kept_related": kept, "dropped_unrelated": dropped,
-            "raw_related": float((scores.related > tau_high).double().mean()),
+            "raw_related": share(scores.related > tau_high),
             "pass": kept >= 0.9 and dropped >= 0.8}
 
 
@@ -99,7 +102,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", action="append", required=True, metavar="LABEL=PATH", help="'fresh' = untrained adapters")
     p.add_argument("--shipped", default=None, help="label whose own rhea_config.json thresholds are the acceptance test")
-    p.add_argument("--n-cal", type=int, default=336)
+    p.add_argument("--n-cal", type=int, default=DEFAULT_N_CALIBRATION)
     p.add_argument("--n-test", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="benchmarks/results/tiers")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 
-from rhea.calibration.data import CalibrationDataError
+from rhea.calibration.data import DEFAULT_N_CALIBRATION, TRIPLES_PER_FAMILY, CalibrationDataError
 
 
 def calibrate_model(model, triples, *, keep: float = 0.9, drop: float = 0.8, raw: float = 0.5,
@@ -119,7 +119,8 @@ def register(sub) -> None:
     p.add_argument("--model", required=True, help="Rhea directory (save_pretrained), model-zoo name or base model path")
     p.add_argument("--out", default=None, help="save the calibrated model here (required unless --model is a Rhea directory)")
     p.add_argument("--triples", default=None, help="JSONL with reply/query/unrelated per line (default: generated)")
-    p.add_argument("--n", type=int, default=336, help="generated calibration triples (default 336: 24 per calibration family)")
+    p.add_argument("--n", type=int, default=DEFAULT_N_CALIBRATION,
+                   help=f"generated calibration triples (default {DEFAULT_N_CALIBRATION}: {TRIPLES_PER_FAMILY} per calibration family)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--keep", type=float, default=0.9, help="target share of needed replies kept (not dropped)")
     p.add_argument("--drop", type=float, default=0.8, help="target share of unrelated replies dropped")

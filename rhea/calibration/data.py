@@ -224,6 +224,10 @@ FAMILIES: dict[str, list[Family]] = {
     ],
 }
 SPLITS = tuple(FAMILIES)
+#: Triples per family `rhea calibrate` and the tier benchmark draw by default.
+TRIPLES_PER_FAMILY = 24
+#: Default calibration set size: every calibration family, TRIPLES_PER_FAMILY times.
+DEFAULT_N_CALIBRATION = TRIPLES_PER_FAMILY * len(FAMILIES["calibrate"])
 
 
 def _fill(template: str, family: Family, values: dict) -> str:

@@ -25,6 +25,14 @@ class CalibrationError(RheaError, ValueError):
     """Thresholds cannot be fitted (too few triples, or targets out of range)."""
 
 
+def share(mask: torch.Tensor) -> float | torch.Tensor:
+    """Share of True in a bool `mask` (along the last dim for 2-D masks), in float64: float32 makes 90/100
+    come out as 0.89999998, which fails a 0.9 target."""
+    if mask.dim() > 1:
+        return mask.double().mean(-1)
+    return float(mask.double().mean())
+
+
 @torch.no_grad()
 def compress_texts(model, texts: Sequence[str], *, batch_size: int = 16) -> torch.Tensor:
     """``[N, n_mem, hidden]`` fp32 CPU latents of `texts` (compress adapter, eval mode)."""
@@ -58,11 +66,11 @@ class TripleScores:
     @property
     def ranking_accuracy(self) -> float:
         """Share of triples whose needing query scores above the unrelated one."""
-        return float((self.related > self.unrelated).double().mean())
+        return share(self.related > self.unrelated)
 
     def tier_accuracy(self, tau_low: float) -> tuple[float, float]:
         """(share of related kept, share of unrelated dropped) under threshold `tau_low`."""
-        return float((self.related >= tau_low).double().mean()), float((self.unrelated < tau_low).double().mean())
+        return share(self.related >= tau_low), share(self.unrelated < tau_low)
 
 
 @dataclass
@@ -124,8 +132,8 @@ def fit_thresholds(related: torch.Tensor, unrelated: torch.Tensor, *, keep: floa
         raise CalibrationError(f"need at least 2 related and 2 unrelated scores, got {related.numel()} and {unrelated.numel()}")
     values = torch.cat([related, unrelated]).sort().values
     cands = torch.cat([values[:1] - 1e-4, (values[1:] + values[:-1]) / 2, values[-1:] + 1e-4])
-    kept = (related[None, :] >= cands[:, None]).double().mean(1)
-    dropped = (unrelated[None, :] < cands[:, None]).double().mean(1)
+    kept = share(related[None, :] >= cands[:, None])
+    dropped = share(unrelated[None, :] < cands[:, None])
     ok = (kept >= keep) & (dropped >= drop)
     if ok.any():
         idx = ok.nonzero().flatten()
@@ -136,8 +144,8 @@ def fit_thresholds(related: torch.Tensor, unrelated: torch.Tensor, *, keep: floa
         tau_low = float(cands[int(score.argmax())])
     tau_high = max(tau_low, float(torch.quantile(related, 1.0 - raw))) if raw > 0 else 1.0
     tau_low, tau_high = max(-1.0, min(1.0, tau_low)), max(-1.0, min(1.0, tau_high))
-    keep_rate = float((related >= tau_low).double().mean())
-    drop_rate = float((unrelated < tau_low).double().mean())
-    raw_rate = float((related > tau_high).double().mean())
+    keep_rate = share(related >= tau_low)
+    drop_rate = share(unrelated < tau_low)
+    raw_rate = share(related > tau_high)
     return ThresholdFit(round(tau_low, 6), round(tau_high, 6), keep_rate, drop_rate, raw_rate,
                         keep_rate >= keep and drop_rate >= drop)
