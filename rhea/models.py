@@ -293,10 +293,21 @@ def get_model(name: str) -> ZooModel:
 
 
 def default_dtype(name_or_path: str):
-    """The torch dtype to load `name_or_path` in when none is asked for: the zoo entry's, else float32."""
+    """The torch dtype to load `name_or_path` in when none is asked for: the zoo entry's, else float32.
+
+    A Rhea directory (``save_pretrained``/``rhea calibrate --out``) takes the dtype of the zoo
+    model its ``rhea_config.json`` records as ``base_model``, so a calibrated Qwen directory loads
+    in bfloat16 like ``qwen2.5-coder-1.5b`` itself.
+    """
     import torch
 
     zoo = MODEL_ZOO.get(name_or_path)
+    config = Path(name_or_path) / "rhea_config.json"
+    if zoo is None and config.is_file():
+        try:
+            zoo = MODEL_ZOO.get(json.loads(config.read_text()).get("base_model") or "")
+        except (OSError, ValueError, AttributeError):
+            zoo = None  # an unreadable config is reported by the loader itself, with its path
     return getattr(torch, zoo.dtype if zoo else "float32")
 
 

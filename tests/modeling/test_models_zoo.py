@@ -268,6 +268,23 @@ def test_default_dtype_per_zoo_entry():
     assert default_dtype("/some/local/dir") is torch.float32
 
 
+def test_default_dtype_of_a_rhea_directory_follows_its_recorded_base(tmp_path):
+    """`rhea calibrate --out DIR` on Qwen must reload in bfloat16, not silently in float32."""
+    import torch
+
+    from rhea.models import default_dtype
+
+    qwen, local, broken = (tmp_path / n for n in ("qwen", "local", "broken"))
+    for d in (qwen, local, broken):
+        d.mkdir()
+    (qwen / "rhea_config.json").write_text(json.dumps({"base_model": "qwen2.5-coder-1.5b"}))
+    (local / "rhea_config.json").write_text(json.dumps({"base_model": "/some/local/dir"}))
+    (broken / "rhea_config.json").write_text("{not json")
+    assert default_dtype(str(qwen)) is torch.bfloat16
+    assert default_dtype(str(local)) is torch.float32
+    assert default_dtype(str(broken)) is torch.float32
+
+
 def test_load_rhea_model_default_dtype_on_a_local_base(tmp_path):
     """A local base (not in the zoo) still loads in float32 when no dtype is given; an explicit one wins."""
     import torch
