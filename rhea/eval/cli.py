@@ -39,11 +39,17 @@ def _cmd_bench(args) -> int:
     suites, policies = _suites(args.suite), _policies(args.policies)
     if args.data and len(suites) != 1:
         raise BenchError("--data names one suite's data file; run one --suite at a time with it")
-    suite_kwargs: dict = {}
-    if args.n_instructions is not None:
-        suite_kwargs["n_instructions"] = args.n_instructions
-    if args.n_revoke is not None:
-        suite_kwargs["n_revoke"] = args.n_revoke
+    # per-suite options: {suite: {kwarg: value}}; an option for a suite not being run is an error
+    suite_options = {"instruction-retention": {"n_instructions": args.n_instructions, "n_revoke": args.n_revoke},
+                     "state-tracking": {"n_keys": args.n_keys}}
+    suite_kwargs_of: dict[str, dict] = {}
+    for suite, options in suite_options.items():
+        given = {k: v for k, v in options.items() if v is not None}
+        if given and suite not in suites:
+            flags = ", ".join("--" + k.replace("_", "-") for k in given)
+            raise BenchError(f"{flags} only applies to the {suite} suite, which this run does not include "
+                             f"(--suite {args.suite}); drop the option or add {suite} to --suite")
+        suite_kwargs_of[suite] = given
     policy_kwargs = {}
     taus = {k: v for k, v in (("tau_low", args.tau_low), ("tau_high", args.tau_high)) if v is not None}
     if taus:
@@ -61,7 +67,7 @@ def _cmd_bench(args) -> int:
     # build every suite once before loading the model, so bad options fail fast
     kwargs_of = {}
     for name in suites:
-        kwargs = dict(suite_kwargs) if name == "instruction-retention" else {}
+        kwargs = dict(suite_kwargs_of.get(name, {}))
         if name == "long-horizon" and judge is not None:
             kwargs["judge"] = judge
         get_suite(name, path=args.data, **kwargs)
@@ -103,6 +109,8 @@ def register(sub) -> None:
     bench.add_argument("--max-new-tokens", type=int, default=64)
     bench.add_argument("--n-instructions", type=int, default=None, help="instruction-retention: instructions per episode")
     bench.add_argument("--n-revoke", type=int, default=None, help="instruction-retention: how many are revoked mid-way")
+    bench.add_argument("--n-keys", type=int, default=None,
+                       help="state-tracking: keys (or people) tracked, all asked for by each probe")
     bench.add_argument("--tau-low", type=float, default=None, help="HCR drop threshold for the rhea policies")
     bench.add_argument("--tau-high", type=float, default=None, help="HCR raw-text threshold for the rhea policies")
     bench.add_argument("--judge-url", default=None, help="OpenAI-compatible endpoint for the long-horizon judge")

@@ -121,7 +121,7 @@ def test_cli_bench(model, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(loading, "load_rhea_model", lambda name, **kw: loaded.append(name) or model)
     code = main(["bench", "--suite", "state-tracking,efficiency", "--policies", "vanilla,rhea", "--turns", "5",
                  "--episodes", "1", "--max-new-tokens", "2", "--model", "tiny",
-                 "--out", str(tmp_path / "out"), "--quiet", "--tau-low", "0.2", "--tau-high", "0.9"])
+                 "--out", str(tmp_path / "out"), "--quiet", "--tau-low", "0.2", "--tau-high", "0.9", "--n-keys", "2"])
     assert code == 0 and loaded == ["tiny"]
     printed = capsys.readouterr().out
     assert "# rhea bench: state-tracking" in printed and "# rhea bench: efficiency" in printed
@@ -129,6 +129,16 @@ def test_cli_bench(model, tmp_path, capsys, monkeypatch):
         saved = json.loads((tmp_path / "out" / suite / "results.json").read_text())
         assert saved["config"]["policy_kwargs"] == {"rhea": {"tau_low": 0.2, "tau_high": 0.9}}
         assert len(saved["policies"]["rhea"]["turns"]) == 5
+        assert saved["config"]["suite_kwargs"] == ({"n_keys": 2} if suite == "state-tracking" else {})
+
+
+@pytest.mark.parametrize("flags, suite", [(["--n-keys", "3"], "state-tracking"),
+                                          (["--n-instructions", "2", "--n-revoke", "1"], "instruction-retention")])
+def test_cli_suite_option_without_its_suite_fails_before_loading_a_model(tmp_path, capsys, flags, suite):
+    code = main(["bench", "--suite", "efficiency", *flags, "--out", str(tmp_path), "--model", str(tmp_path / "missing")])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert f"only applies to the {suite} suite" in err and flags[0] in err
 
 
 def test_cli_bad_suite_fails_before_loading_a_model(tmp_path, capsys):
