@@ -171,6 +171,19 @@ def test_paper_tables_render_our_runs(model, tmp_path):
     assert "n/a (not transcribed)" in rhea_row and rhea_row.count("|") == 5
     assert (tmp_path / "tables.png").read_bytes()[:4] == b"\x89PNG"
 
+    # a second set of runs (e.g. calibrated thresholds) becomes labelled rows under its policy
+    run_suite(model, "instruction-retention", ["rhea"], out=tmp_path / "cal" / "ir", **RUN)
+    assert paper_tables.main(["--results", str(tmp_path / "runs"), "--out", str(tmp_path / "tables"),
+                              "--variant", f"calibrated={tmp_path / 'cal'}"]) == 0
+    lines = (tmp_path / "tables.md").read_text().splitlines()
+    variant_rows = [i for i, line in enumerate(lines) if line.startswith("| rhea (calibrated) |")]
+    assert len(variant_rows) == 3  # tables 1, 3 and 4
+    assert all(lines[i - 1].startswith("| rhea |") for i in variant_rows)
+    assert not any(line.startswith("| rhea-no-im (calibrated)") for line in lines)
+    assert any(line.startswith("Rows marked **(calibrated)**") for line in lines)
+    with pytest.raises(SystemExit):
+        paper_tables.main(["--results", str(tmp_path / "runs"), "--out", str(tmp_path / "t"), "--variant", "nolabel"])
+
 
 def test_adding_a_policy_reuses_the_finished_ones(model, tmp_path, monkeypatch):
     first = run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
