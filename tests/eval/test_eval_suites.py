@@ -159,6 +159,16 @@ def test_kv_stream_probe_and_jga():
     assert (perfect["accuracy"], perfect["jga"], perfect["stale_rate"]) == (1.0, 1.0, 0.0)
 
 
+def test_kv_updates_are_facts_not_global_instructions():
+    """Rhea's instructional memory must not get the facts verbatim for free: no update reads as a rule."""
+    from rhea.memory.recognizer import InstructionRecognizer
+
+    recognize = InstructionRecognizer()
+    (episode,) = get_suite("state-tracking", n_episodes=1, n_keys=4).generate(n_turns=12, seed=0)
+    updates = [t for t in episode.turns if t.kind == "update"]
+    assert updates and not any(recognize(t.user).is_global for t in updates)
+
+
 def test_kv_stale_answer_is_wrong_and_counted():
     suite = get_suite("state-tracking", n_episodes=1, n_keys=2, filler_ratio=0.0)
     (episode,) = suite.generate(n_turns=9, seed=0)

@@ -98,7 +98,11 @@ class StateTrackingSuite(Suite):
             keys = rng.sample(sorted(self.vocabulary), self.n_keys)
             return self._stream(
                 rng, n_turns, keys, lambda k: self.vocabulary[k],
-                say=lambda k, v: f"Please keep track of this: the current {k} is {v}.",
+                # Worded so an assistant acknowledges it: Qwen2.5-Coder-1.5B-Instruct answered the
+                # earlier "Please keep track of this: ..." with "I'm sorry, but I can't assist with
+                # that request." on every update, then invented every value at the probe. Not an
+                # instruction either: the IM recognizer must not lift facts into the prefix.
+                say=lambda k, v: f"Remember this for later: the current {k} is {v}. Just acknowledge it.",
                 probe=("What is the current value of each of these: {keys}? Answer with one "
                        "line per item in the form 'name: value'."))
         if self.data is None:
