@@ -25,6 +25,7 @@ on slow machines can be stopped and resumed at any time.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import shutil
@@ -120,13 +121,21 @@ def _check_config(out: Path, config: dict, resume: bool) -> None:
     path = out / "config.json"
     if path.is_file() and resume:
         saved = json.loads(path.read_text())
+        on_disk = dict(saved)
+        if "episodes_sha256" not in saved:  # a run begun before the digest was recorded
+            saved["episodes_sha256"] = config["episodes_sha256"]
+        if saved["episodes_sha256"] != config["episodes_sha256"]:
+            raise BenchError(
+                f"{out} holds a run of other conversations: the suite now generates different turns from the "
+                "same settings (its code or data changed since), so the checkpointed replies answer other "
+                "questions; pass another --out, or --no-resume to start this run over")
         # the policy list may change: each policy's episodes are checkpointed on their own
         diff = sorted(k for k in set(saved) | set(config) if k != "policies" and saved.get(k) != config.get(k))
         if diff:
             raise BenchError(
                 f"{out} holds a run with other settings ({', '.join(diff)} differ); pass the same settings "
                 "to resume it, another --out for a new run, or --no-resume to start this one over")
-        if saved != config:
+        if on_disk != config:
             path.write_text(json.dumps(config, indent=1))
         return
     if path.is_file():  # not resuming: start over
@@ -198,7 +207,11 @@ def run_suite(
               "suite_kwargs": {k: _label(v) for k, v in (suite_kwargs or {}).items()}, "max_new_tokens": max_new_tokens,
               "policy_kwargs": policy_kwargs,
               "model": model_name or getattr(model.config, "base_model", None) or type(model).__name__,
-              "adapters_trained": bool(getattr(model, "adapters_trained", False))}
+              "adapters_trained": bool(getattr(model, "adapters_trained", False)),
+              # what the checkpointed replies answered: a resume after the suite changed is refused
+              "episodes_sha256": hashlib.sha256(
+                  json.dumps([e.to_dict() for e in episodes], sort_keys=True, default=_json_default).encode()
+              ).hexdigest()}
     out = Path(out) if out is not None else None
     if out is not None:
         _check_config(out, config, resume)

@@ -107,6 +107,27 @@ def test_other_settings_refuse_to_resume(model, tmp_path):
     assert json.loads((tmp_path / "config.json").read_text())["max_new_tokens"] == 4
 
 
+def test_a_changed_suite_refuses_to_resume(model, tmp_path, monkeypatch):
+    """Same settings, other generated turns (the suite's wording changed): the old replies must not be reused."""
+    import rhea.eval.suites.efficiency as efficiency
+
+    run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert len(saved["episodes_sha256"]) == 64
+    run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)  # unchanged: resumes
+
+    monkeypatch.setattr(efficiency, "builtin_prompts", lambda: ["Describe a different thing at length."])
+    with pytest.raises(BenchError, match="other conversations"):
+        run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
+
+    # a run checkpointed before the digest existed resumes, and gets it recorded
+    digest = saved.pop("episodes_sha256")
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    monkeypatch.undo()
+    run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
+    assert json.loads((tmp_path / "config.json").read_text())["episodes_sha256"] == digest
+
+
 @pytest.mark.parametrize("policies, message", [
     ([], "empty"), (["nope"], "unknown policies"), (["vanilla", "vanilla"], "twice")])
 def test_bad_policies(model, policies, message):
