@@ -167,6 +167,8 @@ def test_kv_updates_are_facts_not_global_instructions():
     (episode,) = get_suite("state-tracking", n_episodes=1, n_keys=4).generate(n_turns=12, seed=0)
     updates = [t for t in episode.turns if t.kind == "update"]
     assert updates and not any(recognize(t.user).is_global for t in updates)
+    # the probe asks about the conversation, not the world ("the current value of metal" is a price)
+    assert "what I told you earlier in this conversation" in episode.turns[-1].user
 
 
 def test_kv_stale_answer_is_wrong_and_counted():

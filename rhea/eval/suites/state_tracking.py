@@ -103,8 +103,12 @@ class StateTrackingSuite(Suite):
                 # that request." on every update, then invented every value at the probe. Not an
                 # instruction either: the IM recognizer must not lift facts into the prefix.
                 say=lambda k, v: f"Remember this for later: the current {k} is {v}. Just acknowledge it.",
-                probe=("What is the current value of each of these: {keys}? Answer with one "
-                       "line per item in the form 'name: value'."))
+                # "Based only on what I told you": asked bare, Qwen2.5-Coder read "the current value
+                # of metal" as a world-knowledge question and answered prices, with every update in
+                # its context; pointed at the conversation it answered from it (stale values included).
+                probe=("Based only on what I told you earlier in this conversation, what is the current "
+                       "value of each of these: {keys}? Answer with one line per item in the form "
+                       "'name: value'."))
         if self.data is None:
             actors = rng.sample(BABI_ACTORS, min(self.n_keys, len(BABI_ACTORS)))
             return self._stream(
