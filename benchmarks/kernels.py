@@ -26,6 +26,7 @@ import json
 import math
 import os
 import platform
+import signal
 import statistics
 import sys
 import time
@@ -140,7 +141,7 @@ def turn_scoring_shapes(device: str, quick: bool):
     return shapes
 
 
-def bench_turn_scoring(device: str, quick: bool, peak_gbps: float):
+def bench_turn_scoring(device: str, quick: bool, peak_gbps: float, rows: list):
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     compiled = torch.compile(R.turn_scores)
     providers = {"eager": lambda vq, vk: R.turn_scores(vq, vk), "compile": lambda vq, vk: compiled(vq, vk)}
@@ -148,7 +149,6 @@ def bench_turn_scoring(device: str, quick: bool, peak_gbps: float):
         providers["triton"] = lambda vq, vk: rk.turn_scores(vq, vk)
     elif rk.HAS_EXT:
         providers["cpp"] = lambda vq, vk: rk.turn_scores(vq, vk)
-    rows = []
     for B, T, n, d in turn_scoring_shapes(device, quick):
         vq = torch.randn(B, n, d, device=device, dtype=dtype)
         vk = torch.randn(B, T, n, d, device=device, dtype=dtype)
@@ -207,9 +207,8 @@ def attention_shapes(device: str, quick: bool):
     return [(1, 8, 2, n, d) for d in ((64,) if quick else (64, 128)) for n in ns]
 
 
-def bench_attention(device: str, quick: bool):
+def bench_attention(device: str, quick: bool, rows: list):
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    rows = []
     for B, H, Hkv, N, D in attention_shapes(device, quick):
         q = torch.randn(B, H, N, D, device=device, dtype=dtype)
         k = torch.randn(B, Hkv, N, D, device=device, dtype=dtype)
@@ -360,12 +359,18 @@ def main(argv=None):
     peak, peak_src = device_peak_gbps(args.device, args.peak_gbps)
     print(f"device={args.device} peak={peak:.1f} GB/s ({peak_src}) threads={torch.get_num_threads()} "
           f"HAS_EXT={rk.HAS_EXT}", flush=True)
-    rows = []
-    if args.only in (None, "turn_scores"):
-        rows += bench_turn_scoring(args.device, args.quick, peak)
-    if args.only in (None, "attention"):
-        rows += bench_attention(args.device, args.quick)
-    meta = dict(device=args.device, device_name=torch.cuda.get_device_name() if args.device == "cuda"
+    rows: list[dict] = []  # filled as measured: a run stopped by SIGTERM/Ctrl-C still writes what it has
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    partial = False
+    try:
+        if args.only in (None, "turn_scores"):
+            bench_turn_scoring(args.device, args.quick, peak, rows)
+        if args.only in (None, "attention"):
+            bench_attention(args.device, args.quick, rows)
+    except KeyboardInterrupt:
+        partial = True
+        print(f"stopped: writing the {len(rows)} rows measured so far (meta.partial = true)", flush=True)
+    meta = dict(partial=partial, device=args.device, device_name=torch.cuda.get_device_name() if args.device == "cuda"
                 else cpu_name(), torch=torch.__version__, threads=torch.get_num_threads(), clock=args.clock,
                 peak_gbps=peak, peak_source=peak_src, quick=args.quick, has_ext=rk.HAS_EXT,
                 time=time.strftime("%Y-%m-%dT%H:%M:%S"))

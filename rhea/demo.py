@@ -31,9 +31,10 @@ def _history_messages(conversation: Conversation, latent_turns: dict[int, torch.
     return msgs
 
 
-def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 48, echo: Callable[[str], None] = print) -> dict:
+def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 48, echo: Callable[[str], None] = print,
+             device: str = "cpu") -> dict:
     """Run the scripted demo and return what it measured (also printed through `echo`)."""
-    from rhea.modeling.loading import MODEL_ZOO, cache_dir, load_base_model, load_default_model
+    from rhea.modeling.loading import MODEL_ZOO, cache_dir, load_base_model, load_default_model, resolve_device
     from rhea.modeling.rhea_model import RheaForCausalLM
 
     cached = (cache_dir() / "models" / model_name / "rhea_cache.json").is_file() if model_name in MODEL_ZOO else None
@@ -43,6 +44,9 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 48, echo
     else:
         base, tok = load_base_model(model_name)
         model = RheaForCausalLM.from_base(base, tok)
+    device = resolve_device(device)
+    if device.type != "cpu":
+        model.to(device)
     load_s = time.perf_counter() - t0
     model.eval()
     echo(f"== rhea demo on {model_name} ==")

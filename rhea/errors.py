@@ -27,3 +27,7 @@ class UnknownModelError(RheaError, ValueError):
 
 class CorruptModelFileError(RheaError, OSError):
     """A model file assembled from PyPI packages has the wrong size or SHA-256."""
+
+
+class DeviceError(RheaError, ValueError):
+    """A device was asked for that this machine does not have (or that rhea does not run on)."""

@@ -11,9 +11,33 @@ from typing import Sequence
 
 from rhea.context.errors import require_text
 
+
+
+def _import_bm25s():
+    """Import bm25s without letting it start JAX.
+
+    bm25s imports ``jax.lax`` when JAX is installed and runs a top-k on it at import, which
+    initialises JAX's GPU backend: on a GPU machine JAX then preallocates 75% of the GPU's
+    memory (and fails in every other process that does the same), although rhea scores on
+    sparse NumPy arrays. Unless the program has already imported JAX itself, bm25s is imported
+    with ``jax`` hidden, so it takes its NumPy top-k; ``import jax`` works as before afterwards.
+    """
+    import sys
+
+    hide = "jax" not in sys.modules
+    if hide:
+        sys.modules["jax"] = None  # makes `import jax.lax` raise ImportError
+    try:
+        import bm25s
+        from bm25s.stopwords import STOPWORDS_EN
+    finally:
+        if hide and sys.modules.get("jax", 0) is None:
+            del sys.modules["jax"]
+    return bm25s, STOPWORDS_EN
+
+
 try:  # bm25s is an optional dependency of the BM25 policy only.
-    import bm25s
-    from bm25s.stopwords import STOPWORDS_EN
+    bm25s, STOPWORDS_EN = _import_bm25s()
 except ImportError:  # pragma: no cover - exercised only without bm25s installed
     bm25s = None
     STOPWORDS_EN = ()

@@ -89,7 +89,7 @@ def _cmd_calibrate(args) -> int:
             "thresholds; pass --out DIR to save the model with them"
         )
     data = read_triples_jsonl(args.triples) if args.triples else triples("calibrate", args.n, seed=args.seed)
-    model = load_rhea_model(args.model).eval()
+    model = load_rhea_model(args.model, device=args.device).eval()
     report = calibrate_model(model, data, keep=args.keep, drop=args.drop, raw=args.raw, centering=args.centering)
     if args.out:
         model.save_pretrained(args.out)
@@ -108,6 +108,8 @@ def _cmd_calibrate(args) -> int:
 
 
 def register(sub) -> None:
+    from rhea.modeling.loading import add_device_argument
+
     p = sub.add_parser(
         "calibrate",
         help="fit the HCR thresholds tau_low/tau_high (and the latent centre) of a Rhea model",
@@ -117,6 +119,7 @@ def register(sub) -> None:
         "project's own calibration split (rhea.calibration.data), disjoint from training and the benchmark.",
     )
     p.add_argument("--model", required=True, help="Rhea directory (save_pretrained), model-zoo name or base model path")
+    add_device_argument(p)
     p.add_argument("--out", default=None, help="save the calibrated model here (required unless --model is a Rhea directory)")
     p.add_argument("--triples", default=None, help="JSONL with reply/query/unrelated per line (default: generated)")
     p.add_argument("--n", type=int, default=DEFAULT_N_CALIBRATION,

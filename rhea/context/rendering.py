@@ -213,7 +213,8 @@ def render(plan: ContextPlan, tokenizer, *, add_generation_prompt: bool = True, 
         dtypes = {lt.vectors.dtype for lt in latents}
         if len(hidden) > 1 or len(dtypes) > 1:
             raise InvalidTurnError(f"latents in one plan must share hidden size and dtype, got sizes {sorted(hidden)} dtypes {sorted(map(str, dtypes))}")
-        latent_embeds = torch.cat([lt.vectors for lt in latents], dim=0)
+        # one device: latents restored from a saved session are on the CPU, new ones on the model's
+        latent_embeds = torch.cat([lt.vectors.to(latents[0].vectors.device) for lt in latents], dim=0)
     expected = 0 if latent_embeds is None else latent_embeds.shape[0]
     # With no latents the tokenizer may still lack <mem>; then no id can be a placeholder.
     found = int((input_ids == mem_id).sum()) if mem_id is not None else _count_mem_if_known(tokenizer, input_ids)

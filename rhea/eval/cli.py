@@ -75,7 +75,7 @@ def _cmd_bench(args) -> int:
 
     from rhea.modeling.loading import load_rhea_model
 
-    model = load_rhea_model(args.model)
+    model = load_rhea_model(args.model, device=args.device)
     if not getattr(model, "adapters_trained", False):
         print(f"rhea bench: note: {args.model}'s compress/generate adapters are untrained; latent tiers carry noise.",
               file=sys.stderr)
@@ -92,6 +92,8 @@ def _cmd_bench(args) -> int:
 
 
 def register(sub) -> None:
+    from rhea.modeling.loading import add_device_argument
+
     bench = sub.add_parser(
         "bench", help="run evaluation suites for context policies; write results.json, summary.md and plots",
         description="Run a suite (instruction-retention, state-tracking, long-horizon, efficiency, or 'all') for "
@@ -104,6 +106,7 @@ def register(sub) -> None:
     bench.add_argument("--episodes", type=int, default=None, help="episodes per suite (default: the suite's)")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--model", default="smollm2-135m", help="model-zoo name, Rhea directory, or base model path")
+    add_device_argument(bench)
     bench.add_argument("--out", required=True, help="output directory (one sub-directory per suite with several)")
     bench.add_argument("--data", default=None, help="the suite's public data file (MT-Eval, IFEval, MT-Bench, ...)")
     bench.add_argument("--max-new-tokens", type=int, default=64)

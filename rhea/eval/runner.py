@@ -104,17 +104,21 @@ def _decision_trace(plan) -> dict:
     return {"decisions": view["decisions"], "ledger": view["ledger"]}
 
 
-def _environment() -> dict:
+def _environment(device: "torch.device | None" = None) -> dict:
     import torch
     import transformers
 
     import rhea
 
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    where = "cpu" if device.type == "cpu" else f"{device.type}:{torch.cuda.get_device_name(device)}" \
+        if device.type == "cuda" else str(device)
+
     return {"rhea": getattr(rhea, "__version__", "unknown"), "torch": torch.__version__,
             "transformers": transformers.__version__, "python": platform.python_version(),
             "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
             "threads": torch.get_num_threads(),
-            "device": "cuda:" + torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
+            "device": where}
 
 
 def _check_config(out: Path, config: dict, resume: bool) -> None:
@@ -219,7 +223,8 @@ def run_suite(
     total = len(policies) * sum(len(e.turns) for e in episodes)
     bar = _progress(total, progress)
     started = time.perf_counter()
-    results: dict[str, Any] = {"format": RESULTS_FORMAT, "config": config, "environment": _environment(),
+    environment = _environment(getattr(model, "device", None))
+    results: dict[str, Any] = {"format": RESULTS_FORMAT, "config": config, "environment": environment,
                                "episodes": [e.to_dict() for e in episodes], "policies": {}}
     try:
         for policy in policies:
@@ -227,9 +232,13 @@ def run_suite(
             for number, episode in enumerate(episodes):
                 state = out / "state" / policy / str(number) if out is not None else None
                 rows.extend(_run_episode(model, tokenizer, policy, episode, state, bar, ChatSession,
-                                         max_new_tokens=max_new_tokens, kwargs=policy_kwargs.get(policy, {})))
+                                         max_new_tokens=max_new_tokens, kwargs=policy_kwargs.get(policy, {}),
+                                         environment=environment))
             results["policies"][policy] = {"aggregate": suite.aggregate([_scores_only(r) for r in rows]),
                                            "cost": _cost_summary(rows), "turns": rows}
+            if out is not None:  # where this policy's turns ran (a resumed run may span machines)
+                results["policies"][policy]["environments"] = _environments_of(
+                    [out / "state" / policy / str(n) for n in range(len(episodes))])
     finally:
         bar.close()
     results["wall_s"] = time.perf_counter() - started  # this invocation only (a resumed run did less)
@@ -253,8 +262,31 @@ def _scores_only(row: dict) -> dict:
     return {k: v for k, v in row.items() if k not in ("decisions", "ledger", "user", "reply", "tiers", "error")}
 
 
+ENVIRONMENTS_FILE = "environments.jsonl"
+
+
+def _record_environment(state: Path, environment: dict) -> None:
+    """Append `environment` to the state's list of machines that ran its turns (once per change)."""
+    path = state / ENVIRONMENTS_FILE
+    seen = _read_rows(path)
+    if not seen or seen[-1] != environment:
+        with path.open("a") as f:
+            f.write(json.dumps(environment, sort_keys=True) + "\n")
+
+
+def _environments_of(states: Sequence[Path]) -> list[dict]:
+    """The distinct environments recorded in `states`, in the order they first ran (states
+    written before this was recorded contribute none)."""
+    found: list[dict] = []
+    for state in states:
+        for env in _read_rows(state / ENVIRONMENTS_FILE):
+            if env not in found:
+                found.append(env)
+    return found
+
+
 def _run_episode(model, tokenizer, policy: str, episode, state: Path | None, bar, session_cls, *,
-                 max_new_tokens: int, kwargs: dict) -> list[dict]:
+                 max_new_tokens: int, kwargs: dict, environment: dict | None = None) -> list[dict]:
     rows = _read_rows(state / "rows.jsonl") if state is not None else []
     done = state is not None and (state / "done").is_file()
     if done or len(rows) == len(episode.turns):
@@ -272,6 +304,8 @@ def _run_episode(model, tokenizer, policy: str, episode, state: Path | None, bar
             shutil.rmtree(state, ignore_errors=True)
             state.mkdir(parents=True)
     bar.update(len(rows))
+    if state is not None and environment is not None:
+        _record_environment(state, environment)
     history = [(r["user"], r["reply"]) for r in rows if "error" not in r]
     for turn in episode.turns[len(rows):]:
         timer = _attach_timer(session)
@@ -418,6 +452,13 @@ def summary_markdown(results: dict) -> str:
              f"{env.get('device', '?')}, torch {env.get('torch', '?')}, {env.get('threads', '?')} threads"
              + (f"; turn time {results['turn_seconds'] / 60:.1f} min over all policies" if "turn_seconds" in results else "")
              + (f" (wall of the last invocation {results['wall_s'] / 60:.1f} min)" if "wall_s" in results else ""), ""]
+    where = {p: d.get("environments") or [] for p, d in results["policies"].items()}
+    if any(e != env for envs in where.values() for e in envs):
+        lines += ["Turns ran on more than this invocation's machine (as recorded per policy):", ""]
+        lines += [f"- {p}: " + "; ".join(f"{e.get('device', '?')}, torch {e.get('torch', '?')}, "
+                                          f"{e.get('threads', '?')} threads" for e in envs)
+                  for p, envs in where.items() if envs]
+        lines.append("")
     if rows:
         headers = list(rows[0])
         lines.append("| " + " | ".join(headers) + " |")

@@ -56,8 +56,9 @@ class EpisodicMemory:
 
     @torch.no_grad()
     def _compress(self, texts: Sequence[str]) -> torch.Tensor:
+        """fp32 latents, left on the device that made them (a GPU model's are scored there, by Triton)."""
         self.compress_calls += 1
-        return self.compress_fn(list(texts)).detach().float().cpu()
+        return self.compress_fn(list(texts)).detach().float()
 
     def extend(self, turns: Sequence[Turn]) -> None:
         """Compress the replies of `turns` in one batch and store them as the next entries."""
@@ -91,9 +92,11 @@ class EpisodicMemory:
 
         if not self.entries:
             return torch.zeros(0)
-        vq = self.query_latents(query) if isinstance(query, str) else query.float().cpu()
-        vk = torch.stack([e.latents for e in self.entries])
-        return turn_scores(vq[None], vk[None], center=self.score_center(vq))[0]
+        vq = self.query_latents(query) if isinstance(query, str) else query.float()
+        # entries loaded from a saved session sit on the CPU; score where the query was made
+        vk = torch.stack([e.latents.to(vq.device) for e in self.entries])
+        center = self.score_center(vq)
+        return turn_scores(vq[None], vk[None], center=None if center is None else center.to(vq.device))[0].cpu()
 
     def score_center(self, query_latents: torch.Tensor | None = None) -> torch.Tensor | None:
         """The vector subtracted before cosine under this memory's centering mode (None = raw cosine)."""
@@ -101,10 +104,10 @@ class EpisodicMemory:
             return None
         if self.centering == "fixed":
             return self.center
-        seen = [e.latents for e in self.entries] + ([query_latents.float().cpu()] if query_latents is not None else [])
+        seen = [e.latents for e in self.entries] + ([query_latents.float()] if query_latents is not None else [])
         if not seen:
             return None
-        flat = torch.cat([x.reshape(-1, x.shape[-1]) for x in seen])
+        flat = torch.cat([x.reshape(-1, x.shape[-1]).to(seen[-1].device) for x in seen])
         return flat.mean(0)
 
     def state_dict(self) -> dict:
@@ -112,7 +115,7 @@ class EpisodicMemory:
         return {
             "users": [e.user for e in self.entries],
             "assistants": [e.assistant for e in self.entries],
-            "latents": torch.stack([e.latents for e in self.entries]) if self.entries else None,
+            "latents": torch.stack([e.latents.cpu() for e in self.entries]) if self.entries else None,
         }
 
     def load_state_dict(self, state: dict) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from rhea.errors import CheckpointError
+from rhea.errors import CheckpointError, DeviceError
 # The zoo registry lives in rhea.models; these names stay importable from here.
 from rhea.models import (  # noqa: F401
     DEFAULT_MODEL,
@@ -77,11 +77,51 @@ def load_default_model(*, trained: bool = True, dtype: torch.dtype = torch.float
     return model, model.tokenizer
 
 
-def load_rhea_model(name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype | None = None):
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """``"auto"`` (or None): the first CUDA GPU if torch sees one, else the CPU; otherwise the
+    named device (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...), checked to exist.
+
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    """
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise DeviceError(f"device={device!r} is not a torch device ({e}); use 'auto', 'cpu', 'cuda' or 'cuda:N'") \
+            from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(f"device={device!r} was asked for but torch.cuda.is_available() is False (torch "
+                              f"{torch.__version__}); use --device cpu, or install a CUDA build of torch on a GPU machine")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise DeviceError(f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                              f"numbered from 0")
+    elif dev.type != "cpu":
+        raise DeviceError(f"device={device!r}: rhea runs on 'cpu' or 'cuda' devices")
+    return dev
+
+
+def add_device_argument(parser) -> None:
+    """The CLIs' shared ``--device`` option (resolved by `resolve_device` once the command runs)."""
+    parser.add_argument("--device", default="auto",
+                        help="where the model runs: auto (a CUDA GPU if torch sees one, else the CPU), cpu, cuda, cuda:N")
+
+
+def load_rhea_model(name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype | None = None,
+                    device: str | torch.device | None = "cpu"):
     """A `RheaForCausalLM` from a Rhea directory, the default model, or any base (fresh adapters).
 
     `dtype=None` picks the zoo entry's dtype (bfloat16 for ``qwen2.5-coder-1.5b``), else float32.
+    `device`: where the model runs (see `resolve_device`; ``"auto"`` takes a GPU when there is one).
     """
+    device = resolve_device(device)
+    model = _load_rhea_model(name_or_path, dtype)
+    return model if device.type == "cpu" else model.to(device)
+
+
+def _load_rhea_model(name_or_path: str, dtype: torch.dtype | None):
     from rhea.modeling.config import CONFIG_NAME
     from rhea.modeling.rhea_model import RheaForCausalLM
     from rhea.models import default_dtype

@@ -275,7 +275,7 @@ class RheaForCausalLM(nn.Module):
         """
         if name not in ADAPTERS:
             raise ValueError(f"adapter {name!r} is not one of {ADAPTERS}")
-        prev = self.peft_model.active_adapter
+        prev = self.active_adapter_name
         if prev == name:
             yield
             return
@@ -292,6 +292,16 @@ class RheaForCausalLM(nn.Module):
             yield
         finally:
             switch(prev)
+
+    @property
+    def active_adapter_name(self) -> str:
+        """The LoRA adapter the LoRA layers run now ("compress" or "generate").
+
+        Read from the LoRA model: ``PeftModel.active_adapter`` keeps its own record, which
+        ``set_adapter`` on the inner model (what `adapter` uses) does not update.
+        """
+        active = self.peft_model.base_model.active_adapter
+        return active[0] if isinstance(active, (list, tuple)) and len(active) == 1 else active
 
     def disable_adapters(self):
         """Context manager: run the plain base model (no LoRA), e.g. for the recognizer's classifier."""

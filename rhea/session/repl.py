@@ -98,7 +98,7 @@ def repl(chat: ChatSession, lines: Iterable[str], write: Callable[[str], None],
 def run_repl(args) -> int:
     from rhea.modeling.loading import load_rhea_model
 
-    model = load_rhea_model(args.model)
+    model = load_rhea_model(args.model, device=args.device)
     kwargs = {k: v for k, v in (("tau_low", args.tau_low), ("tau_high", args.tau_high)) if v is not None}
     chat = ChatSession(model, policy=args.policy, max_new_tokens=args.max_new_tokens, policy_kwargs=kwargs)
     print(f"rhea chat on {args.model} (policy {args.policy}); /help for commands", file=sys.stderr)

@@ -88,6 +88,34 @@ def test_resume_continues_from_the_last_finished_turn(model, tmp_path, monkeypat
     assert resumed_sends == [] and replies(again) == replies(full)
 
 
+def test_a_run_resumed_elsewhere_records_both_machines(model, tmp_path, monkeypatch):
+    import rhea.eval.runner as runner
+
+    original, sent = ChatSession.send, []
+
+    def crash_after_one(self, text, **kw):
+        if sent:
+            raise KeyboardInterrupt
+        sent.append(text)
+        return original(self, text, **kw)
+
+    monkeypatch.setattr(ChatSession, "send", crash_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
+    monkeypatch.setattr(ChatSession, "send", original)
+    here = runner._environment()
+    gpu = {**here, "device": "cuda:Some GPU", "threads": 16}
+    monkeypatch.setattr(runner, "_environment", lambda device=None: gpu)
+    result = run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
+    assert result["policies"]["vanilla"]["environments"] == [here, gpu]
+    summary = (tmp_path / "summary.md").read_text()
+    assert "Turns ran on more than this invocation's machine" in summary and "cuda:Some GPU" in summary
+    # a finished run read back on the same machine adds nothing
+    monkeypatch.setattr(runner, "_environment", lambda device=None: here)
+    again = run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
+    assert again["policies"]["vanilla"]["environments"] == [here, gpu]
+
+
 def test_cut_last_line_is_redone(model, tmp_path):
     run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
     rows = tmp_path / "state" / "vanilla" / "0" / "rows.jsonl"
@@ -139,11 +167,11 @@ def test_cli_bench(model, tmp_path, capsys, monkeypatch):
     import rhea.modeling.loading as loading
 
     loaded = []
-    monkeypatch.setattr(loading, "load_rhea_model", lambda name, **kw: loaded.append(name) or model)
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name, **kw: loaded.append((name, kw["device"])) or model)
     code = main(["bench", "--suite", "state-tracking,efficiency", "--policies", "vanilla,rhea", "--turns", "5",
                  "--episodes", "1", "--max-new-tokens", "2", "--model", "tiny",
                  "--out", str(tmp_path / "out"), "--quiet", "--tau-low", "0.2", "--tau-high", "0.9", "--n-keys", "2"])
-    assert code == 0 and loaded == ["tiny"]
+    assert code == 0 and loaded == [("tiny", "auto")]
     printed = capsys.readouterr().out
     assert "# rhea bench: state-tracking" in printed and "# rhea bench: efficiency" in printed
     for suite in ("state-tracking", "efficiency"):

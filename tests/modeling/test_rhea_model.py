@@ -75,6 +75,21 @@ def test_adapter_switch_keeps_requires_grad(tiny_model):
             pass
 
 
+def test_nested_adapter_blocks_restore_what_was_active(tiny_model):
+    """The active adapter is read from the LoRA layers, so an inner block of the same adapter
+    leaves it active for the rest of the outer block (it used to fall back to the default)."""
+    start = tiny_model.active_adapter_name
+    other = "generate" if start == "compress" else "compress"
+    with tiny_model.adapter(other):
+        with tiny_model.adapter(other):
+            pass
+        assert tiny_model.active_adapter_name == other
+        with tiny_model.adapter(start):
+            assert tiny_model.active_adapter_name == start
+        assert tiny_model.active_adapter_name == other
+    assert tiny_model.active_adapter_name == start
+
+
 def test_placeholder_merge_equals_manual_inputs_embeds(tiny_model):
     n, mem = tiny_model.n_mem, tiny_model.mem_token_id
     ids = torch.tensor([[7, 8] + [mem] * n + [9, 10] + [mem] * n + [11]])

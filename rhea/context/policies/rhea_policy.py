@@ -116,7 +116,8 @@ class RheaPolicy(ContextPolicy):
                          for i in range(len(conversation))]
         else:
             self.episodic.sync(conversation.turns)
-            latents = {e.turn: Latent(e.latents.to(self.model.dtype), e.turn) for e in self.episodic.entries}
+            latents = {e.turn: Latent(e.latents.to(self.model.device, self.model.dtype), e.turn)
+                       for e in self.episodic.entries}
             if self.fixed_tier == "latent":
                 decisions = [TurnDecision(i, "latent", None, "variant: every reply as latents") for i in range(len(conversation))]
             else:

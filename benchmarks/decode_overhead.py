@@ -1,0 +1,138 @@
+"""Where a reply's time goes: plain transformers vs Rhea's generate path, same weights, one run.
+
+One randomly initialised model of a real shape (see `efficiency_shapes.py`), a random prompt
+of --prompt tokens, greedy decoding forced to --new-tokens tokens. Providers:
+
+* ``hf``: the bare transformers model's ``generate`` (no PEFT, no hooks), greedy;
+* ``hf_rhea_kwargs``: the same with Rhea's decoding settings (repetition penalty 1.15 and
+  ``<mem>`` suppressed);
+* ``rhea_base``: `RheaForCausalLM.generate` with the adapters disabled (the baselines' path);
+* ``rhea_generate``: `RheaForCausalLM.generate` with the generate LoRA (Rhea's path);
+* ``rhea_merged``: the same after merging the generate LoRA into the weights (what
+  ``rhea export`` serves).
+
+Prefill = time to one new token; decode = (time to N+1 tokens - prefill) / N per token.
+Median of --repeats after a warm-up. Writes JSON and a PNG; ratios are to ``hf``.
+
+    python benchmarks/decode_overhead.py --shape qwen2.5-coder-1.5b --device cuda \\
+        --out benchmarks/results/decode_overhead_h100
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from benchmarks.efficiency_shapes import SHAPES, random_base, random_model  # noqa: E402
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main(argv=None) -> int:
+    from rhea.models import cache_dir
+    from rhea.modeling.loading import resolve_device
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-coder-1.5b")
+    ap.add_argument("--tokenizer", default=None)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--prompt", type=int, default=1024)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    device = resolve_device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    tok_dir = args.tokenizer or str(cache_dir() / "models" / "qwen2.5-coder-1.5b")
+    model = random_model(args.shape, tok_dir, device, dtype)
+    bare, _ = random_base(args.shape, tok_dir, device, dtype, seed=1)  # no PEFT layers, no hooks
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(100, 20000, (1, args.prompt), generator=g).to(device)
+    mask = torch.ones_like(ids)
+    greedy = dict(do_sample=False, pad_token_id=model.tokenizer.pad_token_id)
+    rhea_kw = dict(repetition_penalty=1.15, suppress_tokens=[model.mem_token_id])
+
+    def hf(n, **kw):
+        return bare.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, **greedy, **kw)
+
+    def rhea(n):
+        return model.generate(ids, max_new_tokens=n, min_new_tokens=n, **greedy, **rhea_kw)
+
+    def rhea_base(n):
+        with model.disable_adapters():
+            return rhea(n)
+
+    rows = []
+
+    def measure(name, fn):
+        with torch.no_grad():
+            prefill = timed(lambda: fn(1), device, args.repeats)
+            total = timed(lambda: fn(args.new_tokens + 1), device, args.repeats)
+        row = dict(provider=name, prefill_ms=prefill * 1e3, decode_ms_per_token=(total - prefill) / args.new_tokens * 1e3)
+        rows.append(row)
+        print(f"{name:16s} prefill {row['prefill_ms']:8.1f} ms   decode {row['decode_ms_per_token']:7.2f} ms/token",
+              flush=True)
+
+    measure("hf", hf)
+    measure("hf_rhea_kwargs", lambda n: hf(n, **rhea_kw))
+    measure("rhea_base", rhea_base)
+    measure("rhea_generate", rhea)
+    with model.adapter("generate"):  # last: merging changes the weights in place
+        with torch.no_grad():
+            model.peft_model.merge_adapter(["generate"])
+        measure("rhea_merged", rhea)  # merged LoRA layers skip their low-rank branch
+    ref = next(r for r in rows if r["provider"] == "hf")
+    for r in rows:
+        r["prefill_x_hf"] = r["prefill_ms"] / ref["prefill_ms"]
+        r["decode_x_hf"] = r["decode_ms_per_token"] / ref["decode_ms_per_token"]
+    meta = dict(shape=args.shape, device=str(device),
+                device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                dtype=str(dtype), prompt=args.prompt, new_tokens=args.new_tokens, repeats=args.repeats,
+                torch=torch.__version__, n_params=sum(p.numel() for p in bare.parameters()))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "decode_overhead.json"), "w") as f:
+        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    _plot(rows, meta, os.path.join(args.out, "decode_overhead.png"))
+    return 0
+
+
+def _plot(rows, meta, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    names = [r["provider"] for r in rows]
+    a.barh(names, [r["prefill_ms"] for r in rows])
+    a.set_xlabel(f"prefill ms ({meta['prompt']} tokens)")
+    b.barh(names, [r["decode_ms_per_token"] for r in rows])
+    b.set_xlabel("decode ms / token")
+    fig.suptitle(f"{meta['shape']} (random weights, {meta['dtype']}) on {meta['device_name']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
