@@ -75,7 +75,7 @@ def test_rhea_calibrate_cli_updates_a_model_directory(tiny_model, tmp_path, caps
     from rhea.cli import main
 
     tiny_model.save_pretrained(tmp_path / "m")  # the tiny base is not loadable by name: hand the CLI the model
-    monkeypatch.setattr(rhea.modeling.loading, "load_rhea_model", lambda path: tiny_model)
+    monkeypatch.setattr(rhea.modeling.loading, "load_rhea_model", lambda path, **kw: tiny_model)
     assert main(["calibrate", "--model", str(tmp_path / "m"), "--n", "8", "--centering", "fixed"]) == 0
     saved = json.loads((tmp_path / "m" / "rhea_config.json").read_text())
     assert saved["latent_centering"] == "fixed" and len(saved["latent_center"]) == tiny_model.hidden_size
