@@ -161,7 +161,6 @@ def bench_turn_scoring(device: str, quick: bool, peak_gbps: float, rows: list):
                              ms=ms, ms_p20=lo, ms_p80=hi, gbps=gbps, frac_peak_bw=gbps / peak_gbps))
             print(f"turn_scores B={B:3d} T={T:4d} n={n} d={d:5d} {name:8s} {ms:9.3f} ms "
                   f"{gbps:8.1f} GB/s ({gbps / peak_gbps:5.1%} of peak)", flush=True)
-    return rows
 
 
 # ------------------------------------------------------ anchored attention
@@ -240,7 +239,6 @@ def bench_attention(device: str, quick: bool, rows: list):
                                  dtype=str(dtype), ms=ms, ms_p20=lo, ms_p80=hi, tflops=tflops, peak_mem_mb=mem))
                 print(f"attention B={B} H={H}/{Hkv} N={N:5d} D={D:3d} {name:12s} {mode:7s} {ms:10.2f} ms "
                       f"{tflops:7.3f} TFLOP/s" + (f" {mem:8.1f} MiB" if mem is not None else ""), flush=True)
-    return rows
 
 
 # ------------------------------------------------------------------ output

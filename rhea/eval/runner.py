@@ -110,9 +110,8 @@ def _environment(device: "torch.device | None" = None) -> dict:
 
     import rhea
 
-    device = torch.device(device) if device is not None else torch.device("cpu")
-    where = "cpu" if device.type == "cpu" else f"{device.type}:{torch.cuda.get_device_name(device)}" \
-        if device.type == "cuda" else str(device)
+    device = torch.device(device if device is not None else "cpu")
+    where = f"cuda:{torch.cuda.get_device_name(device)}" if device.type == "cuda" else str(device)
 
     return {"rhea": getattr(rhea, "__version__", "unknown"), "torch": torch.__version__,
             "transformers": transformers.__version__, "python": platform.python_version(),
