@@ -115,6 +115,9 @@ ONE_OFF_PATTERNS: tuple[str, ...] = (
     r"\b(?:answer|do|give me) this one\b",
     r"\b(?:reply|respond|answer) (?:to )?this(?: message| question)? (?:in|with|using)\b",
     r"^\s*(?:ok(?:ay)?,?\s+|now,?\s+)?(?:please\s+)?(?:try (?:that |it )?again|redo|rewrite|rephrase|reword|shorten|lengthen|translate (?:that|this|it)|convert (?:that|this|it))\b",
+    # A question, then how to answer it ("Where is Mary? Answer in one word."): the format
+    # rides on this question. The classifier used to score such probes 0.47-0.61 (global).
+    r"(?<=\?)\s*(?:[\"')\]]\s*)?(?:please\s+)?(?:just\s+)?(?:answer|reply|respond|give (?:me )?(?:the|your|an?) (?:answer|reply)|keep (?:it|the answer|your answer))\b[^?]*$",
 )
 
 _COMPILED_ADD = tuple(re.compile(p, re.IGNORECASE) for p in ADD_PATTERNS)

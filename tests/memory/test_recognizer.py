@@ -76,6 +76,12 @@ def test_rules_stay_quiet_on_hard_negatives(text):
     "For this question only, respond in German.",
     "This time, start your answer with a summary.",
     "Summarize the above in three bullet points.",
+    # a question and how to answer it: the state-tracking and bAbI probes, which the
+    # classifier alone scored 0.47 and 0.61 (global) and so put into the system block
+    "Based only on what I told you earlier in this conversation, what is the current value of each of "
+    "these: fruit, colour? Answer with one line per item in the form key: value.",
+    "Where is Mary? Answer in one word.",
+    'Is "ephemeral" a noun? Please just reply yes or no.',
 ])
 def test_one_off_scope_is_decided_by_the_rules(text):
     calls = []
@@ -89,6 +95,8 @@ def test_one_off_scope_is_decided_by_the_rules(text):
     ("Talk like a cowboy for the whole conversation.", "add"),
     ("Remember to always cite your sources.", "add"),
     ("From now on answer in French, this time too.", "add"),  # a global cue wins over a one-off cue
+    ("Where is Mary? Answer in one word from now on.", "add"),
+    ("What is 2+2? Answer in French in all your replies.", "add"),
 ])
 def test_new_rules_fire(text, kind):
     d = InstructionRecognizer(None)(text)
@@ -170,3 +178,11 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="message"):
         PromptClassifier(ScriptedGenerator([]), prompt="no placeholder")
     assert "{message}" in CLASSIFIER_PROMPT
+
+
+@pytest.mark.parametrize("text", [
+    "Where is Mary? Answer in one word. And where was she before?",  # the format is not the last word
+    "Answer in French?",  # no question before the request
+])
+def test_question_scope_rule_needs_a_question_then_the_request(text):
+    assert match_one_off(text) is None
