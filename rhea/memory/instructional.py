@@ -64,6 +64,45 @@ _STOPWORDS = set(
 )
 
 
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?]['\"”]))\s+(?=\S)")
+
+
+def _blank_quote(m: re.Match) -> str:
+    quote = m.group(0)
+    inner, last = quote[1:-2], quote[-2:] if len(quote) > 2 else ""
+    return quote[0] + "x" * len(inner) + last if last else quote
+
+
+def split_directives(text: str) -> list[str]:
+    """Split a message that gives several standing instructions into one part per instruction.
+
+    A part starts at each sentence carrying its own persistent cue (the recognizer's rules:
+    "From now on, ...", "in all your answers", ...); sentences without one stay with the part
+    before them (or the first part, when they open the message). The parts are verbatim
+    slices of `text`, so joining them gives it back. With fewer than two cued sentences the
+    whole message is one part. Storing parts separately lets a later revocation ("you no
+    longer need to answer with those options") remove only the instruction it names.
+
+    >>> split_directives("From now on, answer in French. From now on, keep it under 50 words.")
+    ['From now on, answer in French.', 'From now on, keep it under 50 words.']
+    >>> split_directives("I'm in Lisbon. From now on, answer in Portuguese.")
+    ["I'm in Lisbon. From now on, answer in Portuguese."]
+    """
+    from rhea.memory.recognizer import match_rules  # the recognizer's cues; imported late (no cycle)
+
+    # Find sentence boundaries on a copy with quoted spans blanked (same length), so the
+    # periods inside "'My answer is yes.', 'No.'" do not end a sentence; a quote's last mark
+    # is kept, so "... 'My answer is maybe.' From now on, ..." still does.
+    masked = _QUOTED.sub(_blank_quote, text)
+    starts = [0] + [m.end() for m in _SENTENCE_END.finditer(masked)]
+    sentences = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
+    cued = [i for i, sent in enumerate(sentences) if (match_rules(sent) or ("", ""))[0] == "add"]
+    if len(cued) < 2:
+        return [text.strip()]
+    bounds = [0] + cued[1:] + [len(sentences)]
+    return ["".join(sentences[a:b]).strip() for a, b in zip(bounds, bounds[1:])]
+
+
 def infer_slots(text: str) -> tuple[str, ...]:
     """The slots an instruction constrains, in `SLOT_PATTERNS` order (empty if unknown).
 
@@ -201,7 +240,8 @@ class InstructionalMemory:
         A revocation that matches no live entry ("stop using em dashes" with no dash rule
         stored) is a new prohibition, so it is added rather than dropped. A revocation that
         names a replacement ("forget the JSON rule and use YAML instead") removes the old
-        entry and keeps the message as the new one.
+        entry and keeps the message as the new one. A message with several cued instructions
+        is stored as one entry per instruction (`split_directives`).
 
         >>> from rhea.memory import InstructionRecognizer
         >>> im, rec = InstructionalMemory(), InstructionRecognizer(None)
@@ -211,7 +251,8 @@ class InstructionalMemory:
         """
         start = len(self.history)
         if decision.kind == "add":
-            self.add(text, turn)
+            for part in split_directives(text):
+                self.add(part, turn)
         elif decision.kind == "revoke":
             if not self.revoke(text, reason=f"revoked by the user at turn {turn} ({decision.source})", turn=turn):
                 self.add(text, turn)

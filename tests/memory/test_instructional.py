@@ -133,3 +133,39 @@ def test_revocation_with_a_replacement_keeps_the_replacement(message, kept):
     actions = [e.action for e in im.update(message, decision, 2)]
     assert actions == (["revoke", "add"] if kept else ["revoke"])
     assert (message in [e.text for e in im.entries]) == kept and len(im) == (2 if kept else 1)
+
+
+# The instruction-retention suite's own first turn: three instructions in one message.
+THREE = ("From now on, answer with one of the following options: 'My answer is yes.', 'My answer is no.', "
+         "'My answer is maybe.' From now on, include the keywords 'balance', 'practice' in every response. "
+         "From now on, do not include the words 'thing', 'stuff' in any response.")
+
+
+def test_a_message_with_several_instructions_is_stored_one_entry_each():
+    from rhea.memory import InstructionRecognizer
+    from rhea.memory.instructional import split_directives
+
+    parts = split_directives(THREE)
+    assert len(parts) == 3 and " ".join(parts) == THREE  # verbatim slices, nothing lost
+    assert parts[0].endswith("'My answer is maybe.'")  # periods inside quotes do not split
+    im, rec = InstructionalMemory(), InstructionRecognizer(None)
+    im.update(THREE, rec(THREE), 0)
+    assert [e.text for e in im.entries] == parts
+    # Revoking one removes that one only (it used to remove the whole message, all three).
+    revoke = "You no longer need to answer with those fixed options."
+    events = im.update(revoke, rec(revoke), 10)
+    assert [e.action for e in events] == ["revoke"] and events[0].text == parts[0]
+    assert [e.text for e in im.entries] == parts[1:]
+
+
+@pytest.mark.parametrize("message,n", [
+    ("I'm in Lisbon. From now on, answer in Portuguese.", 1),  # context stays with its instruction
+    ("From now on, answer in JSON. Use the key 'answer'.", 1),  # an uncued sentence elaborates the one before
+    ("What is 2+2?", 1),
+    ("Hi! From now on, reply in French. Always end with 'Bye!' Thanks.", 2),
+])
+def test_split_keeps_context_with_its_instruction(message, n):
+    from rhea.memory.instructional import split_directives
+
+    parts = split_directives(message)
+    assert len(parts) == n and " ".join(parts) == message.strip()
