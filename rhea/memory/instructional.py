@@ -17,6 +17,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from rhea.context.errors import require_text
+from rhea.memory.recognizer import match_rules
 
 _LANGUAGES = (
     "english|french|spanish|german|japanese|italian|portuguese|dutch|korean|swedish|chinese|mandarin|"
@@ -68,9 +69,8 @@ _SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?]['\"”]))\s+(?=\S)")
 
 
 def _blank_quote(m: re.Match) -> str:
-    quote = m.group(0)
-    inner, last = quote[1:-2], quote[-2:] if len(quote) > 2 else ""
-    return quote[0] + "x" * len(inner) + last if last else quote
+    quote = m.group(0)  # keep the opening quote, the last character and the closing quote
+    return quote if len(quote) <= 3 else quote[0] + "x" * (len(quote) - 3) + quote[-2:]
 
 
 def split_directives(text: str) -> list[str]:
@@ -88,15 +88,13 @@ def split_directives(text: str) -> list[str]:
     >>> split_directives("I'm in Lisbon. From now on, answer in Portuguese.")
     ["I'm in Lisbon. From now on, answer in Portuguese."]
     """
-    from rhea.memory.recognizer import match_rules  # the recognizer's cues; imported late (no cycle)
-
     # Find sentence boundaries on a copy with quoted spans blanked (same length), so the
     # periods inside "'My answer is yes.', 'No.'" do not end a sentence; a quote's last mark
     # is kept, so "... 'My answer is maybe.' From now on, ..." still does.
     masked = _QUOTED.sub(_blank_quote, text)
     starts = [0] + [m.end() for m in _SENTENCE_END.finditer(masked)]
     sentences = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
-    cued = [i for i, sent in enumerate(sentences) if (match_rules(sent) or ("", ""))[0] == "add"]
+    cued = [i for i, sent in enumerate(sentences) if (rule := match_rules(sent)) and rule[0] == "add"]
     if len(cued) < 2:
         return [text.strip()]
     bounds = [0] + cued[1:] + [len(sentences)]
