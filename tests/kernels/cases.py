@@ -7,7 +7,8 @@ import torch
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 # (B, T, nq, nk, d, with_center)
-SCORE_SHAPES = [(1, 1, 1, 1, 576, False), (2, 7, 3, 5, 60, True), (2, 33, 8, 2, 60, False), (1, 7, 4, 4, 576, True)]
+SCORE_SHAPES = [(1, 1, 1, 1, 576, False), (2, 7, 3, 5, 60, True), (2, 33, 8, 2, 60, False), (1, 7, 4, 4, 576, True),
+                 (1, 3, 2, 70, 32, True)]  # nk=70: several latent chunks per turn
 
 
 def score_params(dtypes=("fp32", "fp16", "bf16"), shapes=SCORE_SHAPES):
