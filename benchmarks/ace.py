@@ -34,8 +34,8 @@ def run(args):
     from rhea import load_default_model
     from rhea.agents.ace import ACE, IterativeRetrieval, answer_with_all_passages, make_retriever
     from rhea.agents.ace.qa import is_correct
-    from rhea.embedding import MiniLMEmbedder
-    from rhea.llm import HFGenerator
+    from rhea.backends.embedding import MiniLMEmbedder
+    from rhea.backends.llm import HFGenerator
 
     model, tok = load_default_model()
     llm = HFGenerator(model.eval(), tok, seed=args.seed)

@@ -26,7 +26,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def evaluate(name, tasks, make_policy, solver, tokenizer, reward_fns, controller_gens, max_new_tokens, trace):
-    from rhea.context.policies import Vanilla
+    from rhea.policies import Vanilla
 
     rows = []
     for task in tasks:

@@ -125,9 +125,9 @@ def main() -> None:
     import torch
 
     from rhea.agents.context_agent import ContextAgent
-    from rhea.context.policies import get_policy
-    from rhea.embedding import MiniLMEmbedder
-    from rhea.llm import HFGenerator, OpenAICompatibleGenerator
+    from rhea.policies import get_policy
+    from rhea.backends.embedding import MiniLMEmbedder
+    from rhea.backends.llm import HFGenerator, OpenAICompatibleGenerator
     from rhea.modeling import load_default_model
 
     torch.set_num_threads(args.threads)

@@ -50,7 +50,7 @@ def timed(fn, device, repeats: int) -> float:
 
 
 def main(argv=None) -> int:
-    from rhea.models import cache_dir
+    from rhea.modeling.zoo import cache_dir
     from rhea.modeling.loading import resolve_device
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

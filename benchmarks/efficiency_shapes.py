@@ -74,7 +74,7 @@ def random_model(shape: str, tokenizer_dir: str, device: torch.device, dtype: to
 
 def main(argv=None) -> int:
     from rhea.eval.runner import run_suite
-    from rhea.models import cache_dir
+    from rhea.modeling.zoo import cache_dir
     from rhea.modeling.loading import resolve_device
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

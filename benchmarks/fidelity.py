@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from rhea.context import Conversation, Latent, Turn, TurnDecision
-from rhea.context.policies import assemble_plan
-from rhea.generation import generate_from_plan
+from rhea.policies import assemble_plan
+from rhea.session.generation import generate_from_plan
 from rhea.training.synthetic import HELD_OUT_NAMES, recall_dialogue
 
 CONDITIONS = ("raw", "latent_trained", "latent_untrained", "dropped")

@@ -57,7 +57,7 @@ def isolated_prefill_ms(model, chat, repeats: int) -> tuple[float, float]:
     import torch
 
     from rhea.context import render
-    from rhea.generation import PrefixKVCache
+    from rhea.session.generation import PrefixKVCache
 
     rendered = render(chat.last_plan, model.tokenizer)
     ids, n = rendered.input_ids.to(model.device), rendered.prefix_len

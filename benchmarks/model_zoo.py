@@ -26,7 +26,7 @@ TURNS = [
 
 def run(model_name: str, dtype: str, policy: str, max_new_tokens: int) -> dict:
     from rhea.modeling.loading import load_rhea_model
-    from rhea.models import MODEL_ZOO
+    from rhea.modeling.zoo import MODEL_ZOO
     from rhea.session import ChatSession
 
     cached_before = MODEL_ZOO[model_name].is_cached() if model_name in MODEL_ZOO else None

@@ -41,7 +41,7 @@ from collections import Counter
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from rhea.agents.sculptor import SculptorPolicy, loop_answer  # noqa: E402
 from rhea.context import Conversation, Turn  # noqa: E402
-from rhea.context.policies import get_policy  # noqa: E402
+from rhea.policies import get_policy  # noqa: E402
 from rhea.eval.suites import StateTrackingSuite  # noqa: E402
 
 ACK = "Noted."
@@ -167,7 +167,7 @@ def embedded_backend(args):
 
 def endpoint_backend(args):
     from rhea.agents.sculptor import EndpointToolGenerator
-    from rhea.llm import OpenAICompatibleGenerator
+    from rhea.backends.llm import OpenAICompatibleGenerator
 
     client = OpenAICompatibleGenerator(args.endpoint, args.model, timeout=args.timeout)
     # Without tools= it is a plain chat completion, so one generator serves both methods.

@@ -16,7 +16,7 @@ COMMAND_MODULES = [
     "rhea.agents.acr.cli",   # train-acr
     "rhea.eval.cli",         # bench
     "rhea.calibration.cli",  # calibrate
-    "rhea.models_cli",       # models (the model zoo)
+    "rhea.modeling.zoo_cli",       # models (the model zoo)
     "rhea_kernels.cli",      # kernels
 ]
 

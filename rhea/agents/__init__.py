@@ -1,6 +1,6 @@
 """LLM-driven context controllers (Sculptor; later ACR, ACE, Context-Agent).
 
-Controllers talk to models only through `rhea.llm.TextGenerator`, and read tool calls
+Controllers talk to models only through `rhea.backends.llm.TextGenerator`, and read tool calls
 from model output with `rhea.agents.toolcalls.parse_tool_calls`.
 
 >>> from rhea.agents import parse_tool_calls

@@ -10,7 +10,7 @@ def _split(value: str) -> list[str]:
 
 
 def _policies(value: str) -> list[str]:
-    from rhea.context.policies import available_policies
+    from rhea.policies import available_policies
     from rhea.eval.runner import DEFAULT_POLICIES
 
     if value == "default":
@@ -57,7 +57,7 @@ def _cmd_bench(args) -> int:
     judge = None
     if args.judge_url:
         from rhea.eval.judge import Judge
-        from rhea.llm import OpenAICompatibleGenerator
+        from rhea.backends.llm import OpenAICompatibleGenerator
 
         judge = Judge(OpenAICompatibleGenerator(args.judge_url, model=args.judge_model))
     elif "long-horizon" in suites:

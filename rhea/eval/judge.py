@@ -1,13 +1,13 @@
 """LLM-as-a-judge with FastChat's MT-Bench single-answer grading prompts.
 
-The judge is any `rhea.llm.TextGenerator` (a local model, an OpenAI-compatible endpoint,
+The judge is any `rhea.backends.llm.TextGenerator` (a local model, an OpenAI-compatible endpoint,
 or a `ScriptedGenerator` in tests). Prompts follow FastChat's ``judge_prompts.jsonl``
 (``single-v1``, ``single-math-v1`` and their ``-multi-turn`` forms; Apache-2.0): the judge
 explains, then rates 1–10 as ``[[rating]]``. Ratings are parsed as FastChat does
 (``[[x]]``, falling back to ``[x]``); output with no rating, or one outside 1–10, gives
 ``rating=None`` and an ``error`` rather than a made-up score.
 
->>> from rhea.llm import ScriptedGenerator
+>>> from rhea.backends.llm import ScriptedGenerator
 >>> judge = Judge(ScriptedGenerator(["Accurate and clear. Rating: [[8]]"]))
 >>> judge.rate("What is 2+2?", "4").rating
 8.0
@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rhea.llm import TextGenerator
+from rhea.backends.llm import TextGenerator
 
 #: MT-Bench categories that FastChat grades against a reference answer.
 REFERENCE_CATEGORIES = ("math", "reasoning", "coding")
@@ -106,7 +106,7 @@ class Judgment:
 class Judge:
     """Rates answers 1–10 with an LLM, MT-Bench single-answer style.
 
-    >>> from rhea.llm import ScriptedGenerator
+    >>> from rhea.backends.llm import ScriptedGenerator
     >>> j = Judge(ScriptedGenerator(["no rating here"]))
     >>> j.rate("Q?", "A.").error
     'no [[rating]] in 1-10 found in judge output'
@@ -114,7 +114,7 @@ class Judge:
 
     def __init__(self, generator: TextGenerator, *, max_new_tokens: int = 512):
         if not isinstance(generator, TextGenerator):
-            raise TypeError(f"generator={generator!r} must implement rhea.llm.TextGenerator "
+            raise TypeError(f"generator={generator!r} must implement rhea.backends.llm.TextGenerator "
                             "(a generate(messages, ...) -> str method)")
         if max_new_tokens < 16:
             raise ValueError(f"max_new_tokens={max_new_tokens} is too small for an explanation "

@@ -185,7 +185,7 @@ def run_suite(
     policy_kwargs: per-policy constructor options, e.g. ``{"rhea": {"tau_low": 0.3}}``.
     Greedy decoding, so a run is reproducible from its settings.
     """
-    from rhea.context.policies import available_policies
+    from rhea.policies import available_policies
     from rhea.session import ChatSession
 
     if isinstance(suite, str):
@@ -197,7 +197,7 @@ def run_suite(
         raise BenchError("pass data / suite_kwargs / n_episodes only with a suite name, not a built Suite")
     policies = list(policies)
     if not policies:
-        raise BenchError("policies is empty; name at least one (see rhea.context.policies.available_policies())")
+        raise BenchError("policies is empty; name at least one (see rhea.policies.available_policies())")
     unknown = [p for p in policies if p not in available_policies()]
     if unknown:
         raise BenchError(f"unknown policies {unknown}; choose from {available_policies()}")

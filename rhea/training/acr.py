@@ -55,7 +55,7 @@ from rhea.agents.acr.policy import apply_refactor, plan_history
 from rhea.agents.acr.refactorer import Refactorer, refactor_messages
 from rhea.agents.acr.router import Router, RouterDecision, router_messages
 from rhea.agents.acr.tasks import DriftTask
-from rhea.context.policies.vanilla import Vanilla
+from rhea.policies.vanilla import Vanilla
 from rhea.training.data import build_trajectory_samples, collate
 
 POOLS = ("corrective", "compressive", "regularization")
@@ -549,7 +549,7 @@ def teacher_from_spec(spec: str):
         return RuleTeacher()
     match = re.match(r"^(https?://[^#]+)#(.+)$", spec)
     if match:
-        from rhea.llm import OpenAICompatibleGenerator
+        from rhea.backends.llm import OpenAICompatibleGenerator
 
         return OpenAICompatibleGenerator(match.group(1), model=match.group(2))
     raise ACRConfigError(f"teacher={spec!r} must be 'rules' or 'http(s)://host/v1#model-name'")

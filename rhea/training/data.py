@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rhea.context import ContextPlan, Conversation, Latent, Turn, TurnDecision, render
-from rhea.context.policies import assemble_plan
+from rhea.policies import assemble_plan
 from rhea.training.errors import TrainingDataError
 
 IGNORE_INDEX = -100

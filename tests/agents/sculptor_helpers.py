@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from rhea.agents.sculptor import AcmStore, SculptorLoop, SculptorToolbox
-from rhea.llm import ScriptedGenerator
+from rhea.backends.llm import ScriptedGenerator
 
 
 def hermes(name: str, **arguments) -> str:

@@ -7,7 +7,7 @@ from rhea.agents.sculptor import SculptorPolicy, loop_answer, tool_generator, tr
 from rhea.agents.sculptor.loop import MALFORMED
 from rhea.agents.sculptor.schemas import TOOL_NAMES
 from rhea.context import Conversation, Turn
-from rhea.llm import HFGenerator
+from rhea.backends.llm import HFGenerator
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("embedded")]
 

@@ -12,7 +12,7 @@ from rhea.agents.sculptor.generators import (TOOLS_CHATML_TEMPLATE, ChatTemplate
                                              EndpointToolGenerator, openai_messages, template_supports_tools,
                                              tool_generator)
 from rhea.agents.sculptor.loop import MALFORMED
-from rhea.llm import HFGenerator, OpenAICompatibleGenerator, ScriptedGenerator
+from rhea.backends.llm import HFGenerator, OpenAICompatibleGenerator, ScriptedGenerator
 from rhea.testing import tiny_llama, tiny_tokenizer
 
 from .sculptor_helpers import hermes

@@ -8,7 +8,7 @@ import pytest
 from rhea.agents.sculptor import AcmStore, ConversationMismatchError, SculptorLoop, SculptorToolbox
 from rhea.agents.sculptor.loop import MALFORMED
 from rhea.agents.sculptor.prompts import BUDGET_EXHAUSTED_PROMPT, FORCE_TOOL_PROMPT, PAPER_UNIFIED_PROMPT
-from rhea.llm import ScriptedGenerator
+from rhea.backends.llm import ScriptedGenerator
 
 from .sculptor_helpers import hermes, make_loop, planned_fragment_ids
 

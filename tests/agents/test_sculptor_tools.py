@@ -6,7 +6,7 @@ import json
 import pytest
 
 from rhea.agents.sculptor import TOOL_NAMES, AcmStore, SculptorToolbox
-from rhea.llm import ScriptedGenerator
+from rhea.backends.llm import ScriptedGenerator
 
 
 def call(box, name, args):

@@ -13,7 +13,7 @@ from rhea.context import (
     TurnDecision,
     render,
 )
-from rhea.context.policies import (
+from rhea.policies import (
     BM25,
     ContextPolicy,
     RecentK,
@@ -25,9 +25,9 @@ from rhea.context.policies import (
     get_policy,
     register_policy,
 )
-from rhea.llm import ScriptedGenerator
+from rhea.backends.llm import ScriptedGenerator
 from rhea.memory import InstructionalMemory
-from rhea.retrieval import BM25Retriever
+from rhea.backends.retrieval import BM25Retriever
 
 TURNS = [
     ("my cat is called Tom and he is orange", "Tom sounds like a lovely orange cat."),

@@ -12,7 +12,7 @@ def test_bm25s_import_leaves_jax_alone(tmp_path):
     (fake / "lax.py").write_text("def top_k(x, k):\n    raise RuntimeError('JAX backend started')\n")
     code = textwrap.dedent("""
         import sys
-        import rhea.retrieval as r
+        import rhea.backends.retrieval as r
         import bm25s.selection
         assert r.bm25s is not None and not bm25s.selection.JAX_IS_AVAILABLE
         assert r.BM25Retriever(["cats purr", "dogs bark"]).search("cats", k=1)[0][0] == 0

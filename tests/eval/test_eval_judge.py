@@ -1,7 +1,7 @@
 import pytest
 
 from rhea.eval.judge import Judge, parse_rating
-from rhea.llm import ScriptedGenerator
+from rhea.backends.llm import ScriptedGenerator
 
 
 @pytest.mark.parametrize("text,rating", [

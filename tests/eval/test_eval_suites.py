@@ -6,7 +6,7 @@ from rhea.eval.checkers import InstructionSpec, UnknownInstructionError
 from rhea.eval.suites import (TURN_KINDS, SuiteConfigError, SuiteTurn, UnknownSuiteError,
                               get_suite, list_suites)
 from rhea.eval.suites.builtin import ORDINARY_QUESTIONS
-from rhea.llm import ScriptedGenerator
+from rhea.backends.llm import ScriptedGenerator
 
 
 def run(episodes, reply_for):

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from rhea.context import ContextPlan, Latent, render
-from rhea.generation import generate_from_plan
+from rhea.session.generation import generate_from_plan
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("embedded")]
 

@@ -6,9 +6,9 @@ import pytest
 
 MODULES = [
     "rhea.context.conversation", "rhea.context.latent", "rhea.context.plan", "rhea.context.errors",
-    "rhea.context.rendering", "rhea.context.policies.vanilla", "rhea.context.policies.recent_k",
-    "rhea.context.policies.bm25", "rhea.context.policies.summary", "rhea.context.policies.assemble",
-    "rhea.context.policies.validation", "rhea.memory.recognizer", "rhea.memory.instructional", "rhea.retrieval",
+    "rhea.context.rendering", "rhea.policies.vanilla", "rhea.policies.recent_k",
+    "rhea.policies.bm25", "rhea.policies.summary", "rhea.policies.assemble",
+    "rhea.policies.validation", "rhea.memory.recognizer", "rhea.memory.instructional", "rhea.backends.retrieval",
 ]
 
 

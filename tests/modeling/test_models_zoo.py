@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import rhea.models as models
+import rhea.modeling.zoo as models
 from rhea.cli import main as rhea_main
 from rhea.errors import CorruptModelFileError, MissingModelPackageError, UnknownModelError
-from rhea.models import MODEL_ZOO, SplitGGUF, ZooModel, get_model, install_model, resolve_model_path
+from rhea.modeling.zoo import MODEL_ZOO, SplitGGUF, ZooModel, get_model, install_model, resolve_model_path
 
 N_PARTS = 11  # two-digit part numbers: part10 must follow part09, not part1
 DIST = "fakezoo-part{i}"
@@ -261,7 +261,7 @@ def test_train_model_flag_sets_the_base_model(tmp_path, monkeypatch, capsys):
 def test_default_dtype_per_zoo_entry():
     import torch
 
-    from rhea.models import default_dtype
+    from rhea.modeling.zoo import default_dtype
 
     assert default_dtype("qwen2.5-coder-1.5b") is torch.bfloat16
     assert default_dtype("smollm2-135m") is torch.float32
@@ -272,7 +272,7 @@ def test_default_dtype_of_a_rhea_directory_follows_its_recorded_base(tmp_path):
     """`rhea calibrate --out DIR` on Qwen must reload in bfloat16, not silently in float32."""
     import torch
 
-    from rhea.models import default_dtype
+    from rhea.modeling.zoo import default_dtype
 
     qwen, local, broken = (tmp_path / n for n in ("qwen", "local", "broken"))
     for d in (qwen, local, broken):

@@ -83,8 +83,8 @@ def test_load_errors(tiny_model, tmp_path):
 
 
 def test_agent_policies_run_in_a_session(tiny_model):
-    from rhea.embedding import HashingEmbedder
-    from rhea.llm import ScriptedGenerator
+    from rhea.backends.embedding import HashingEmbedder
+    from rhea.backends.llm import ScriptedGenerator
 
     # Sculptor's loop answers while planning: the session uses that answer, no second generation
     chat = ChatSession(tiny_model, policy="sculptor",

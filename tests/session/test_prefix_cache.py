@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from rhea.context import ContextPlan
-from rhea.generation import PrefixKVCache, generate_from_plan
+from rhea.session.generation import PrefixKVCache, generate_from_plan
 from rhea.session import ChatSession
 from rhea.testing import tiny_rhea
 

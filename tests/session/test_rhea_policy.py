@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from rhea.context import Conversation, Turn, render
-from rhea.context.policies import available_policies, get_policy
+from rhea.policies import available_policies, get_policy
 from rhea.errors import RheaConfigError
 from rhea.memory.episodic import EpisodicMemory
 

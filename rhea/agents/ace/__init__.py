@@ -7,7 +7,7 @@
 - `AcePolicy`, registered as the context policy ``"ace"`` (past turns are the corpus).
 
 >>> from rhea.agents.ace import ACE, BM25Passages
->>> from rhea.llm import ScriptedGenerator
+>>> from rhea.backends.llm import ScriptedGenerator
 >>> ace = ACE(ScriptedGenerator(["RETRIEVE", "hallway"]), BM25Passages(["Mary went to the hallway."]), n_agents=1, rounds=1)
 >>> ace.answer("Where is Mary?").text
 'hallway'

@@ -20,7 +20,7 @@ def label_logprobs(generator, messages: list[dict], labels=ACTIONS) -> tuple[dic
     """({label: log p(label | messages)}, prompt tokens, label tokens) for an `HFGenerator`."""
     import torch
 
-    from rhea.llm import _chat_ids  # the generator's own chat rendering, so scores match generation
+    from rhea.backends.llm import _chat_ids  # the generator's own chat rendering, so scores match generation
 
     enc = _chat_ids(generator.tokenizer, messages)
     model = generator._backbone()

@@ -20,7 +20,7 @@ from rhea.agents.ace.tokens import MeteredLLM, RoundTokens
 from rhea.agents.ace.trace import Answer, RoundRecord, Trace
 from rhea.agents.ace.votes import ACTIONS, RETRIEVE, THINK, parse_vote, tally
 from rhea.context.errors import require_text
-from rhea.context.policies.validation import positive_int
+from rhea.policies.validation import positive_int
 
 _LEAD = re.compile(r"^\s*(?:search query|query|sub-question|subquestion|answer)\s*:\s*", re.IGNORECASE)
 
@@ -60,7 +60,7 @@ class ACE:
     (the question plus the memory's text: deterministic query expansion for models whose
     written queries drift off the question).
 
-    >>> from rhea.llm import ScriptedGenerator
+    >>> from rhea.backends.llm import ScriptedGenerator
     >>> from rhea.agents.ace.retrievers import BM25Passages
     >>> corpus = ["Mary got the milk there.", "John went to the office.", "Mary went to the garden."]
     >>> llm = ScriptedGenerator(["RETRIEVE", "THINK", "RETRIEVE", "garden"])
@@ -95,7 +95,7 @@ class ACE:
         if vote_mode not in ("generate", "constrained"):
             raise AceConfigError(f"vote_mode={vote_mode!r} must be 'generate' or 'constrained'")
         if vote_mode == "constrained" and not all(hasattr(llm, a) for a in ("_backbone", "_context", "tokenizer")):
-            raise AceConfigError(f"vote_mode='constrained' needs a local rhea.llm.HFGenerator, got {type(llm).__name__}; "
+            raise AceConfigError(f"vote_mode='constrained' needs a local rhea.backends.llm.HFGenerator, got {type(llm).__name__}; "
                                  "use vote_mode='generate'")
         if query_mode not in ("llm", "memory"):
             raise AceConfigError(f"query_mode={query_mode!r} must be 'llm' or 'memory'")
@@ -214,7 +214,7 @@ class ACE:
 class IterativeRetrieval(ACE):
     """Retrieve every round, no vote (IterDRAG-style); ``rounds=1`` is single-step RAG.
 
-    >>> from rhea.llm import ScriptedGenerator
+    >>> from rhea.backends.llm import ScriptedGenerator
     >>> from rhea.agents.ace.retrievers import BM25Passages
     >>> rag = IterativeRetrieval(ScriptedGenerator(["kitchen"]), BM25Passages(["Tom is in the kitchen."]), rounds=1)
     >>> rag.answer("Where is Tom?").text
@@ -232,7 +232,7 @@ def answer_with_all_passages(llm, passages: list[str], question: str, *, answer_
                              tokenizer: Any = None) -> Answer:
     """The vanilla baseline: every passage in context, one answer call.
 
-    >>> from rhea.llm import ScriptedGenerator
+    >>> from rhea.backends.llm import ScriptedGenerator
     >>> answer_with_all_passages(ScriptedGenerator(["office"]), ["John went to the office."], "Where is John?").text
     'office'
     """

@@ -5,7 +5,7 @@ kept verbatim ("raw", in chronological order), the others dropped with the reaso
 thoughts go into the system block. The full ACE trace is in `plan.decisions.records`.
 
 >>> from rhea.context import Conversation, Turn
->>> from rhea.llm import ScriptedGenerator
+>>> from rhea.backends.llm import ScriptedGenerator
 >>> conv = Conversation([Turn("My cat is called Tom.", "Nice!"), Turn("Sort a list in Python?", "Use sorted().")])
 >>> policy = AcePolicy(ScriptedGenerator(["RETRIEVE"]), n_agents=1, rounds=1, passages_per_retrieval=1)
 >>> plan = policy.build(conv, "What is my cat called?")
@@ -20,11 +20,11 @@ from rhea.agents.ace.orchestrator import ACE
 from rhea.agents.ace.retrievers import make_retriever
 from rhea.context.conversation import Conversation
 from rhea.context.plan import ContextPlan, TurnDecision
-from rhea.context.policies.assemble import SystemSource, assemble_plan
-from rhea.context.policies.base import ContextPolicy
-from rhea.context.policies.bm25 import turn_text
-from rhea.context.policies.registry import register_policy
-from rhea.embedding import Embedder
+from rhea.policies.assemble import SystemSource, assemble_plan
+from rhea.policies.base import ContextPolicy
+from rhea.policies.bm25 import turn_text
+from rhea.policies.registry import register_policy
+from rhea.backends.embedding import Embedder
 
 THOUGHTS_HEADER = "Working notes on the current question:"
 

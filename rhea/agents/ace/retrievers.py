@@ -7,7 +7,7 @@ when the corpus has them).
 >>> r = BM25Passages(["Mary got the milk.", "John went home.", "Mary went to the garden."])
 >>> r.search("where is Mary", k=1, exclude={0})
 [(2, ...)]
->>> from rhea.embedding import HashingEmbedder
+>>> from rhea.backends.embedding import HashingEmbedder
 >>> DensePassages(["the cat sat", "dogs bark"], HashingEmbedder(64)).search("a cat sat", k=1)[0][0]
 0
 """
@@ -19,9 +19,9 @@ import numpy as np
 
 from rhea.agents.ace.errors import CorpusError
 from rhea.context.errors import require_text
-from rhea.context.policies.validation import positive_int
-from rhea.embedding import Embedder
-from rhea.retrieval import BM25Retriever, bm25_tokens
+from rhea.policies.validation import positive_int
+from rhea.backends.embedding import Embedder
+from rhea.backends.retrieval import BM25Retriever, bm25_tokens
 
 
 @runtime_checkable
@@ -50,7 +50,7 @@ def _rank(scores: Sequence[float], k: int, exclude: Collection[int], keep) -> li
 
 
 class BM25Passages:
-    """Lexical retrieval (`rhea.retrieval.BM25Retriever`); passages sharing no word are never returned."""
+    """Lexical retrieval (`rhea.backends.retrieval.BM25Retriever`); passages sharing no word are never returned."""
 
     kind = "bm25"
 
@@ -73,7 +73,7 @@ class DensePassages:
 
     def __init__(self, texts: Sequence[str], embedder: Embedder):
         if not isinstance(embedder, Embedder):
-            raise CorpusError(f"embedder={embedder!r} must implement encode(texts) -> np.ndarray (see rhea.embedding)")
+            raise CorpusError(f"embedder={embedder!r} must implement encode(texts) -> np.ndarray (see rhea.backends.embedding)")
         self.texts = check_corpus(texts)
         self.embedder = embedder
         self._vectors = embedder.encode(self.texts) if self.texts else np.zeros((0, 1), dtype=np.float32)
@@ -96,7 +96,7 @@ def make_retriever(kind: str | Embedder, texts: Sequence[str]) -> PassageRetriev
         if kind == "bm25":
             return BM25Passages(texts)
         if kind == "dense":
-            from rhea.embedding import MiniLMEmbedder
+            from rhea.backends.embedding import MiniLMEmbedder
 
             return DensePassages(texts, MiniLMEmbedder())
         raise CorpusError(f"retriever={kind!r} must be 'bm25', 'dense' or an Embedder instance")

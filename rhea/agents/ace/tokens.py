@@ -69,7 +69,7 @@ class TokenMeter:
     def stop(self, before: tuple[int, int], messages: list[dict], reply: str) -> tuple[int, int]:
         if self.exact:
             return self.llm.prompt_tokens - before[0], self.llm.completion_tokens - before[1]
-        from rhea.context.policies.assemble import count_tokens
+        from rhea.policies.assemble import count_tokens
 
         prompt = sum(count_tokens(m["content"], self.tokenizer) for m in messages)
         return prompt, count_tokens(reply, self.tokenizer)
@@ -78,7 +78,7 @@ class TokenMeter:
 class MeteredLLM:
     """A `TextGenerator` whose every call is charged to a role in a `RoundTokens`.
 
-    >>> from rhea.llm import ScriptedGenerator
+    >>> from rhea.backends.llm import ScriptedGenerator
     >>> llm, tokens = MeteredLLM(ScriptedGenerator(["Paris"])), RoundTokens()
     >>> llm("answering", [{"role": "user", "content": "Capital of France?"}], tokens, max_new_tokens=4)
     'Paris'
@@ -87,10 +87,10 @@ class MeteredLLM:
     """
 
     def __init__(self, llm, tokenizer=None):
-        from rhea.llm import TextGenerator
+        from rhea.backends.llm import TextGenerator
 
         if not isinstance(llm, TextGenerator):
-            raise ValueError(f"llm={llm!r} must implement TextGenerator.generate(messages, ...) (see rhea.llm)")
+            raise ValueError(f"llm={llm!r} must implement TextGenerator.generate(messages, ...) (see rhea.backends.llm)")
         self.llm = llm
         self.meter = TokenMeter(llm, tokenizer)
 

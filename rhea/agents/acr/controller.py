@@ -101,7 +101,7 @@ class ACRController:
 
     def generator(self, name: str | None, **kwargs):
         """A `TextGenerator` on adapter `name` (``None``: base model, adapters disabled)."""
-        from rhea.llm import HFGenerator
+        from rhea.backends.llm import HFGenerator
 
         if name is not None and name not in ADAPTERS:
             raise ACRConfigError(f"adapter {name!r} is not one of {ADAPTERS} (or None for the base model)")

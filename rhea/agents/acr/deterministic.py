@@ -1,7 +1,7 @@
 """Deterministic implementations of three operators (no LLM call).
 
 - `noise_filter`: scores every past turn against the question with a maintained scorer
-  (BM25 from `bm25s`, or any `rhea.embedding.Embedder` by cosine) and keeps turns whose
+  (BM25 from `bm25s`, or any `rhea.backends.embedding.Embedder` by cosine) and keeps turns whose
   score reaches τ (BM25 scores are divided by the best one, so τ is in [0, 1]).
 - `path_prune`: a turn is a *failed attempt* when the next user message rejects its reply
   ("wrong", "try again", "doesn't work", ...). Failed attempts whose replies are identical
@@ -63,13 +63,13 @@ def relevance_scores(turns: list[HistoryTurn], query: str, *, scorer: str = "bm2
     if not texts:
         return []
     if scorer == "bm25":
-        from rhea.retrieval import BM25Retriever
+        from rhea.backends.retrieval import BM25Retriever
 
         raw = BM25Retriever(texts).scores(query)
         top = max(raw)
         return [s / top if top > 0 else 0.0 for s in raw]
     if embedder is None:
-        raise ACRConfigError("scorer='embedding' needs embedder= (e.g. rhea.embedding.MiniLMEmbedder())")
+        raise ACRConfigError("scorer='embedding' needs embedder= (e.g. rhea.backends.embedding.MiniLMEmbedder())")
     vecs = np.asarray(embedder.encode(texts + [query]), dtype=np.float32)
     sims = vecs[:-1] @ vecs[-1]
     return [float(max(0.0, s)) for s in sims]

@@ -28,10 +28,10 @@ from rhea.agents.acr.router import Router, RouterDecision
 from rhea.context.conversation import Conversation, Turn
 from rhea.context.errors import InvalidTurnError
 from rhea.context.plan import ContextPlan, TurnDecision
-from rhea.context.policies.assemble import SystemSource, assemble_plan
-from rhea.context.policies.base import ContextPolicy
-from rhea.context.policies.registry import register_policy
-from rhea.context.policies.vanilla import Vanilla
+from rhea.policies.assemble import SystemSource, assemble_plan
+from rhea.policies.base import ContextPolicy
+from rhea.policies.registry import register_policy
+from rhea.policies.vanilla import Vanilla
 
 REFACTORED_HEADER = "Refactored context of the conversation so far ({operator}):"
 ROUTE_EVENT = "acr_route"
@@ -63,7 +63,7 @@ class ACRPolicy(ContextPolicy):
     another `TextGenerator` (e.g. a teacher). `deterministic`: run noise_filter, path_prune
     and attention_anchor without the LLM.
 
-    >>> from rhea.llm import ScriptedGenerator
+    >>> from rhea.backends.llm import ScriptedGenerator
     >>> policy = ACRPolicy(ScriptedGenerator([
     ...     '{"analysis": "room corrected", "drift_detected": true, "selected_operator": "fact_rectification"}',
     ...     "<summary>The meeting room is 7.</summary>"]))

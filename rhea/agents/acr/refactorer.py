@@ -21,7 +21,7 @@ from rhea.agents.acr import deterministic as det
 from rhea.agents.acr.errors import ACRConfigError, RefactorerOutputError
 from rhea.agents.acr.history import HistoryTurn, controller_user_message
 from rhea.agents.acr.operators import ATTENTION_ANCHOR, NOISE_FILTER, NONE, PATH_PRUNE, check_operator, refactor_prompt
-from rhea.llm import TextGenerator
+from rhea.backends.llm import TextGenerator
 
 _SUMMARY = re.compile(r"<summary>(.*?)</summary>", re.DOTALL | re.IGNORECASE)
 REFACTOR_ASK = "Write the refactored context inside <summary></summary>."
@@ -75,7 +75,7 @@ class Refactorer:
     """Runs operators: deterministically where possible (``deterministic=True``), else through
     `generator` (the prompt-only base model, the refactorer LoRA, or a teacher).
 
-    >>> from rhea.llm import ScriptedGenerator
+    >>> from rhea.backends.llm import ScriptedGenerator
     >>> r = Refactorer(ScriptedGenerator(["<summary>The room is 7.</summary>"]))
     >>> r.refactor("fact_rectification", [HistoryTurn(0, "Room 3.", "ok"), HistoryTurn(1, "No, room 7.", "ok")], "Room?").context
     'The room is 7.'

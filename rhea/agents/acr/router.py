@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from rhea.agents.acr.errors import RouterOutputError
 from rhea.agents.acr.history import HistoryTurn, controller_user_message
 from rhea.agents.acr.operators import NONE, OPERATORS, router_system_prompt
-from rhea.llm import TextGenerator
+from rhea.backends.llm import TextGenerator
 
 ROUTER_KEYS = ("analysis", "drift_detected", "selected_operator")
 _FENCE = re.compile(r"^```(?:json)?\s*\n?(.*?)\n?```$", re.DOTALL)
@@ -102,7 +102,7 @@ def router_messages(turns: list[HistoryTurn], query: str, task: str = "") -> lis
 class Router:
     """Any `TextGenerator` (prompt-only base model, the router LoRA, a teacher) as the router.
 
-    >>> from rhea.llm import ScriptedGenerator
+    >>> from rhea.backends.llm import ScriptedGenerator
     >>> r = Router(ScriptedGenerator(['{"analysis": "ok", "drift_detected": false, "selected_operator": "NONE"}']))
     >>> r.route([HistoryTurn(0, "hi", "hello")], "bye").selected_operator
     'NONE'

@@ -5,8 +5,8 @@ picks its topic (same tree, another tree, a new tree) and its branch (continue, 
 an earlier node, switch to another branch); the context is the active path verbatim plus
 one summary line per other topic and inactive branch. Registered as policy "context-agent".
 
->>> from rhea.context.policies import get_policy
->>> from rhea.embedding import HashingEmbedder
+>>> from rhea.policies import get_policy
+>>> from rhea.backends.embedding import HashingEmbedder
 >>> get_policy("context-agent", embedder=HashingEmbedder(32)).name
 'context-agent'
 """

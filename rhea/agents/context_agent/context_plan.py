@@ -10,7 +10,7 @@ from typing import Any
 
 from rhea.agents.context_agent.forest import Forest, Node, TopicTree
 from rhea.context import Conversation, ContextPlan, Latent, TurnDecision
-from rhea.context.policies.assemble import SystemSource, assemble_plan
+from rhea.policies.assemble import SystemSource, assemble_plan
 
 OTHER_TOPICS_HEADER = "Other topics of this conversation (one line each, oldest first):"
 OTHER_BRANCHES_HEADER = "Earlier alternatives in the current topic, not followed now:"

@@ -18,11 +18,11 @@ from rhea.agents.context_agent.prompts import summary_messages
 from rhea.agents.context_agent.similarity import EmbeddingCache
 from rhea.agents.context_agent.transitions import Navigator, NavigatorConfig, Placement, apply_placement
 from rhea.context import Conversation, ContextPlan, Latent, Turn
-from rhea.context.policies import ContextPolicy, register_policy
-from rhea.context.policies.assemble import SystemSource
-from rhea.context.policies.validation import positive_int
-from rhea.embedding import Embedder
-from rhea.llm import TextGenerator
+from rhea.policies import ContextPolicy, register_policy
+from rhea.policies.assemble import SystemSource
+from rhea.policies.validation import positive_int
+from rhea.backends.embedding import Embedder
+from rhea.backends.llm import TextGenerator
 
 CompressFn = Callable[[list], torch.Tensor]
 
@@ -38,7 +38,7 @@ class ContextAgent(ContextPolicy):
     `keep_raw_last` path turns become `Latent`s.
 
     >>> from rhea.context import Conversation, Turn
-    >>> from rhea.embedding import HashingEmbedder
+    >>> from rhea.backends.embedding import HashingEmbedder
     >>> agent = ContextAgent(None, HashingEmbedder(256))
     >>> conv = Conversation()
     >>> for user in ["Plan a trip to Rome in May", "Recipe for banana bread please"]:
@@ -71,7 +71,7 @@ class ContextAgent(ContextPolicy):
     ):
         super().__init__(system_prompt=system_prompt, tokenizer=tokenizer)
         if embedder is None:
-            from rhea.embedding import MiniLMEmbedder
+            from rhea.backends.embedding import MiniLMEmbedder
 
             embedder = MiniLMEmbedder()
         self.embeddings = EmbeddingCache(embedder)

@@ -6,13 +6,13 @@ from typing import Sequence
 import numpy as np
 
 from rhea.agents.context_agent.forest import Node
-from rhea.embedding import Embedder
+from rhea.backends.embedding import Embedder
 
 
 class EmbeddingCache:
     """Encodes each distinct text once (queries are looked up again when their turn is stored).
 
-    >>> from rhea.embedding import HashingEmbedder
+    >>> from rhea.backends.embedding import HashingEmbedder
     >>> cache = EmbeddingCache(HashingEmbedder(32))
     >>> _ = cache.encode("hi"); _ = cache.encode("hi")
     >>> cache.hits, cache.misses

@@ -22,7 +22,7 @@ from rhea.agents.context_agent.forest import Forest, Node, TopicTree
 from rhea.agents.context_agent.parsing import parse_branch_decision, parse_topic_choice
 from rhea.agents.context_agent.prompts import branch_messages, topic_messages
 from rhea.agents.context_agent.similarity import top_k_nodes
-from rhea.llm import TextGenerator
+from rhea.backends.llm import TextGenerator
 
 BRANCH_FALLBACKS = ("embedding", "continue")
 

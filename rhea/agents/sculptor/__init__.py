@@ -2,7 +2,7 @@
 
 - `AcmStore`: the sculptable, undoable view over a conversation's messages;
 - `SculptorToolbox`: the six tools (fragment, summarize, fold, restore, search, detail);
-- `SculptorLoop`: the tool-calling loop around any `rhea.llm.TextGenerator`;
+- `SculptorLoop`: the tool-calling loop around any `rhea.backends.llm.TextGenerator`;
 - `trajectory_instances` / `write_jsonl`: Algorithm 1 training data from a loop's run;
 - `SculptorPolicy`: the loop as the "sculptor" context policy (store kept across turns);
 - `ChatTemplateToolGenerator` / `EndpointToolGenerator` / `tool_generator`: native tool

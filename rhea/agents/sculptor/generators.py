@@ -18,7 +18,7 @@ import json
 from typing import Any, Sequence
 
 from rhea.agents.toolcalls import parse_tool_calls
-from rhea.llm import HFGenerator, OpenAICompatibleGenerator
+from rhea.backends.llm import HFGenerator, OpenAICompatibleGenerator
 
 _PROBE_TOOL = "rhea_template_tool_probe"
 

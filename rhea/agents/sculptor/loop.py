@@ -32,7 +32,7 @@ from rhea.agents.sculptor.prompts import (
 )
 from rhea.agents.sculptor.tools import SculptorToolbox
 from rhea.agents.toolcalls import ParsedToolCalls, parse_tool_calls
-from rhea.llm import TextGenerator
+from rhea.backends.llm import TextGenerator
 
 #: Name recorded for a reply whose tool call could not be read.
 MALFORMED = "<malformed>"
@@ -79,7 +79,7 @@ class LoopResult:
 class SculptorLoop:
     """Run a tool-calling model over a sculptable history until it answers.
 
-    >>> from rhea.llm import ScriptedGenerator
+    >>> from rhea.backends.llm import ScriptedGenerator
     >>> from rhea.agents.sculptor import AcmStore, SculptorToolbox
     >>> history = [{"role": "user", "content": "k=1. k=2. k=3."}, {"role": "assistant", "content": "ok"}]
     >>> gen = ScriptedGenerator(['<tool_call>{"name": "search_context", "arguments": {"query": "k="}}</tool_call>',

@@ -23,11 +23,11 @@ from rhea.agents.sculptor.store import FOLDED, SUMMARIZED, AcmStore
 from rhea.agents.sculptor.tools import SculptorToolbox
 from rhea.context.conversation import Conversation, Turn
 from rhea.context.plan import ContextPlan, PlanDecisions, TokenLedger, TurnDecision
-from rhea.context.policies.assemble import SystemSource, count_tokens, resolve_system
-from rhea.context.policies.base import ContextPolicy
-from rhea.context.policies.registry import register_policy
-from rhea.context.policies.validation import positive_int
-from rhea.llm import TextGenerator
+from rhea.policies.assemble import SystemSource, count_tokens, resolve_system
+from rhea.policies.base import ContextPolicy
+from rhea.policies.registry import register_policy
+from rhea.policies.validation import positive_int
+from rhea.backends.llm import TextGenerator
 
 #: Tool calls allowed per turn (the paper's loop budget).
 DEFAULT_MAX_TOOL_CALLS = 20
@@ -66,7 +66,7 @@ class SculptorPolicy(ContextPolicy):
     it has ``supports_tools = True``, see `rhea.agents.sculptor.generators`).
     summarizer: writes `summarize_fragment` summaries (default: the generator itself).
 
-    >>> from rhea.llm import ScriptedGenerator
+    >>> from rhea.backends.llm import ScriptedGenerator
     >>> policy = SculptorPolicy(ScriptedGenerator([
     ...     '<tool_call>{"name": "search_context", "arguments": {"query": "cat"}}</tool_call>', "Tom."]))
     >>> plan = policy.build(Conversation([Turn("My cat is Tom.", "Nice!")]), "Cat's name?")

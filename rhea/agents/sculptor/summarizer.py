@@ -1,7 +1,7 @@
 """Focused summaries of fragments, written by any `TextGenerator`."""
 from __future__ import annotations
 
-from rhea.llm import TextGenerator
+from rhea.backends.llm import TextGenerator
 
 SUMMARY_SYSTEM_PROMPT = (
     "You condense text for another assistant's working memory. Keep every fact, name, number "
@@ -25,7 +25,7 @@ def summary_messages(text: str, focus: str) -> list[dict]:
 def summarize_text(generator: TextGenerator, text: str, focus: str, *, max_new_tokens: int = 256) -> str:
     """Ask `generator` for a greedy, focused summary of `text`.
 
-    >>> from rhea.llm import ScriptedGenerator
+    >>> from rhea.backends.llm import ScriptedGenerator
     >>> summarize_text(ScriptedGenerator(["  a is 2  "]), "a=1, a=2", "latest a")
     'a is 2'
     """

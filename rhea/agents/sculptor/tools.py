@@ -17,7 +17,7 @@ from rhea.agents.sculptor.store import AcmStore, SearchRecord
 from rhea.agents.sculptor.summarizer import summarize_text
 from rhea.agents.sculptor.validation import validate_arguments
 from rhea.agents.toolcalls import loads_lenient
-from rhea.llm import TextGenerator
+from rhea.backends.llm import TextGenerator
 
 _SCHEMA_BY_NAME = {s["function"]["name"]: s for s in TOOL_SCHEMAS}
 
@@ -34,7 +34,7 @@ class ToolOutcome:
 class SculptorToolbox:
     """The six Sculptor tools bound to one store and one summarizer.
 
-    >>> from rhea.llm import ScriptedGenerator
+    >>> from rhea.backends.llm import ScriptedGenerator
     >>> store = AcmStore([{"role": "user", "content": "<doc>old notes</doc> Q?"}])
     >>> box = SculptorToolbox(store, ScriptedGenerator([]))
     >>> json.loads(box.call("fragment_context", {"start_marker": "<doc>", "end_marker": "</doc>",

@@ -10,7 +10,7 @@ STORY = ["Mary got the milk there.", "John moved to the bedroom.", "Sandra went 
 @pytest.fixture(scope="module")
 def llm():
     from rhea import load_default_model
-    from rhea.llm import HFGenerator
+    from rhea.backends.llm import HFGenerator
 
     model, tok = load_default_model()
     return HFGenerator(model.eval(), tok, seed=0)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from rhea.agents.ace import BM25Passages, CorpusError, DensePassages, WorkingMemory, make_retriever
-from rhea.embedding import HashingEmbedder
+from rhea.backends.embedding import HashingEmbedder
 
 CORPUS = ["Mary got the milk there.", "John moved to the bedroom.", "Mary travelled to the hallway.",
           "Sandra went back to the kitchen.", "Mary went to the garden."]

@@ -2,7 +2,7 @@
 import pytest
 
 from rhea.agents.ace import ACE, AceConfigError, BM25Passages, IterativeRetrieval, answer_with_all_passages
-from rhea.llm import ScriptedGenerator
+from rhea.backends.llm import ScriptedGenerator
 
 CORPUS = ["Mary got the milk there.", "John moved to the bedroom.", "Mary travelled to the hallway.",
           "Sandra went back to the kitchen.", "Daniel went to the office."]
@@ -110,7 +110,7 @@ def test_vanilla_sees_every_passage():
 @pytest.mark.parametrize("kwargs, match", [
     ({"n_agents": 0}, "n_agents=0"), ({"rounds": -1}, "rounds=-1"), ({"vote_temperature": -0.1}, "vote_temperature"),
     ({"tie_break": "coin"}, "tie_break='coin'"), ({"vote_mode": "logits"}, "vote_mode='logits'"),
-    ({"vote_mode": "constrained"}, "needs a local rhea.llm.HFGenerator"), ({"query_mode": "x"}, "query_mode='x'"),
+    ({"vote_mode": "constrained"}, "needs a local rhea.backends.llm.HFGenerator"), ({"query_mode": "x"}, "query_mode='x'"),
 ])
 def test_bad_settings_are_named(kwargs, match):
     with pytest.raises((AceConfigError, ValueError), match=match):

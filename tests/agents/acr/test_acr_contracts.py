@@ -7,7 +7,7 @@ import pytest
 
 from rhea.agents.acr import (HistoryTurn, RefactorerOutputError, Refactorer, Router, RouterOutputError,
                              parse_router_output, parse_summary)
-from rhea.llm import ScriptedGenerator
+from rhea.backends.llm import ScriptedGenerator
 
 TURNS = [HistoryTurn(0, "The meeting is in room 3.", "Noted."), HistoryTurn(1, "Correction: the room is 7.", "Ok."),
          HistoryTurn(2, "Wrong.", "Room 3."), HistoryTurn(3, "Wrong again.", "Room 3."),

@@ -5,7 +5,7 @@ import pytest
 
 from rhea.agents.acr import OPERATORS, ACRConfigError, HistoryTurn, attention_anchor, noise_filter, path_prune, refactor_prompt
 from rhea.agents.acr.deterministic import relevance_scores
-from rhea.embedding import HashingEmbedder
+from rhea.backends.embedding import HashingEmbedder
 
 HISTORY = [
     HistoryTurn(0, "My flight to Oslo leaves at 9 from gate B12.", "Noted: gate B12 at 9."),

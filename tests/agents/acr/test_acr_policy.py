@@ -8,8 +8,8 @@ import torch
 
 from rhea.agents.acr import ACRConfigError, ACRPolicy
 from rhea.context import Conversation, Turn
-from rhea.context.policies import get_policy
-from rhea.llm import ScriptedGenerator
+from rhea.policies import get_policy
+from rhea.backends.llm import ScriptedGenerator
 
 from .helpers import tiny_controller
 
@@ -63,7 +63,7 @@ def test_refactorer_contract_failure_keeps_history_and_records_the_reason():
 
 
 def test_runs_on_top_of_the_rhea_plan():
-    from rhea.context.policies.rhea_policy import RheaPolicy
+    from rhea.policies.rhea_policy import RheaPolicy
     from rhea.testing import tiny_rhea
 
     model = tiny_rhea()
@@ -117,7 +117,7 @@ def test_bad_arguments_raise_named_errors():
 
 
 def test_chat_session_gives_acr_the_session_model_as_controller(tmp_path):
-    from rhea.llm import HFGenerator
+    from rhea.backends.llm import HFGenerator
     from rhea.session import ChatSession
     from rhea.testing import tiny_rhea
 

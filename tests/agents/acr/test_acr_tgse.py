@@ -9,7 +9,7 @@ import torch
 from rhea.agents.acr import TGSEStateError
 from rhea.agents.acr.tasks import drift_tasks
 from rhea.agents.acr.teacher import RuleTeacher
-from rhea.llm import ScriptedGenerator
+from rhea.backends.llm import ScriptedGenerator
 from rhea.training.acr import TGSE, TGSEConfig
 
 from .helpers import FirstFactSolver, tiny_controller

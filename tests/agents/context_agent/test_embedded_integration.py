@@ -9,10 +9,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("embedded")]
 def test_context_agent_runs_as_a_policy_on_the_embedded_model():
     from rhea import load_default_model
     from rhea.context import Conversation, Turn
-    from rhea.context.policies import get_policy
-    from rhea.embedding import HashingEmbedder
-    from rhea.generation import generate_from_plan
-    from rhea.llm import HFGenerator
+    from rhea.policies import get_policy
+    from rhea.backends.embedding import HashingEmbedder
+    from rhea.session.generation import generate_from_plan
+    from rhea.backends.llm import HFGenerator
 
     model, tokenizer = load_default_model()
     model.eval()

@@ -10,8 +10,8 @@ import torch
 
 from rhea.agents.context_agent import ContextAgent, Forest, ForestStateError
 from rhea.context import Conversation, Turn, render
-from rhea.context.policies import get_policy
-from rhea.llm import ScriptedGenerator
+from rhea.policies import get_policy
+from rhea.backends.llm import ScriptedGenerator
 
 from .helpers import KeywordEmbedder, drive, script_replies
 

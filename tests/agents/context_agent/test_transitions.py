@@ -5,7 +5,7 @@ import pytest
 
 from rhea.agents.context_agent import ContextAgent
 from rhea.context import Conversation
-from rhea.llm import ScriptedGenerator
+from rhea.backends.llm import ScriptedGenerator
 
 from .helpers import KeywordEmbedder, drive, script_replies
 

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 from rhea.context.conversation import Conversation, Turn
 from rhea.context.plan import ContextPlan
-from rhea.context.policies.assemble import SystemSource, check_system_source
+from rhea.policies.assemble import SystemSource, check_system_source
 
 
 class ContextPolicy(ABC):

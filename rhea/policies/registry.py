@@ -1,7 +1,7 @@
 """Policies by name: `register_policy("name")` on a class, `get_policy("name", **kwargs)`."""
 from __future__ import annotations
 
-from rhea.context.policies.base import ContextPolicy
+from rhea.policies.base import ContextPolicy
 
 _POLICIES: dict[str, type[ContextPolicy]] = {}
 

@@ -6,11 +6,11 @@ from typing import Any
 
 from rhea.context.conversation import Conversation, Turn
 from rhea.context.plan import ContextPlan, TurnDecision
-from rhea.context.policies.assemble import SystemSource, assemble_plan
-from rhea.context.policies.base import ContextPolicy
-from rhea.context.policies.registry import register_policy
-from rhea.context.policies.validation import positive_int
-from rhea.llm import TextGenerator
+from rhea.policies.assemble import SystemSource, assemble_plan
+from rhea.policies.base import ContextPolicy
+from rhea.policies.registry import register_policy
+from rhea.policies.validation import positive_int
+from rhea.backends.llm import TextGenerator
 
 SUMMARY_HEADER = "Summary of the conversation so far:"
 
@@ -40,7 +40,7 @@ class RollingSummary(ContextPolicy):
     is lost; a warning says so. `build` catches up on turns it was not shown via `observe`.
 
     >>> from rhea.context import Conversation, Turn
-    >>> from rhea.llm import ScriptedGenerator
+    >>> from rhea.backends.llm import ScriptedGenerator
     >>> policy = RollingSummary(ScriptedGenerator(["User's cat is Tom."]), every=1)
     >>> conv = Conversation([Turn("My cat is Tom.", "Nice name!")])
     >>> plan = policy.build(conv, "What is my cat called?")

@@ -7,7 +7,7 @@ first use the parts are assembled (streamed, size and SHA-256 checked against th
 recorded here), transformers dequantizes the GGUF, and the result is cached as safetensors
 under ``$RHEA_CACHE/models/NAME`` (default ``~/.cache/rhea``); later loads read the cache.
 
->>> from rhea.models import MODEL_ZOO, get_model, resolve_model_path
+>>> from rhea.modeling.zoo import MODEL_ZOO, get_model, resolve_model_path
 >>> sorted(MODEL_ZOO)
 ['qwen2.5-coder-1.5b', 'smollm2-135m']
 >>> get_model("qwen2.5-coder-1.5b").source.packages[:2]

@@ -23,9 +23,9 @@ from rhea.context.conversation import Conversation, Turn
 from rhea.context.latent import Latent
 from rhea.context.plan import ContextPlan, TurnDecision
 from rhea.context.errors import require_text
-from rhea.context.policies.assemble import assemble_plan
-from rhea.context.policies.base import ContextPolicy
-from rhea.context.policies.registry import register_policy
+from rhea.policies.assemble import assemble_plan
+from rhea.policies.base import ContextPolicy
+from rhea.policies.registry import register_policy
 from rhea.errors import RheaConfigError
 from rhea.memory.episodic import TIER_NAMES, EpisodicMemory
 from rhea.memory.instructional import InstructionalMemory

@@ -9,7 +9,7 @@ def _gb(n: int | None) -> str:
 
 
 def _cmd_list(args) -> int:
-    from rhea.models import MODEL_ZOO, model_status
+    from rhea.modeling.zoo import MODEL_ZOO, model_status
 
     rows = [model_status(zoo) for zoo in MODEL_ZOO.values()]
     if args.json:
@@ -24,7 +24,7 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_install(args) -> int:
-    from rhea.models import get_model, install_model, resolve_model_path
+    from rhea.modeling.zoo import get_model, install_model, resolve_model_path
 
     cmd = install_model(args.name, reinstall=args.reinstall)
     print("already installed: " + args.name if cmd is None else "ran: " + " ".join(cmd))
@@ -35,7 +35,7 @@ def _cmd_install(args) -> int:
 
 
 def _cmd_verify(args) -> int:
-    from rhea.models import get_model
+    from rhea.modeling.zoo import get_model
 
     zoo = get_model(args.name)
     report = zoo.source.verify(zoo.name)

@@ -7,10 +7,10 @@ from typing import Any
 from rhea.context.conversation import Conversation
 from rhea.context.errors import ContextOverflowError
 from rhea.context.plan import ContextPlan, TurnDecision
-from rhea.context.policies.assemble import SystemSource, assemble_plan
-from rhea.context.policies.base import ContextPolicy
-from rhea.context.policies.registry import register_policy
-from rhea.context.policies.validation import positive_int
+from rhea.policies.assemble import SystemSource, assemble_plan
+from rhea.policies.base import ContextPolicy
+from rhea.policies.registry import register_policy
+from rhea.policies.validation import positive_int
 from rhea.context.rendering import render
 
 
