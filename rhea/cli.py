@@ -13,7 +13,7 @@ COMMAND_MODULES = [
     "rhea.modeling.cli",     # chat --demo, export
     "rhea.session.cli",      # chat (interactive)
     "rhea.training.cli",     # train
-    "rhea.agents.acr.cli",   # train-acr
+    "rhea.training.acr.cli", # train-acr
     "rhea.eval.cli",         # bench
     "rhea.calibration.cli",  # calibrate
     "rhea.modeling.zoo_cli",       # models (the model zoo)

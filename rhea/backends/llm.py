@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Iterable, Protocol, Sequence, runtime_checkable
 
+from rhea.backends.chat_template import apply_chat_template
+
 Message = dict  # {"role": "system" | "user" | "assistant" | "tool", "content": str, ...}
 
 
@@ -49,13 +51,7 @@ class ScriptedGenerator:
 
 
 def _chat_ids(tokenizer, messages: Sequence[Message]):
-    from rhea.context.rendering import FALLBACK_CHAT_TEMPLATE
-
-    template = None if getattr(tokenizer, "chat_template", None) else FALLBACK_CHAT_TEMPLATE
-    text = tokenizer.apply_chat_template(
-        [{"role": m["role"], "content": m["content"]} for m in messages],
-        tokenize=False, add_generation_prompt=True, chat_template=template,
-    )
+    text = apply_chat_template(tokenizer, [{"role": m["role"], "content": m["content"]} for m in messages])
     return tokenizer(text, add_special_tokens=False, return_tensors="pt")
 
 

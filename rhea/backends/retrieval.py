@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from rhea.context.errors import require_text
+from rhea.errors import require_text
 
 
 

@@ -6,7 +6,7 @@
 1
 """
 from rhea.context.conversation import Conversation, Turn
-from rhea.context.errors import (
+from rhea.errors import (
     ContextOverflowError,
     EmptyMessageError,
     InvalidTurnError,

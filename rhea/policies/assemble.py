@@ -6,7 +6,7 @@ import re
 from typing import Any, Callable, Sequence, Union
 
 from rhea.context.conversation import Conversation
-from rhea.context.errors import InvalidTurnError, require_text
+from rhea.errors import InvalidTurnError, require_text
 from rhea.context.latent import Latent
 from rhea.context.plan import ContextPlan, PlanDecisions, TokenLedger, TurnDecision
 

@@ -22,11 +22,10 @@ import torch
 from rhea.context.conversation import Conversation, Turn
 from rhea.context.latent import Latent
 from rhea.context.plan import ContextPlan, TurnDecision
-from rhea.context.errors import require_text
 from rhea.policies.assemble import assemble_plan
 from rhea.policies.base import ContextPolicy
 from rhea.policies.registry import register_policy
-from rhea.errors import RheaConfigError
+from rhea.errors import RheaConfigError, require_text
 from rhea.memory.episodic import TIER_NAMES, EpisodicMemory
 from rhea.memory.instructional import InstructionalMemory
 from rhea.memory.recognizer import InstructionRecognizer

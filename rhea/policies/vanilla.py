@@ -5,7 +5,7 @@ import warnings
 from typing import Any
 
 from rhea.context.conversation import Conversation
-from rhea.context.errors import ContextOverflowError
+from rhea.errors import ContextOverflowError
 from rhea.context.plan import ContextPlan, TurnDecision
 from rhea.policies.assemble import SystemSource, assemble_plan
 from rhea.policies.base import ContextPolicy

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from rhea.context import Conversation, ContextPlan, Turn
-from rhea.context.errors import require_text
+from rhea.errors import require_text
 from rhea.policies import ContextPolicy, get_policy
 from rhea.errors import RheaError
 from rhea.session.generation import Generation, PrefixKVCache, generate_from_plan

@@ -202,13 +202,16 @@ def _field_docs(cls) -> dict[str, str]:
     return docs
 
 
+def field_lines(cls) -> str:
+    """Every key of a config dataclass with its default and ``#:`` comment, one indented line each (for --help)."""
+    docs = _field_docs(cls)
+    lines = []
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        lines.append(f"  {f.name}: {default!r}" + (f"  # {docs[f.name]}" if docs.get(f.name) else ""))
+    return "\n".join(lines)
+
+
 def describe_fields() -> str:
     """Every config key with its default and meaning, for ``rhea train --help``."""
-    lines = []
-    for section in dataclasses.fields(TrainConfig):
-        lines.append(f"{section.name}:")
-        docs = _field_docs(section.default_factory)
-        for f in dataclasses.fields(section.default_factory):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            lines.append(f"  {f.name}: {default!r}" + (f"  # {docs[f.name]}" if docs.get(f.name) else ""))
-    return "\n".join(lines)
+    return "\n".join(f"{section.name}:\n{field_lines(section.default_factory)}" for section in dataclasses.fields(TrainConfig))

@@ -5,7 +5,7 @@ import importlib
 import pytest
 
 MODULES = [
-    "rhea.context.conversation", "rhea.context.latent", "rhea.context.plan", "rhea.context.errors",
+    "rhea.context.conversation", "rhea.context.latent", "rhea.context.plan", "rhea.errors",
     "rhea.context.rendering", "rhea.policies.vanilla", "rhea.policies.recent_k",
     "rhea.policies.bm25", "rhea.policies.summary", "rhea.policies.assemble",
     "rhea.policies.validation", "rhea.memory.recognizer", "rhea.memory.instructional", "rhea.backends.retrieval",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rhea.context.errors import require_text
+from rhea.errors import require_text
 
 
 @dataclass(frozen=True)

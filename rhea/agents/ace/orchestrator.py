@@ -19,7 +19,7 @@ from rhea.agents.ace.retrievers import PassageRetriever
 from rhea.agents.ace.tokens import MeteredLLM, RoundTokens
 from rhea.agents.ace.trace import Answer, RoundRecord, Trace
 from rhea.agents.ace.votes import ACTIONS, RETRIEVE, THINK, parse_vote, tally
-from rhea.context.errors import require_text
+from rhea.errors import require_text
 from rhea.policies.validation import positive_int
 
 _LEAD = re.compile(r"^\s*(?:search query|query|sub-question|subquestion|answer)\s*:\s*", re.IGNORECASE)

@@ -26,7 +26,7 @@ from rhea.agents.acr.operators import NONE
 from rhea.agents.acr.refactorer import Refactorer, RefactorResult
 from rhea.agents.acr.router import Router, RouterDecision
 from rhea.context.conversation import Conversation, Turn
-from rhea.context.errors import InvalidTurnError
+from rhea.errors import InvalidTurnError
 from rhea.context.plan import ContextPlan, TurnDecision
 from rhea.policies.assemble import SystemSource, assemble_plan
 from rhea.policies.base import ContextPolicy

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from rhea.agents.sculptor.errors import AcmError
-from rhea.agents.sculptor.store import Fragment, OpRecord, SearchMatch, SearchRecord
+from rhea.agents.sculptor.records import Fragment, OpRecord, SearchMatch, SearchRecord
 
 #: Bumped when the layout changes, so an old file fails with a clear message.
 STATE_VERSION = 1

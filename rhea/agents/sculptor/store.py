@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Sequence
 
 from rhea.agents.sculptor.errors import (
@@ -26,61 +26,20 @@ from rhea.agents.sculptor.errors import (
     UnknownSearchError,
 )
 from rhea.agents.sculptor.ids import IdGenerator
+from rhea.agents.sculptor.records import (  # noqa: F401 (the records stay importable from here)
+    FOLDED,
+    SUMMARIZED,
+    VISIBLE,
+    Fragment,
+    OpRecord,
+    SearchMatch,
+    SearchRecord,
+)
 from rhea.agents.sculptor.text import find_all, split_span, window
 
-VISIBLE, FOLDED, SUMMARIZED = "visible", "folded", "summarized"
 ANY_ROLE = "all"
 #: Rough English average, used only for the approximate token counts in `stats()`.
 CHARS_PER_TOKEN = 4
-
-
-@dataclass(frozen=True)
-class Fragment:
-    """A span `[start, end)` of message `message_index`'s original content."""
-
-    id: str
-    message_index: int
-    start: int
-    end: int
-    state: str = VISIBLE
-    summary: str | None = None
-    focus: str | None = None
-
-    @property
-    def chars(self) -> int:
-        return self.end - self.start
-
-
-@dataclass(frozen=True)
-class SearchMatch:
-    """One occurrence of a search query in the original content."""
-
-    message_index: int
-    role: str
-    start: int
-    end: int
-    fragment_id: str | None  # the fragment holding the match, if any
-    fragment_state: str | None  # its state when the search ran
-
-
-@dataclass(frozen=True)
-class SearchRecord:
-    id: str
-    query: str
-    role: str
-    context_size: int
-    total_matches: int  # before the max_results cap
-    matches: tuple[SearchMatch, ...]
-
-
-@dataclass(frozen=True)
-class OpRecord:
-    """One entry of the op log; `undo_data` is what `undo()` needs to revert it."""
-
-    kind: str  # "fragment" | "fold" | "summarize" | "restore" | "search" | "extend"
-    target: tuple[str, ...]  # fragment ids, or the search id
-    changes_view: bool
-    undo_data: Any = field(default=None, repr=False, compare=False)
 
 
 class AcmStore:
@@ -245,7 +204,7 @@ class AcmStore:
         >>> again.render() == store.render(), again.undo().kind, again.render() == again.original
         (True, 'fold', True)
         """
-        from rhea.agents.sculptor import state  # state.py imports this module's records
+        from rhea.agents.sculptor import state
 
         return {
             "version": state.STATE_VERSION,

@@ -9,7 +9,7 @@ import pytest
 MODULES = [
     "rhea.agents.acr.operators", "rhea.agents.acr.history", "rhea.agents.acr.router", "rhea.agents.acr.refactorer",
     "rhea.agents.acr.deterministic", "rhea.agents.acr.controller", "rhea.agents.acr.policy", "rhea.agents.acr.tasks",
-    "rhea.agents.acr.teacher", "rhea.training.acr",
+    "rhea.agents.acr.teacher", "rhea.training.acr.tgse", "rhea.training.acr.rewards",
 ]
 
 

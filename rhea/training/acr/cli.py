@@ -47,14 +47,15 @@ def _cmd_train_acr(args) -> int:
 
 
 def register(sub) -> None:
-    from rhea.training.acr import TGSEConfig, _field_lines
+    from rhea.training.acr.config import TGSEConfig
+    from rhea.training.config import field_lines
 
     cmd = sub.add_parser(
         "train-acr",
         help="train ACR's router and refactorer LoRA adapters with the TGSE loop (resumes from --set output_dir)",
         description="Teacher-guided self-evolving training of ACR (Phase I cold start, Phase II student router + "
         "teacher refactorer, Phase III local refactorer). Rerunning the same command resumes the run.",
-        epilog="config keys (YAML, or --set KEY=VALUE):\n" + _field_lines(TGSEConfig),
+        epilog="config keys (YAML, or --set KEY=VALUE):\n" + field_lines(TGSEConfig),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cmd.add_argument("--config", help="YAML file of TGSE keys")
