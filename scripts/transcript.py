@@ -22,7 +22,6 @@ instructions; the transcript shows the machinery, not answer quality.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import time
@@ -70,41 +69,6 @@ OFFLINE_POLICIES = ["vanilla", "recent-k", "bm25", "summary", "reply-soft-compre
                     "rhea-all-raw", "rhea-drop-all"]
 
 
-@contextlib.contextmanager
-def phase_clock(model, episodic=None):
-    """Seconds spent compressing before generation (the query: Vq) and after it (the reply:
-    Vk), split by watching ``model.generate``. `episodic` is the policy's EpisodicMemory (its
-    ``compress_fn`` is what compresses); without one nothing is compressed. Yields the dict."""
-    clock = {"phase": "plan", "plan": 0.0, "observe": 0.0}
-    generate = model.generate
-    compress = episodic.compress_fn if episodic is not None else None
-
-    def timed_compress(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return compress(*args, **kwargs)
-        finally:
-            if clock["phase"] in ("plan", "observe"):
-                clock[clock["phase"]] += time.perf_counter() - t0
-
-    def watched_generate(*args, **kwargs):
-        clock["phase"] = "generate"
-        try:
-            return generate(*args, **kwargs)
-        finally:
-            clock["phase"] = "observe"
-
-    model.generate = watched_generate
-    if episodic is not None:
-        episodic.compress_fn = timed_compress
-    try:
-        yield clock
-    finally:
-        del model.generate  # the instance attribute goes; the class method is back
-        if episodic is not None:
-            episodic.compress_fn = compress
-
-
 def _recognizer_records(plan) -> list[dict]:
     return [r for r in plan.decisions.records if isinstance(r, dict) and "recognizer" in r]
 
@@ -116,12 +80,14 @@ def run(model, policy: str, turns: list[str], max_new_tokens: int, log=print) ->
     from rhea.session import ChatSession
 
     chat = ChatSession(model, policy=policy, max_new_tokens=max_new_tokens)
+    traces = []  # the session reports each finished turn: its record (timings, compress work) and plan
+    chat.add_observer(traces.append)
     rows = []
     for i, text in enumerate(turns):
-        with phase_clock(model, getattr(chat.policy, "episodic", None)) as clock:
-            reply = chat.send(text)
-        plan, rec = chat.last_plan, chat.records[-1]
+        reply = chat.send(text)
+        plan, rec = traces[-1].plan, traces[-1].record
         t = rec.timings
+        compress_query = t.get("plan_compress_s", 0.0)  # the query's latents, made while planning
         row = {
             "turn": i,
             "user": text,
@@ -136,11 +102,11 @@ def run(model, policy: str, turns: list[str], max_new_tokens: int, log=print) ->
             "full_history_tokens": plan.ledger.full_history_tokens,
             "prompt_tokens": rec.prompt_tokens,
             "latency_s": {
-                "compress_query": clock["plan"],
-                "score_and_plan": max(t["plan_s"] - clock["plan"], 0.0),
+                "compress_query": compress_query,
+                "score_and_plan": max(t["plan_s"] - compress_query, 0.0),
                 "prefill": t["prefill_s"],
                 "decode": t["decode_s"],
-                "compress_reply": clock["observe"],
+                "compress_reply": t.get("compress_s", 0.0) - compress_query,
             },
             "prefix_reused_tokens": int(t.get("prefix_reused_tokens", 0)),
         }

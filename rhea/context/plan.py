@@ -10,11 +10,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Union
 
 from rhea.errors import InvalidTurnError
+from rhea.constants import TIERS
 from rhea.context.latent import Latent
 
 Content = Union[str, list]  # list items: str | Latent
 ROLES = ("system", "user", "assistant", "tool")
-TIERS = ("raw", "latent", "drop")
 
 
 @dataclass

@@ -33,7 +33,8 @@ def _suites(value: str) -> list[str]:
 
 
 def _cmd_bench(args) -> int:
-    from rhea.eval.runner import RHEA_FAMILY, BenchError, run_suite
+    from rhea.eval.runner import BenchError, run_suite
+    from rhea.policies import policy_class
     from rhea.eval.suites import get_suite
 
     suites, policies = _suites(args.suite), _policies(args.policies)
@@ -53,7 +54,7 @@ def _cmd_bench(args) -> int:
     policy_kwargs = {}
     taus = {k: v for k, v in (("tau_low", args.tau_low), ("tau_high", args.tau_high)) if v is not None}
     if taus:
-        policy_kwargs = {p: dict(taus) for p in policies if p in RHEA_FAMILY}
+        policy_kwargs = {p: dict(taus) for p in policies if set(taus) <= set(policy_class(p).thresholds)}
     judge = None
     if args.judge_url:
         from rhea.eval.judge import Judge

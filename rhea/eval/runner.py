@@ -32,17 +32,16 @@ import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from rhea.constants import BENCH_POLICIES
 from rhea.errors import RheaError
 from rhea.eval.suites import Suite, get_suite
 from rhea.eval.suites.base import mean
 
 RESULTS_FORMAT = "rhea-bench/1"
 #: Policies that run offline on any RheaForCausalLM with no extra data or endpoint.
-DEFAULT_POLICIES = ("vanilla", "recent-k", "bm25", "summary", "reply-soft-compress", "rhea")
-#: Policies built on Rhea's HCR (they take tau_low / tau_high).
-RHEA_FAMILY = ("rhea", "rhea-no-im", "rhea-all-raw", "rhea-drop-all", "reply-soft-compress")
+DEFAULT_POLICIES = BENCH_POLICIES
 #: The per-turn cost fields every row carries (seconds, except the token counts).
 COST_FIELDS = ("context_tokens", "text_tokens", "latent_slots", "new_tokens", "full_history_tokens",
                "compress_s", "score_s", "plan_s", "prefill_s", "decode_s", "latency_s")
@@ -55,40 +54,17 @@ class BenchError(RheaError, ValueError):
     """A benchmark run that cannot start or resume as asked."""
 
 
-class _CompressTimer:
-    """Wraps an `EpisodicMemory.compress_fn` and adds up the seconds spent in it."""
-
-    def __init__(self, fn: Callable):
-        self.fn, self.seconds = fn, 0.0
-
-    def __call__(self, texts):
-        t0 = time.perf_counter()
-        try:
-            return self.fn(texts)
-        finally:
-            self.seconds += time.perf_counter() - t0
-
-
-def _attach_timer(session) -> _CompressTimer | None:
-    episodic = getattr(session.policy, "episodic", None)
-    if episodic is None or not hasattr(episodic, "compress_fn"):
-        return None
-    if not isinstance(episodic.compress_fn, _CompressTimer):
-        episodic.compress_fn = _CompressTimer(episodic.compress_fn)
-    return episodic.compress_fn
-
-
-def _cost_row(session, timer: _CompressTimer | None, compress_before: float, compress_in_plan: float) -> dict:
-    """Tokens and the latency split of the turn `session` just finished."""
-    record = session.records[-1]
+def _cost_row(record) -> dict:
+    """Tokens and the latency split of one finished turn, from its `TurnRecord`."""
     t = record.timings
-    compress_total = (timer.seconds - compress_before) if timer else 0.0
     plan_s = float(t.get("plan_s", 0.0))
+    compresses = "compress_s" in t  # a policy that compresses reports it in its counters
     row = {
         "context_tokens": record.prompt_tokens, "latent_slots": record.latent_slots,
         "text_tokens": record.prompt_tokens - record.latent_slots, "new_tokens": record.new_tokens,
         "full_history_tokens": record.full_history_tokens, "content_tokens": record.content_tokens,
-        "compress_s": compress_total, "score_s": max(plan_s - compress_in_plan, 0.0) if timer else 0.0,
+        "compress_s": float(t.get("compress_s", 0.0)),
+        "score_s": max(plan_s - float(t.get("plan_compress_s", 0.0)), 0.0) if compresses else 0.0,
         "plan_s": plan_s, "render_s": float(t.get("render_s", 0.0)),
         "prefill_s": float(t.get("prefill_s", 0.0)), "decode_s": float(t.get("decode_s", 0.0)),
         "observe_s": float(t.get("observe_s", 0.0)), "tiers": dict(record.tiers),
@@ -306,22 +282,17 @@ def _run_episode(model, tokenizer, policy: str, episode, state: Path | None, bar
     if state is not None and environment is not None:
         _record_environment(state, environment)
     history = [(r["user"], r["reply"]) for r in rows if "error" not in r]
+    traces = []  # the session reports every finished turn here: its record (timings) and plan
+    session.add_observer(traces.append)
     for turn in episode.turns[len(rows):]:
-        timer = _attach_timer(session)
-        before = timer.seconds if timer else 0.0
         row: dict[str, Any] = {"policy": policy, "user": turn.user}
         try:
-            if timer is None:
-                reply, in_plan = session.send(turn.user), 0.0
-            else:
-                with _PlanTimer(session.policy, timer) as plan_timer:
-                    reply = session.send(turn.user)
-                in_plan = plan_timer.compress_in_plan
+            reply = session.send(turn.user)
         except RheaError as e:  # a policy's recorded failure (e.g. a context over the window): score it as a miss
             reply, row["error"] = "", f"{type(e).__name__}: {e}"
         else:
-            row.update(_cost_row(session, timer, before, in_plan))
-            row.update(_decision_trace(session.last_plan))
+            row.update(_cost_row(traces[-1].record))
+            row.update(_decision_trace(traces[-1].plan))
         row["reply"] = reply
         scores = episode.score_turn(turn, reply, history=history)
         row = {**scores, **row, "policy": policy}
@@ -337,29 +308,6 @@ def _run_episode(model, tokenizer, policy: str, episode, state: Path | None, bar
     if state is not None:
         (state / "done").write_text("")
     return rows
-
-
-class _PlanTimer:
-    """Wraps a policy's `build` to note how much of the planning time went to compressing (the query)."""
-
-    def __init__(self, policy, timer: _CompressTimer):
-        self.policy, self.timer, self.compress_in_plan = policy, timer, 0.0
-
-    def __enter__(self) -> "_PlanTimer":
-        build = self.policy.build
-
-        def timed_build(conversation, query):
-            before = self.timer.seconds
-            try:
-                return build(conversation, query)
-            finally:
-                self.compress_in_plan = self.timer.seconds - before
-
-        self.policy.build = timed_build  # an instance attribute shadowing the method
-        return self
-
-    def __exit__(self, *exc) -> None:
-        del self.policy.build  # back to the class's method
 
 
 def _json_default(value: Any) -> Any:

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+import time
 from typing import Callable, Sequence
 
 import torch
 
+from rhea.constants import TIERS
 from rhea.context.conversation import Turn
 
-TIER_NAMES = ("drop", "latent", "raw")  # index = rhea_kernels tier code
+TIER_NAMES = TIERS  # index = rhea_kernels tier code (kept for old imports)
 CENTERING_MODES = ("fixed", "running", "none")
 
 
@@ -50,6 +52,7 @@ class EpisodicMemory:
         self.centering = centering
         self.entries: list[EpisodicEntry] = []
         self.compress_calls = 0
+        self.compress_seconds = 0.0
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -58,7 +61,11 @@ class EpisodicMemory:
     def _compress(self, texts: Sequence[str]) -> torch.Tensor:
         """fp32 latents, left on the device that made them (a GPU model's are scored there, by Triton)."""
         self.compress_calls += 1
-        return self.compress_fn(list(texts)).detach().float()
+        t0 = time.perf_counter()
+        try:
+            return self.compress_fn(list(texts)).detach().float()
+        finally:
+            self.compress_seconds += time.perf_counter() - t0
 
     def extend(self, turns: Sequence[Turn]) -> None:
         """Compress the replies of `turns` in one batch and store them as the next entries."""

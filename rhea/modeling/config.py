@@ -12,6 +12,18 @@ from rhea.errors import RheaConfigError
 CONFIG_NAME = "rhea_config.json"
 
 
+def check_thresholds(tau_low: float, tau_high: float) -> None:
+    """HCR's thresholds must be ordered: a turn scoring above tau_high is raw, below tau_low dropped.
+
+    >>> check_thresholds(0.9, 0.8)
+    Traceback (most recent call last):
+    ...
+    rhea.errors.RheaConfigError: tau_low=0.9 must be <= tau_high=0.8
+    """
+    if not tau_low <= tau_high:
+        raise RheaConfigError(f"tau_low={tau_low} must be <= tau_high={tau_high}")
+
+
 @dataclass
 class RheaConfig:
     """Hyper-parameters of a Rhea model (defaults follow the paper).
@@ -67,7 +79,7 @@ class RheaConfig:
             v = getattr(self, name)
             need(isinstance(v, (int, float)) and -1.0 <= v <= 1.0,
                  f"{name}={v!r} must be a cosine threshold in [-1, 1]")
-        need(self.tau_low <= self.tau_high, f"tau_low={self.tau_low} must be <= tau_high={self.tau_high}")
+        check_thresholds(self.tau_low, self.tau_high)
         need(isinstance(self.anchor_bias, (int, float)) and self.anchor_bias >= 0.0,
              f"anchor_bias={self.anchor_bias!r} must be a float >= 0")
         need(self.latent_centering in ("fixed", "running", "none"),

@@ -11,12 +11,13 @@ from rhea.policies.assemble import assemble_plan, count_tokens, resolve_system
 from rhea.policies.base import ContextPolicy
 from rhea.policies.bm25 import BM25
 from rhea.policies.recent_k import RecentK
-from rhea.policies.registry import available_policies, get_policy, register_policy
+from rhea.policies.registry import (BENCH_POLICIES, DEFAULT_POLICY, UnknownPolicyError, available_policies, get_policy,
+                                    policy_class, register_policy)
 from rhea.policies.rhea_policy import ReplySoftCompress, RheaAllRaw, RheaDropAll, RheaNoIM, RheaPolicy
 from rhea.policies.summary import RollingSummary
 from rhea.policies.vanilla import Vanilla
 
 __all__ = [
     "ContextPolicy", "Vanilla", "RecentK", "BM25", "RollingSummary",
-    "get_policy", "register_policy", "available_policies", "assemble_plan", "count_tokens", "resolve_system",
+    "DEFAULT_POLICY", "BENCH_POLICIES", "get_policy", "policy_class", "register_policy", "available_policies", "UnknownPolicyError", "assemble_plan", "count_tokens", "resolve_system",
 ]

@@ -18,10 +18,22 @@ class ContextPolicy(ABC):
     tokenizer: optional; when given, ledgers count real tokens instead of approximating.
 
     Subclasses implement `build`; stateful ones also override `observe`, `reset`,
-    `_state` and `_load_state`.
+    `_state` and `_load_state`. A policy also says how a session should run it (the class
+    attributes below, and `planned_answer` / `counters`), so that no session or benchmark
+    code needs to know policies by name.
     """
 
     name: ClassVar[str] = ""
+    #: "generate": every plan is answered with Rhea's generate adapter (the policy feeds it latents
+    #: or relies on its training); "base": the plain model answers, unless the plan holds latents.
+    adapter: ClassVar[str] = "base"
+    #: The constructor argument that takes the session's `RheaForCausalLM` itself (None: no such argument).
+    model_arg: ClassVar[str | None] = None
+    #: The constructor argument that takes an LLM controller (a `TextGenerator`); a session passes
+    #: its own model there (adapters off) unless the caller gives one.
+    controller_arg: ClassVar[str | None] = None
+    #: The HCR thresholds the constructor takes (``rhea bench --tau-low / --tau-high`` set them).
+    thresholds: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, system_prompt: SystemSource = None, tokenizer: Any = None):
         self.system_prompt = check_system_source(system_prompt)
@@ -38,6 +50,15 @@ class ContextPolicy(ABC):
 
     def reset(self) -> None:
         """Forget incremental state, for a new conversation."""
+
+    def planned_answer(self, plan: ContextPlan) -> str | None:
+        """The reply this policy already wrote while building `plan` (None: the session generates one)."""
+        return None
+
+    def counters(self) -> dict[str, float]:
+        """Running totals of the policy's own work (e.g. ``compress_calls``, ``compress_s``); a
+        session records how much of each a turn's planning and observing took."""
+        return {}
 
     def config(self) -> dict:
         """Constructor settings worth saving with a session (JSON-friendly)."""

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from rhea.constants import TIERS
 from rhea.context.conversation import Conversation, Turn
 from rhea.context.latent import Latent
 from rhea.context.plan import ContextPlan, TurnDecision
@@ -26,11 +27,12 @@ from rhea.policies.assemble import assemble_plan
 from rhea.policies.base import ContextPolicy
 from rhea.policies.registry import register_policy
 from rhea.errors import RheaConfigError, require_text
-from rhea.memory.episodic import TIER_NAMES, EpisodicMemory
+from rhea.modeling.config import check_thresholds
+from rhea.memory.episodic import EpisodicMemory
 from rhea.memory.instructional import InstructionalMemory
 from rhea.memory.recognizer import InstructionRecognizer
 
-FIXED_TIERS = (None, "raw", "latent", "drop")
+FIXED_TIERS = (None, *TIERS)
 
 
 @register_policy("rhea")
@@ -49,6 +51,9 @@ class RheaPolicy(ContextPolicy):
     ['From now on answer in French.']
     """
 
+    adapter = "generate"
+    model_arg = "model"
+    thresholds = ("tau_low", "tau_high")
     default_use_im = True
     default_fixed_tier: str | None = None
 
@@ -73,8 +78,7 @@ class RheaPolicy(ContextPolicy):
         cfg = model.config
         self.tau_low = cfg.tau_low if tau_low is None else float(tau_low)
         self.tau_high = cfg.tau_high if tau_high is None else float(tau_high)
-        if not self.tau_low <= self.tau_high:
-            raise RheaConfigError(f"tau_low={self.tau_low} must be <= tau_high={self.tau_high}")
+        check_thresholds(self.tau_low, self.tau_high)
         self.use_im = self.default_use_im if use_im is None else bool(use_im)
         self.fixed_tier = self.default_fixed_tier if fixed_tier == "default" else fixed_tier
         if self.fixed_tier not in FIXED_TIERS:
@@ -135,8 +139,11 @@ class RheaPolicy(ContextPolicy):
         if scores.numel() == 0:
             return []
         tiers = score_tiers(scores[None], self.tau_low, self.tau_high)[0].tolist()
-        return [TurnDecision(i, TIER_NAMES[t], float(s), f"score {s:.3f} vs tau_low={self.tau_low}, tau_high={self.tau_high}")
+        return [TurnDecision(i, TIERS[t], float(s), f"score {s:.3f} vs tau_low={self.tau_low}, tau_high={self.tau_high}")
                 for i, (s, t) in enumerate(zip(scores.tolist(), tiers))]
+
+    def counters(self) -> dict[str, float]:
+        return {"compress_calls": self.episodic.compress_calls, "compress_s": self.episodic.compress_seconds}
 
     # ---------------------------------------------------------------- state
     def reset(self) -> None:
@@ -159,7 +166,7 @@ def _score_summary(decisions: list[TurnDecision], tau_low: float, tau_high: floa
     if not decisions:
         return {"scores": {"n": 0}}
     scores = torch.tensor([d.score for d in decisions])
-    shares = {t: sum(d.tier == t for d in decisions) / len(decisions) for t in TIER_NAMES}
+    shares = {t: sum(d.tier == t for d in decisions) / len(decisions) for t in TIERS}
     out = {"scores": {"n": len(decisions), "min": float(scores.min()), "mean": float(scores.mean()), "max": float(scores.max()),
                       "tau_low": tau_low, "tau_high": tau_high, "tier_share": shares}}
     top = max(shares, key=shares.get)

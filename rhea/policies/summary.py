@@ -48,6 +48,8 @@ class RollingSummary(ContextPolicy):
     "Summary of the conversation so far:\\nUser's cat is Tom."
     """
 
+    controller_arg = "generator"
+
     def __init__(
         self,
         generator: TextGenerator,

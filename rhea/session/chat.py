@@ -9,27 +9,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from rhea.context import Conversation, ContextPlan, Turn
-from rhea.errors import require_text
-from rhea.policies import ContextPolicy, get_policy
-from rhea.errors import RheaError
+from rhea.errors import RheaConfigError, RheaError, require_text
+from rhea.policies import DEFAULT_POLICY, ContextPolicy, policy_class
 from rhea.session.generation import Generation, PrefixKVCache, generate_from_plan
 
 SESSION_JSON = "session.json"
 SESSION_TENSORS = "session.safetensors"
 MAX_MESSAGE_CHARS = 200_000
-#: policies whose plans need the generate adapter (latents or Rhea's trained generator)
-_GENERATE_ADAPTER_POLICIES = ("rhea", "rhea-no-im", "rhea-all-raw", "rhea-drop-all", "reply-soft-compress")
-#: the constructor argument through which each LLM-driven policy takes its controller
-_CONTROLLER_ARG = {"summary": "generator", "sculptor": "generator", "context-agent": "generator", "ace": "llm", "acr": "controller"}
-
-
-def _policy_answer(plan: ContextPlan) -> str | None:
-    """A final answer recorded by the policy itself (Sculptor's tool loop answers while planning)."""
-    if plan.policy != "sculptor":
-        return None
-    from rhea.agents.sculptor.policy import loop_answer
-
-    return loop_answer(plan)
 
 
 class SessionError(RheaError, ValueError):
@@ -53,6 +39,25 @@ class TurnRecord:
     content_tokens: int | None = None
 
 
+@dataclass
+class TurnTrace:
+    """What a turn observer sees once a turn is done: its record, the plan, the generation and the turn."""
+
+    record: TurnRecord
+    plan: ContextPlan
+    generation: Generation
+    turn: Turn
+
+
+#: Called with the `TurnTrace` of every finished turn (see `ChatSession.add_observer`).
+TurnObserver = Callable[[TurnTrace], None]
+
+
+def _work(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """How much of each of a policy's `counters` happened between two readings."""
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
 class ChatSession:
     """Chat with `model` while `policy` decides the context of every turn.
 
@@ -74,7 +79,7 @@ class ChatSession:
         self,
         model,
         tokenizer=None,
-        policy: str | ContextPolicy = "rhea",
+        policy: str | ContextPolicy = DEFAULT_POLICY,
         *,
         max_new_tokens: int = 128,
         adapter: str = "auto",
@@ -103,6 +108,7 @@ class ChatSession:
         self.records: list[TurnRecord] = []
         self.last_plan: ContextPlan | None = None
         self.last_generation: Generation | None = None
+        self.observers: list[TurnObserver] = []
         self.policy = self._make_policy(policy, policy_kwargs or {})
 
     # ---------------------------------------------------------------- policy
@@ -111,18 +117,19 @@ class ChatSession:
             return policy
         if not isinstance(policy, str):
             raise TypeError(f"policy must be a registered name or a ContextPolicy, got {type(policy).__name__}")
-        if policy in _GENERATE_ADAPTER_POLICIES:
-            kwargs = {"model": self.model, **kwargs}
-        elif policy in _CONTROLLER_ARG and _CONTROLLER_ARG[policy] not in kwargs:
+        cls = policy_class(policy)
+        if cls.model_arg is not None:
+            kwargs = {cls.model_arg: self.model, **kwargs}
+        elif cls.controller_arg is not None and cls.controller_arg not in kwargs:
             from rhea.backends.llm import HFGenerator
 
             # LLM-driven controllers default to the session's own model with adapters disabled
-            kwargs = {_CONTROLLER_ARG[policy]: HFGenerator(self.model), **kwargs}
+            kwargs = {cls.controller_arg: HFGenerator(self.model), **kwargs}
         kwargs.setdefault("tokenizer", self.tokenizer)
         try:
-            return get_policy(policy, **kwargs)
+            return cls(**kwargs)
         except TypeError as e:
-            raise ValueError(f"policy {policy!r} could not be built with {sorted(kwargs)}: {e}") from e
+            raise RheaConfigError(f"policy {policy!r} could not be built with {sorted(kwargs)}: {e}") from e
 
     def set_policy(self, policy: str | ContextPolicy, **policy_kwargs) -> None:
         """Switch policy mid-conversation; the new policy catches up on the turns so far.
@@ -153,9 +160,28 @@ class ChatSession:
     def _adapter_for(self, plan: ContextPlan) -> str:
         if self.adapter != "auto":
             return self.adapter
-        if plan.latents() or self.policy.name in _GENERATE_ADAPTER_POLICIES:
+        if plan.latents() or self.policy.adapter == "generate":
             return "generate"
         return "base"  # text baselines answer with the plain model, as in the paper
+
+    def add_observer(self, observer: TurnObserver) -> TurnObserver:
+        """Call `observer(trace)` after every turn with its `TurnTrace` (record with timings, plan,
+        generation); returns it, so `remove_observer` can take it off again.
+
+        >>> from rhea.testing import tiny_rhea
+        >>> chat, seen = ChatSession(tiny_rhea(), policy="vanilla", max_new_tokens=2), []
+        >>> _ = chat.add_observer(lambda trace: seen.append(trace.record.turn))
+        >>> _ = chat.send("hi"); _ = chat.send("and again")
+        >>> seen
+        [0, 1]
+        """
+        if not callable(observer):
+            raise TypeError(f"observer must be callable with a TurnTrace, got {type(observer).__name__}")
+        self.observers.append(observer)
+        return observer
+
+    def remove_observer(self, observer: TurnObserver) -> None:
+        self.observers.remove(observer)
 
     # ---------------------------------------------------------------- turns
     def _check_message(self, text: str | bytes) -> str:
@@ -181,11 +207,12 @@ class ChatSession:
         messages and messages over `MAX_MESSAGE_CHARS` are rejected before anything is recorded.
         """
         text = self._check_message(text)
+        work_before = self.policy.counters()
         t0 = time.perf_counter()
-        compress_before = getattr(getattr(self.policy, "episodic", None), "compress_calls", 0)
         plan = self.policy.build(self.conversation, text)
         t_plan = time.perf_counter() - t0
-        answered = _policy_answer(plan)
+        work_planned = self.policy.counters()
+        answered = self.policy.planned_answer(plan)
         if answered is not None:  # the policy's own loop already answered (Sculptor): don't generate twice
             if on_text is not None:
                 on_text(answered)
@@ -201,19 +228,23 @@ class ChatSession:
         t1 = time.perf_counter()
         self.policy.observe(turn)  # Rhea compresses the new reply here, once
         t_observe = time.perf_counter() - t1
+        work = _work(work_before, self.policy.counters())  # e.g. compress_calls, compress_s (the whole turn)
+        work.update({f"plan_{k}": v for k, v in _work(work_before, work_planned).items()})  # ... in planning alone
         self.conversation.append(turn)
         tiers: dict[str, int] = {}
         for d in plan.decisions.turns:
             tiers[d.tier] = tiers.get(d.tier, 0) + 1
-        self.records.append(TurnRecord(
+        record = TurnRecord(
             turn=len(self.conversation) - 1, policy=self.policy.name, prompt_tokens=gen.prompt_tokens,
             latent_slots=gen.latent_slots, new_tokens=gen.new_tokens,
             full_history_tokens=plan.ledger.full_history_tokens, tiers=tiers,
             content_tokens=plan.ledger.text_tokens + plan.ledger.latent_slots,
-            timings={"plan_s": t_plan, **gen.timings, "observe_s": t_observe,
-                     "compress_calls": getattr(getattr(self.policy, "episodic", None), "compress_calls", 0) - compress_before},
-        ))
+            timings={"plan_s": t_plan, **gen.timings, "observe_s": t_observe, **work},
+        )
+        self.records.append(record)
         self.last_plan, self.last_generation = plan, gen
+        for observer in list(self.observers):
+            observer(TurnTrace(record, plan, gen, turn))
         return gen.text
 
     def stream(self, text: str) -> Iterator[str]:

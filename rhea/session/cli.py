@@ -16,13 +16,15 @@ def _cmd_chat(args) -> int:
 
 
 def register(sub) -> None:
+    from rhea.constants import DEFAULT_POLICY
     from rhea.modeling.loading import add_device_argument
 
     chat = sub.add_parser("chat", help="chat with a model under a context policy (or --demo)")
     chat.add_argument("--demo", action="store_true", help="run the scripted demo conversation and exit")
     chat.add_argument("--model", default="smollm2-135m", help="model-zoo name, Rhea directory, local path, or cached HF id")
     add_device_argument(chat)
-    chat.add_argument("--policy", default="rhea", help="context policy (vanilla, recent-k, bm25, summary, reply-soft-compress, rhea, ...)")
+    chat.add_argument("--policy", default=DEFAULT_POLICY,
+                      help=f"context policy: any registered name (default {DEFAULT_POLICY}; `rhea bench --policies all` runs them all)")
     chat.add_argument("--tau-low", type=float, default=None, help="HCR drop threshold (default: the model's config)")
     chat.add_argument("--tau-high", type=float, default=None, help="HCR raw-text threshold (default: the model's config)")
     chat.add_argument("--max-new-tokens", type=int, default=96)

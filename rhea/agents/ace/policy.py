@@ -37,6 +37,8 @@ class AcePolicy(ContextPolicy):
     With an empty history there is nothing to retrieve or think over, so no ACE round runs.
     """
 
+    controller_arg = "llm"
+
     def __init__(self, llm, *, retriever: str | Embedder = "bm25", n_agents: int = 5, rounds: int = 3,
                  system_prompt: SystemSource = None, tokenizer: Any = None, **ace_kwargs):
         super().__init__(system_prompt=system_prompt, tokenizer=tokenizer)

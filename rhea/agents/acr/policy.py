@@ -75,6 +75,8 @@ class ACRPolicy(ContextPolicy):
     ('fact_rectification', 'refactorer')
     """
 
+    controller_arg = "controller"
+
     def __init__(self, controller: ACRController | Any = None, *, router: Any = None, refactorer: Any = None,
                  prompt_only: bool = False, base_policy: ContextPolicy | None = None, task: str = "",
                  deterministic: bool = True, tau: float = 0.2, scorer: str = "bm25", embedder: Any = None,

@@ -51,6 +51,8 @@ class ContextAgent(ContextPolicy):
     ['raw', 'drop']
     """
 
+    controller_arg = "generator"
+
     def __init__(
         self,
         generator: TextGenerator | None = None,

@@ -74,6 +74,8 @@ class SculptorPolicy(ContextPolicy):
     ('Tom.', ['search_context'])
     """
 
+    controller_arg = "generator"
+
     def __init__(self, generator: TextGenerator, *, summarizer: TextGenerator | None = None,
                  max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS, force_first_tool: bool = False,
                  native_tools: bool | None = None, max_new_tokens: int = 256, summary_max_new_tokens: int = 256,
@@ -102,6 +104,10 @@ class SculptorPolicy(ContextPolicy):
         return {"max_tool_calls": self.max_tool_calls, "force_first_tool": self.force_first_tool,
                 "native_tools": self.native_tools, "max_new_tokens": self.max_new_tokens,
                 "summary_max_new_tokens": self.summary_max_new_tokens, "seed": self.seed}
+
+    def planned_answer(self, plan: ContextPlan) -> str | None:
+        """The loop answers while planning: the session uses that answer instead of generating again."""
+        return loop_answer(plan)
 
     def reset(self) -> None:
         self.store = AcmStore([], seed=self.seed)
