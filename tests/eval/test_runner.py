@@ -89,7 +89,7 @@ def test_resume_continues_from_the_last_finished_turn(model, tmp_path, monkeypat
 
 
 def test_a_run_resumed_elsewhere_records_both_machines(model, tmp_path, monkeypatch):
-    import rhea.eval.runner as runner
+    import rhea.eval.checkpoint as checkpoint
 
     original, sent = ChatSession.send, []
 
@@ -103,15 +103,15 @@ def test_a_run_resumed_elsewhere_records_both_machines(model, tmp_path, monkeypa
     with pytest.raises(KeyboardInterrupt):
         run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
     monkeypatch.setattr(ChatSession, "send", original)
-    here = runner._environment()
+    here = checkpoint.environment()
     gpu = {**here, "device": "cuda:Some GPU", "threads": 16}
-    monkeypatch.setattr(runner, "_environment", lambda device=None: gpu)
+    monkeypatch.setattr(checkpoint, "environment", lambda device=None: gpu)
     result = run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
     assert result["policies"]["vanilla"]["environments"] == [here, gpu]
     summary = (tmp_path / "summary.md").read_text()
     assert "Turns ran on more than this invocation's machine" in summary and "cuda:Some GPU" in summary
     # a finished run read back on the same machine adds nothing
-    monkeypatch.setattr(runner, "_environment", lambda device=None: here)
+    monkeypatch.setattr(checkpoint, "environment", lambda device=None: here)
     again = run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
     assert again["policies"]["vanilla"]["environments"] == [here, gpu]
 

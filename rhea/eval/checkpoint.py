@@ -1,0 +1,101 @@
+"""What lets a benchmark run stop and resume: its settings on disk, the rows written so far and
+the machines (environments) that ran them.
+
+``out/config.json`` holds the run's settings and the digest of the episodes it answers; a resumed
+run must match them (only the policy list may change). ``rows.jsonl`` holds one line per finished
+turn (a line cut by an interruption is dropped, and that turn is redone); ``environments.jsonl``
+lists every machine that ran turns of that state, once per change.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+from rhea.errors import RheaError
+
+
+class BenchError(RheaError, ValueError):
+    """A benchmark run that cannot start or resume as asked."""
+
+
+def environment(device: "torch.device | None" = None) -> dict:
+    """Where turns run: rhea, torch and transformers versions, the machine, threads and device."""
+    import torch
+    import transformers
+
+    import rhea
+
+    device = torch.device(device if device is not None else "cpu")
+    where = f"cuda:{torch.cuda.get_device_name(device)}" if device.type == "cuda" else str(device)
+
+    return {"rhea": getattr(rhea, "__version__", "unknown"), "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": platform.python_version(),
+            "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(),
+            "device": where}
+
+
+def check_config(out: Path, config: dict, resume: bool) -> None:
+    path = out / "config.json"
+    if path.is_file() and resume:
+        saved = json.loads(path.read_text())
+        on_disk = dict(saved)
+        if "episodes_sha256" not in saved:  # a run begun before the digest was recorded
+            saved["episodes_sha256"] = config["episodes_sha256"]
+        if saved["episodes_sha256"] != config["episodes_sha256"]:
+            raise BenchError(
+                f"{out} holds a run of other conversations: the suite now generates different turns from the "
+                "same settings (its code or data changed since), so the checkpointed replies answer other "
+                "questions; pass another --out, or --no-resume to start this run over")
+        # the policy list may change: each policy's episodes are checkpointed on their own
+        diff = sorted(k for k in set(saved) | set(config) if k != "policies" and saved.get(k) != config.get(k))
+        if diff:
+            raise BenchError(
+                f"{out} holds a run with other settings ({', '.join(diff)} differ); pass the same settings "
+                "to resume it, another --out for a new run, or --no-resume to start this one over")
+        if on_disk != config:
+            path.write_text(json.dumps(config, indent=1))
+        return
+    if path.is_file():  # not resuming: start over
+        shutil.rmtree(out / "state", ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config, indent=1))
+
+
+def read_rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by an interruption: redo that turn
+                break
+    return rows
+
+
+ENVIRONMENTS_FILE = "environments.jsonl"
+
+
+def record_environment(state: Path, environment: dict) -> None:
+    """Append `environment` to the state's list of machines that ran its turns (once per change)."""
+    path = state / ENVIRONMENTS_FILE
+    seen = read_rows(path)
+    if not seen or seen[-1] != environment:
+        with path.open("a") as f:
+            f.write(json.dumps(environment, sort_keys=True) + "\n")
+
+
+def environments_of(states: Sequence[Path]) -> list[dict]:
+    """The distinct environments recorded in `states`, in the order they first ran (states
+    written before this was recorded contribute none)."""
+    found: list[dict] = []
+    for state in states:
+        for env in read_rows(state / ENVIRONMENTS_FILE):
+            if env not in found:
+                found.append(env)
+    return found

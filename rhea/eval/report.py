@@ -1,0 +1,161 @@
+"""What a benchmark run writes for people: ``results.json``, ``summary.md`` (a policy × metric
+table) and PNGs of IAR / tokens / latency against the turn index."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+
+def json_default(value: Any) -> Any:
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return str(value)
+
+
+def write_outputs(results: dict, out: str | Path) -> list[Path]:
+    """Write ``results.json``, ``summary.md`` and the PNGs for `results` into `out`."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "results.json", out / "summary.md"]
+    written[0].write_text(json.dumps(results, indent=1, ensure_ascii=False, default=json_default))
+    written[1].write_text(summary_markdown(results))
+    written.extend(plot_results(results, out))
+    return written
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def summary_rows(results: dict) -> list[dict]:
+    """One dict per policy: the suite's headline metrics and the cost columns."""
+    suite = results["config"]["suite"]
+    table = []
+    for policy, data in results["policies"].items():
+        agg, cost = data["aggregate"], data["cost"]
+        row = {"policy": policy}
+        if suite == "instruction-retention":
+            row.update({"IAR (0-10)": agg.get("iar"), "revoked still followed": agg.get("revoked_still_followed")})
+        elif suite == "state-tracking":
+            row.update({"accuracy": agg.get("accuracy"), "JGA": agg.get("jga"), "stale rate": agg.get("stale_rate")})
+        elif suite == "long-horizon":
+            row.update({"recall accuracy": agg.get("recall_accuracy"), "rule accuracy": agg.get("rule_accuracy"),
+                        "judge (1-10)": agg.get("judge_mean")})
+        row.update({
+            "context tokens/turn": cost.get("mean_context_tokens"),
+            "latent slots/turn": cost.get("mean_latent_slots"),
+            "last-turn context": cost.get("last_turn_context_tokens"),
+            "vs full history": cost.get("context_vs_full_history"),
+            "latency s/turn": cost.get("mean_latency_s"),
+            "compress s": cost.get("mean_compress_s"), "score s": cost.get("mean_score_s"),
+            "prefill s": cost.get("mean_prefill_s"), "decode s": cost.get("mean_decode_s"),
+            "errors": cost.get("errors"),
+        })
+        table.append(row)
+    return table
+
+
+def summary_markdown(results: dict) -> str:
+    """``summary.md``: the run's settings, then a policy × metric table."""
+    config, env = results["config"], results.get("environment", {})
+    rows = summary_rows(results)
+    lines = [f"# rhea bench: {config['suite']}", "",
+             f"model `{config['model']}` (adapters {'trained' if config.get('adapters_trained') else 'UNTRAINED'}), "
+             f"{config['n_episodes']} episode(s) × {config['n_turns']} turns, seed {config['seed']}, "
+             f"max_new_tokens {config['max_new_tokens']}, greedy; data: {config['data'] or 'built-in'}; "
+             f"{env.get('device', '?')}, torch {env.get('torch', '?')}, {env.get('threads', '?')} threads"
+             + (f"; turn time {results['turn_seconds'] / 60:.1f} min over all policies" if "turn_seconds" in results else "")
+             + (f" (wall of the last invocation {results['wall_s'] / 60:.1f} min)" if "wall_s" in results else ""), ""]
+    where = {p: d.get("environments") or [] for p, d in results["policies"].items()}
+    if any(e != env for envs in where.values() for e in envs):
+        lines += ["Turns ran on more than this invocation's machine (as recorded per policy):", ""]
+        lines += [f"- {p}: " + "; ".join(f"{e.get('device', '?')}, torch {e.get('torch', '?')}, "
+                                          f"{e.get('threads', '?')} threads" for e in envs)
+                  for p, envs in where.items() if envs]
+        lines.append("")
+    if rows:
+        headers = list(rows[0])
+        lines.append("| " + " | ".join(headers) + " |")
+        lines.append("|" + "---|" * len(headers))
+        for row in rows:
+            lines.append("| " + " | ".join(_fmt(row[h], 3 if h.endswith(" s") else 2) for h in headers) + " |")
+    if config["suite"] == "long-horizon" and any(
+            d["aggregate"].get("judge") == "skipped" for d in results["policies"].values()):
+        lines += ["", "No judge was configured (--judge-url): quality ratings were skipped; the recall and "
+                      "reference checks above still ran."]
+    warned = {p: [w for r in d["turns"] for w in _score_warnings(r)] for p, d in results["policies"].items()}
+    if any(warned.values()):
+        lines += ["", "Score warnings recorded by the policies (turns warned, last warning):"]
+        lines += [f"- {p}: {len(w)}/{len(results['policies'][p]['turns'])} turns; {w[-1]}"
+                  for p, w in warned.items() if w]
+    lines += ["", "Columns: context tokens = text tokens + latent slots fed to the model for the turn (the rendered "
+                  "prompt, chat template included); vs full history = the turn's content tokens (text + latent "
+                  "slots, no template) / the content tokens of the whole history and query, summed over turns "
+                  "(1.0 = everything, '–' for rows recorded before this was measured); "
+                  "latency = plan (incl. compress + score) + render + prefill + decode + observe (compressing the "
+                  "new reply)."]
+    return "\n".join(lines) + "\n"
+
+
+def _score_warnings(row: dict) -> list[str]:
+    """The tier-collapse warnings a policy recorded in this turn's decisions."""
+    records = row.get("decisions", {}).get("records", [])
+    return [r["scores"]["warning"] for r in records
+            if isinstance(r, dict) and isinstance(r.get("scores"), dict) and r["scores"].get("warning")]
+
+
+def _by_turn(rows: Sequence[dict], field: str) -> tuple[list[int], list[float]]:
+    values: dict[int, list[float]] = {}
+    for r in rows:
+        v = r.get(field)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and r.get("turn_index") is not None:
+            values.setdefault(r["turn_index"], []).append(float(v))
+    xs = sorted(values)
+    return xs, [sum(values[x]) / len(values[x]) for x in xs]
+
+
+def plot_results(results: dict, out: str | Path) -> list[Path]:
+    """PNGs: tokens vs turn, latency vs turn, and IAR vs turn for instruction-retention."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    out = Path(out)
+    config = results["config"]
+    title = f"{config['suite']} · {config['model']}"
+    plots = [("tokens_vs_turn.png", "context_tokens", "context tokens (text + latent slots, chat template included)"),
+             ("latency_vs_turn.png", "latency_s", "latency per turn (s)")]
+    if config["suite"] == "instruction-retention":
+        plots.insert(0, ("iar_vs_turn.png", "iar", "IAR (0-10)"))
+    written = []
+    for filename, field, label in plots:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for policy, data in results["policies"].items():
+            xs, ys = _by_turn(data["turns"], field)
+            if xs:
+                ax.plot(xs, ys, marker="o", markersize=3, label=policy)
+        if field == "context_tokens":
+            first = next(iter(results["policies"].values()), {"turns": []})
+            xs, ys = _by_turn(first["turns"], "full_history_tokens")
+            if xs:
+                ax.plot(xs, ys, "k--", linewidth=1, label="full history (content only, no template)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("turn")
+        ax.set_ylabel(label)
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / filename, dpi=110)
+        plt.close(fig)
+        written.append(out / filename)
+    return written
