@@ -41,8 +41,8 @@ from collections import Counter
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from rhea.agents.sculptor import SculptorPolicy, loop_answer  # noqa: E402
 from rhea.context import Conversation, Turn  # noqa: E402
-from rhea.policies import get_policy  # noqa: E402
 from rhea.eval.suites import StateTrackingSuite  # noqa: E402
+from rhea.policies import get_policy  # noqa: E402
 
 ACK = "Noted."
 METHODS = ("plain", "sculptor")

@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from rhea.errors import RheaConfigError
+
 __all__ = ["ToolCall", "ParsedToolCalls", "parse_tool_calls", "loads_lenient"]
 
 
@@ -241,7 +243,7 @@ def _repair_json(text: str) -> str:
         elif ch == "'":
             j = _string_end(text, i, "'")
             if j > n or text[j - 1] != "'" or j - 1 == i:
-                raise ValueError(f"unterminated single-quoted string at char {i}")
+                raise RheaConfigError(f"unterminated single-quoted string at char {i}")
             out.append(json.dumps(text[i + 1:j - 1].replace("\\'", "'")))
             i = j
         elif ch == ",":

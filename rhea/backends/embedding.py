@@ -10,6 +10,8 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from rhea.errors import RheaConfigError
+
 
 @runtime_checkable
 class Embedder(Protocol):
@@ -63,7 +65,7 @@ class HashingEmbedder:
 
     def __init__(self, dim: int = 256):
         if dim < 8:
-            raise ValueError(f"dim={dim} must be >= 8")
+            raise RheaConfigError(f"dim={dim} must be >= 8")
         self.dim = dim
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:

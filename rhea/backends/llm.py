@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 from rhea.backends.chat_template import apply_chat_template
+from rhea.errors import RheaConfigError
 
 Message = dict  # {"role": "system" | "user" | "assistant" | "tool", "content": str, ...}
 
@@ -69,7 +70,7 @@ class HFGenerator:
         self.model = model
         self.tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
         if self.tokenizer is None:
-            raise ValueError("HFGenerator needs a tokenizer: pass tokenizer= (a RheaForCausalLM carries its own)")
+            raise RheaConfigError("HFGenerator needs a tokenizer: pass tokenizer= (a RheaForCausalLM carries its own)")
         self.adapter = adapter
         self.seed = seed
         self.prompt_tokens = 0
@@ -90,7 +91,7 @@ class HFGenerator:
         import torch
 
         if not messages:
-            raise ValueError("generate() needs at least one message")
+            raise RheaConfigError("generate() needs at least one message")
         enc = _chat_ids(self.tokenizer, messages)
         model = self._backbone()
         device = next(model.parameters()).device
@@ -133,7 +134,7 @@ class OpenAICompatibleGenerator:
         import os
 
         if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url={base_url!r} must start with http:// or https:// (e.g. http://127.0.0.1:8000/v1)")
+            raise RheaConfigError(f"base_url={base_url!r} must start with http:// or https:// (e.g. http://127.0.0.1:8000/v1)")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key = api_key or os.environ.get("OPENAI_API_KEY")
@@ -170,4 +171,4 @@ class OpenAICompatibleGenerator:
         try:
             return (data["choices"][0]["message"].get("content") or "").strip()
         except (KeyError, IndexError, TypeError) as e:
-            raise ValueError(f"unexpected chat-completion response from {self.base_url}: {str(data)[:300]}") from e
+            raise RheaConfigError(f"unexpected chat-completion response from {self.base_url}: {str(data)[:300]}") from e

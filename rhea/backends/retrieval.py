@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from rhea.errors import require_text
+from rhea.errors import RheaConfigError, require_text
 
 
 
@@ -75,13 +75,13 @@ class BM25Retriever:
         if bm25s is None:
             raise ImportError("BM25Retriever needs the bm25s package: pip install bm25s")
         if isinstance(texts, str):
-            raise ValueError("texts must be a list of strings, got a single str; wrap it in a list")
+            raise RheaConfigError("texts must be a list of strings, got a single str; wrap it in a list")
         if k1 <= 0 or not 0.0 <= b <= 1.0:
-            raise ValueError(f"k1={k1} must be > 0 and b={b} in [0, 1]")
+            raise RheaConfigError(f"k1={k1} must be > 0 and b={b} in [0, 1]")
         self.texts = list(texts)
         for i, t in enumerate(self.texts):
             if not isinstance(t, str):
-                raise ValueError(f"texts[{i}] must be a str, got {type(t).__name__}")
+                raise RheaConfigError(f"texts[{i}] must be a str, got {type(t).__name__}")
         self._index = None
         if self.texts:
             self._index = bm25s.BM25(k1=k1, b=b)
@@ -101,7 +101,7 @@ class BM25Retriever:
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         """Up to `k` `(index, score)` pairs with score > 0, best first."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k={k!r} must be an int >= 1")
+            raise RheaConfigError(f"k={k!r} must be an int >= 1")
         scores = self.scores(query)
         ranked = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))
         return [(i, float(scores[i])) for i in ranked[:k] if scores[i] > 0]

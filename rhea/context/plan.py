@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Union
 
-from rhea.errors import InvalidTurnError
 from rhea.constants import TIERS
 from rhea.context.latent import Latent
+from rhea.errors import InvalidTurnError
 
 Content = Union[str, list]  # list items: str | Latent
 ROLES = ("system", "user", "assistant", "tool")

@@ -15,7 +15,7 @@ from rhea.constants import MEM_TOKEN
 from rhea.backends.chat_template import FALLBACK_CHAT_TEMPLATE, apply_chat_template  # noqa: F401 (re-exported)
 from rhea.context.latent import Latent
 from rhea.context.plan import ContextPlan
-from rhea.errors import InvalidTurnError, MissingMemTokenError, PlaceholderCountError, SpoofedPlaceholderError
+from rhea.errors import InvalidTurnError, MissingMemTokenError, PlaceholderCountError, RheaConfigError, SpoofedPlaceholderError
 
 #: What a literal "<mem>" in message text becomes under literal_mem="escape": a word joiner
 #: inside the tag, so it reads the same but can no longer match the placeholder token.
@@ -171,7 +171,7 @@ def render(plan: ContextPlan, tokenizer, *, add_generation_prompt: bool = True, 
     torch.Size([2, 8])
     """
     if literal_mem not in ("error", "escape"):
-        raise ValueError(f"literal_mem={literal_mem!r} must be 'error' or 'escape'")
+        raise RheaConfigError(f"literal_mem={literal_mem!r} must be 'error' or 'escape'")
     if not isinstance(plan, ContextPlan):
         raise InvalidTurnError(f"render() takes a ContextPlan, got {type(plan).__name__}")
     if not plan.messages:

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 from rhea.backends.llm import TextGenerator
+from rhea.errors import RheaConfigError
 
 #: MT-Bench categories that FastChat grades against a reference answer.
 REFERENCE_CATEGORIES = ("math", "reasoning", "coding")
@@ -117,7 +118,7 @@ class Judge:
             raise TypeError(f"generator={generator!r} must implement rhea.backends.llm.TextGenerator "
                             "(a generate(messages, ...) -> str method)")
         if max_new_tokens < 16:
-            raise ValueError(f"max_new_tokens={max_new_tokens} is too small for an explanation "
+            raise RheaConfigError(f"max_new_tokens={max_new_tokens} is too small for an explanation "
                              "plus a rating; use >= 16 (FastChat uses 2048)")
         self.generator = generator
         self.max_new_tokens = max_new_tokens
@@ -133,7 +134,7 @@ class Judge:
                         references: tuple[str, str] | None = None) -> Judgment:
         """Rate the second answer of a two-turn exchange (``single-v1-multi-turn``)."""
         if len(questions) != 2 or len(answers) != 2 or (references and len(references) != 2):
-            raise ValueError(f"multi-turn judging takes exactly 2 questions and 2 answers "
+            raise RheaConfigError(f"multi-turn judging takes exactly 2 questions and 2 answers "
                              f"(got {len(questions)} and {len(answers)})")
         name = "single-v1-multi-turn" if references is None else "single-math-v1-multi-turn"
         return self._ask(_multi_turn_messages(tuple(questions), tuple(answers),

@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from rhea.errors import RheaError
 
-class DataFormatError(ValueError):
+
+class DataFormatError(RheaError, ValueError):
     """A benchmark file that does not match the format its loader reads."""
 
 

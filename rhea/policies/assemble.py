@@ -6,9 +6,9 @@ import re
 from typing import Any, Callable, Sequence, Union
 
 from rhea.context.conversation import Conversation
-from rhea.errors import InvalidTurnError, require_text
 from rhea.context.latent import Latent
 from rhea.context.plan import ContextPlan, PlanDecisions, TokenLedger, TurnDecision
+from rhea.errors import InvalidTurnError, RheaConfigError, require_text
 
 SystemSource = Union[str, Callable[[], str], Any, None]
 _APPROX_TOKEN = re.compile(r"\w+|[^\w\s]")
@@ -17,7 +17,7 @@ _APPROX_TOKEN = re.compile(r"\w+|[^\w\s]")
 def check_system_source(source: SystemSource) -> SystemSource:
     if source is None or isinstance(source, str) or hasattr(source, "render") or callable(source):
         return source
-    raise ValueError(
+    raise RheaConfigError(
         f"system_prompt={source!r} must be a str, an object with render() (e.g. InstructionalMemory) or a callable returning str"
     )
 

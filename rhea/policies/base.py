@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 
 from rhea.context.conversation import Conversation, Turn
 from rhea.context.plan import ContextPlan
+from rhea.errors import RheaConfigError
 from rhea.policies.assemble import SystemSource, check_system_source
 
 
@@ -71,7 +72,7 @@ class ContextPolicy(ABC):
     def load_state_dict(self, state: dict) -> None:
         if not isinstance(state, dict) or state.get("name") != self.name:
             got = state.get("name") if isinstance(state, dict) else type(state).__name__
-            raise ValueError(f"state is for policy {got!r}, not {self.name!r}; load it into get_policy({got!r})")
+            raise RheaConfigError(f"state is for policy {got!r}, not {self.name!r}; load it into get_policy({got!r})")
         self._load_state(state.get("state", {}))
 
     def _state(self) -> dict:

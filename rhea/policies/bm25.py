@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from rhea.backends.retrieval import BM25Retriever
 from rhea.context.conversation import Conversation
 from rhea.context.plan import ContextPlan, TurnDecision
 from rhea.policies.assemble import SystemSource, assemble_plan
 from rhea.policies.base import ContextPolicy
 from rhea.policies.registry import register_policy
 from rhea.policies.validation import positive_int
-from rhea.backends.retrieval import BM25Retriever
 
 
 def turn_text(turn) -> str:

@@ -23,14 +23,14 @@ from rhea.constants import TIERS
 from rhea.context.conversation import Conversation, Turn
 from rhea.context.latent import Latent
 from rhea.context.plan import ContextPlan, TurnDecision
-from rhea.policies.assemble import assemble_plan
-from rhea.policies.base import ContextPolicy
-from rhea.policies.registry import register_policy
 from rhea.errors import RheaConfigError, require_text
-from rhea.modeling.config import check_thresholds
 from rhea.memory.episodic import EpisodicMemory
 from rhea.memory.instructional import InstructionalMemory
 from rhea.memory.recognizer import InstructionRecognizer
+from rhea.modeling.config import check_thresholds
+from rhea.policies.assemble import assemble_plan
+from rhea.policies.base import ContextPolicy
+from rhea.policies.registry import register_policy
 
 FIXED_TIERS = (None, *TIERS)
 

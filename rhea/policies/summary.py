@@ -4,13 +4,14 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from rhea.backends.llm import TextGenerator
 from rhea.context.conversation import Conversation, Turn
 from rhea.context.plan import ContextPlan, TurnDecision
+from rhea.errors import RheaConfigError
 from rhea.policies.assemble import SystemSource, assemble_plan
 from rhea.policies.base import ContextPolicy
 from rhea.policies.registry import register_policy
 from rhea.policies.validation import positive_int
-from rhea.backends.llm import TextGenerator
 
 SUMMARY_HEADER = "Summary of the conversation so far:"
 
@@ -61,7 +62,7 @@ class RollingSummary(ContextPolicy):
     ):
         super().__init__(system_prompt=system_prompt, tokenizer=tokenizer)
         if not isinstance(generator, TextGenerator):
-            raise ValueError(f"generator={generator!r} must implement TextGenerator.generate(messages, ...)")
+            raise RheaConfigError(f"generator={generator!r} must implement TextGenerator.generate(messages, ...)")
         self.generator = generator
         self.every = positive_int(every, "every")
         self.max_summary_tokens = positive_int(max_summary_tokens, "max_summary_tokens", minimum=8)
@@ -100,7 +101,7 @@ class RollingSummary(ContextPolicy):
 
     def build(self, conversation: Conversation, query: str) -> ContextPlan:
         if len(conversation) < self.observed:
-            raise ValueError(
+            raise RheaConfigError(
                 f"summary policy has observed {self.observed} turns but the conversation has {len(conversation)}; "
                 "call reset() before starting another conversation"
             )
@@ -125,4 +126,4 @@ class RollingSummary(ContextPolicy):
             self.summary, self.summarized, self.updates = str(state["summary"]), int(state["summarized"]), int(state["updates"])
             self.pending = [Turn.from_dict(t) for t in state["pending"]]
         except KeyError as exc:
-            raise ValueError(f"summary state lacks {exc}; pass what state_dict() returned") from exc
+            raise RheaConfigError(f"summary state lacks {exc}; pass what state_dict() returned") from exc

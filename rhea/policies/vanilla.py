@@ -5,13 +5,13 @@ import warnings
 from typing import Any
 
 from rhea.context.conversation import Conversation
-from rhea.errors import ContextOverflowError
 from rhea.context.plan import ContextPlan, TurnDecision
+from rhea.context.rendering import render
+from rhea.errors import ContextOverflowError, RheaConfigError
 from rhea.policies.assemble import SystemSource, assemble_plan
 from rhea.policies.base import ContextPolicy
 from rhea.policies.registry import register_policy
 from rhea.policies.validation import positive_int
-from rhea.context.rendering import render
 
 
 @register_policy("vanilla")
@@ -32,7 +32,7 @@ class Vanilla(ContextPolicy):
         if max_context_tokens is not None:
             positive_int(max_context_tokens, "max_context_tokens")
             if tokenizer is None:
-                raise ValueError(f"max_context_tokens={max_context_tokens} needs tokenizer= to measure the rendered prompt")
+                raise RheaConfigError(f"max_context_tokens={max_context_tokens} needs tokenizer= to measure the rendered prompt")
         self.max_context_tokens = max_context_tokens
 
     def config(self) -> dict:

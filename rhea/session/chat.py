@@ -93,9 +93,9 @@ class ChatSession:
                 "RheaForCausalLM.from_base(model, tokenizer)"
             )
         if adapter not in ("auto", "generate", "base"):
-            raise ValueError(f"adapter={adapter!r} must be 'auto', 'generate' or 'base'")
+            raise RheaConfigError(f"adapter={adapter!r} must be 'auto', 'generate' or 'base'")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an int >= 1")
+            raise RheaConfigError(f"max_new_tokens={max_new_tokens!r} must be an int >= 1")
         self.model = model
         self.tokenizer = tokenizer if tokenizer is not None else model.tokenizer
         self.max_new_tokens = max_new_tokens
@@ -189,13 +189,13 @@ class ChatSession:
             try:
                 text = bytes(text).decode("utf-8")
             except UnicodeDecodeError as e:
-                raise ValueError(
+                raise RheaConfigError(
                     f"message bytes are not valid UTF-8 ({e.reason} at byte {e.start}); decode them with the right "
                     "encoding and pass a str"
                 ) from e
         text = require_text(text, "message")
         if len(text) > MAX_MESSAGE_CHARS:
-            raise ValueError(
+            raise RheaConfigError(
                 f"message has {len(text):,} characters (limit {MAX_MESSAGE_CHARS:,}); split it into several messages"
             )
         return text

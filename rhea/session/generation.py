@@ -11,6 +11,7 @@ from typing import Callable
 import torch
 
 from rhea.context import ContextOverflowError, ContextPlan, render
+from rhea.errors import RheaConfigError
 
 
 @dataclass
@@ -157,7 +158,7 @@ def generate_from_plan(
     >>> gen.text, gen.timings["prefill_s"]                          # doctest: +SKIP
     """
     if adapter not in ("generate", "base"):
-        raise ValueError(f"adapter={adapter!r} must be 'generate' or 'base'")
+        raise RheaConfigError(f"adapter={adapter!r} must be 'generate' or 'base'")
     t0 = time.perf_counter()
     rendered = render(plan, model.tokenizer)
     t_render = time.perf_counter() - t0
@@ -169,7 +170,7 @@ def generate_from_plan(
             f"context of {limit}. Use a policy that drops or compresses history (e.g. 'rhea' or 'recent-k'), or lower max_new_tokens."
         )
     if adapter == "base" and rendered.latent_embeds is not None:
-        raise ValueError("a plan with latents needs the generate adapter; adapter='base' is for text-only plans")
+        raise RheaConfigError("a plan with latents needs the generate adapter; adapter='base' is for text-only plans")
     kwargs = {**DEFAULT_GENERATION, **generate_kwargs}
     device = model.device
     latents = rendered.latent_embeds.to(device) if rendered.latent_embeds is not None else None

@@ -5,6 +5,8 @@ from typing import Any
 
 import torch
 
+from rhea.errors import RheaConfigError
+
 _TAG = "__tensor__"
 
 
@@ -23,7 +25,7 @@ def split_tensors(state: Any, prefix: str = "t") -> tuple[Any, dict[str, torch.T
             return {_TAG: path}
         if isinstance(x, dict):
             if _TAG in x:
-                raise ValueError(f"state key {_TAG!r} is reserved (at {path})")
+                raise RheaConfigError(f"state key {_TAG!r} is reserved (at {path})")
             return {k: walk(v, f"{path}.{k}") for k, v in x.items()}
         if isinstance(x, (list, tuple)):
             return [walk(v, f"{path}.{i}") for i, v in enumerate(x)]

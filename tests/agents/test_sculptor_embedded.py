@@ -6,8 +6,8 @@ import pytest
 from rhea.agents.sculptor import SculptorPolicy, loop_answer, tool_generator, trajectory_instances
 from rhea.agents.sculptor.loop import MALFORMED
 from rhea.agents.sculptor.schemas import TOOL_NAMES
-from rhea.context import Conversation, Turn
 from rhea.backends.llm import HFGenerator
+from rhea.context import Conversation, Turn
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("embedded")]
 

@@ -8,9 +8,9 @@ import pytest
 from rhea.agents.sculptor import SculptorPolicy, loop_answer
 from rhea.agents.sculptor.policy import turn_messages
 from rhea.agents.sculptor.prompts import PAPER_UNIFIED_PROMPT
+from rhea.backends.llm import ScriptedGenerator
 from rhea.context import Conversation, Turn
 from rhea.policies import get_policy
-from rhea.backends.llm import ScriptedGenerator
 
 from .sculptor_helpers import hermes, planned_fragment_ids
 

@@ -26,8 +26,8 @@ from rhea.policies import (
     register_policy,
 )
 from rhea.backends.llm import ScriptedGenerator
-from rhea.memory import InstructionalMemory
 from rhea.backends.retrieval import BM25Retriever
+from rhea.memory import InstructionalMemory
 
 TURNS = [
     ("my cat is called Tom and he is orange", "Tom sounds like a lovely orange cat."),

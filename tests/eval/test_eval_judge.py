@@ -1,7 +1,7 @@
 import pytest
 
-from rhea.eval.judge import Judge, parse_rating
 from rhea.backends.llm import ScriptedGenerator
+from rhea.eval.judge import Judge, parse_rating
 
 
 @pytest.mark.parametrize("text,rating", [

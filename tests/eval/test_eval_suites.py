@@ -5,8 +5,8 @@ from .eval_fixtures import (BABI_QA1, IFEVAL, MT_BENCH_JSONL, MT_EVAL_GLOBAL, PI
 from rhea.eval.checkers import InstructionSpec, UnknownInstructionError
 from rhea.eval.suites import (TURN_KINDS, SuiteConfigError, SuiteTurn, UnknownSuiteError,
                               get_suite, list_suites)
-from rhea.eval.suites.builtin import ORDINARY_QUESTIONS
 from rhea.backends.llm import ScriptedGenerator
+from rhea.eval.suites.builtin import ORDINARY_QUESTIONS
 
 
 def run(episodes, reply_for):

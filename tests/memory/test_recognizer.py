@@ -1,7 +1,7 @@
 import pytest
 
-from rhea.context import EmptyMessageError
 from rhea.backends.llm import ScriptedGenerator
+from rhea.context import EmptyMessageError
 from rhea.memory import (
     HashedNgramClassifier,
     InstructionRecognizer,

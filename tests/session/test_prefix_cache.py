@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from rhea.context import ContextPlan
-from rhea.session.generation import PrefixKVCache, generate_from_plan
 from rhea.session import ChatSession
+from rhea.session.generation import PrefixKVCache, generate_from_plan
 from rhea.testing import tiny_rhea
 
 SCRIPT = [

@@ -2,9 +2,9 @@ import pytest
 import torch
 
 from rhea.context import Conversation, Turn, render
-from rhea.policies import available_policies, get_policy
 from rhea.errors import RheaConfigError
 from rhea.memory.episodic import EpisodicMemory
+from rhea.policies import available_policies, get_policy
 
 CONV = Conversation([
     Turn("what is the capital of france ?", "paris is the capital of france ."),

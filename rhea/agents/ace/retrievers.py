@@ -18,10 +18,10 @@ from typing import Collection, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from rhea.agents.ace.errors import CorpusError
-from rhea.errors import require_text
-from rhea.policies.validation import positive_int
 from rhea.backends.embedding import Embedder
 from rhea.backends.retrieval import BM25Retriever, bm25_tokens
+from rhea.errors import require_text
+from rhea.policies.validation import positive_int
 
 
 @runtime_checkable

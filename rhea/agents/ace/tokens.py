@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rhea.errors import RheaConfigError
+
 ROLES = ("voting", "query", "thinking", "answering")
 
 
@@ -26,7 +28,7 @@ class RoundTokens:
 
     def add(self, role: str, prompt: int, completion: int) -> None:
         if role not in ROLES:
-            raise ValueError(f"role={role!r} must be one of {ROLES}")
+            raise RheaConfigError(f"role={role!r} must be one of {ROLES}")
         self.prompt[role] += int(prompt)
         self.completion[role] += int(completion)
 
@@ -90,7 +92,7 @@ class MeteredLLM:
         from rhea.backends.llm import TextGenerator
 
         if not isinstance(llm, TextGenerator):
-            raise ValueError(f"llm={llm!r} must implement TextGenerator.generate(messages, ...) (see rhea.backends.llm)")
+            raise RheaConfigError(f"llm={llm!r} must implement TextGenerator.generate(messages, ...) (see rhea.backends.llm)")
         self.llm = llm
         self.meter = TokenMeter(llm, tokenizer)
 

@@ -26,8 +26,8 @@ from rhea.agents.acr.operators import NONE
 from rhea.agents.acr.refactorer import Refactorer, RefactorResult
 from rhea.agents.acr.router import Router, RouterDecision
 from rhea.context.conversation import Conversation, Turn
-from rhea.errors import InvalidTurnError
 from rhea.context.plan import ContextPlan, TurnDecision
+from rhea.errors import InvalidTurnError, RheaConfigError
 from rhea.policies.assemble import SystemSource, assemble_plan
 from rhea.policies.base import ContextPolicy
 from rhea.policies.registry import register_policy
@@ -147,7 +147,7 @@ class ACRPolicy(ContextPolicy):
 
     def _load_state(self, state: dict) -> None:
         if "base" not in state:
-            raise ValueError("acr state lacks 'base'; pass what state_dict() returned")
+            raise RheaConfigError("acr state lacks 'base'; pass what state_dict() returned")
         self.base.load_state_dict(state["base"])
         self.operator_counts = dict(state.get("operator_counts", {}))
         self.fallbacks = int(state.get("fallbacks", 0))

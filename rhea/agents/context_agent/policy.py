@@ -17,12 +17,13 @@ from rhea.agents.context_agent.parsing import parse_summary, truncation_summary
 from rhea.agents.context_agent.prompts import summary_messages
 from rhea.agents.context_agent.similarity import EmbeddingCache
 from rhea.agents.context_agent.transitions import Navigator, NavigatorConfig, Placement, apply_placement
+from rhea.backends.embedding import Embedder
+from rhea.backends.llm import TextGenerator
 from rhea.context import Conversation, ContextPlan, Latent, Turn
+from rhea.errors import RheaConfigError
 from rhea.policies import ContextPolicy, register_policy
 from rhea.policies.assemble import SystemSource
 from rhea.policies.validation import positive_int
-from rhea.backends.embedding import Embedder
-from rhea.backends.llm import TextGenerator
 
 CompressFn = Callable[[list], torch.Tensor]
 
@@ -84,9 +85,9 @@ class ContextAgent(ContextPolicy):
         self.summary_max_new_tokens = positive_int(summary_max_new_tokens, "summary_max_new_tokens")
         self.embed_replies = bool(embed_replies)
         if compress_fn is not None and not callable(compress_fn):
-            raise ValueError(f"compress_fn={compress_fn!r} must be callable: texts -> Tensor[B, n, hidden] (e.g. model.compress)")
+            raise RheaConfigError(f"compress_fn={compress_fn!r} must be callable: texts -> Tensor[B, n, hidden] (e.g. model.compress)")
         if (compress_fn is None) != (keep_raw_last is None):
-            raise ValueError(f"compress_fn and keep_raw_last={keep_raw_last!r} go together: pass both (Rhea) or neither")
+            raise RheaConfigError(f"compress_fn and keep_raw_last={keep_raw_last!r} go together: pass both (Rhea) or neither")
         self.compress_fn = compress_fn
         self.keep_raw_last = None if keep_raw_last is None else positive_int(keep_raw_last, "keep_raw_last", minimum=0)
         self.reset()
@@ -183,7 +184,7 @@ class ContextAgent(ContextPolicy):
                 vectors = self.compress_fn([n.assistant for n in todo])
             if not isinstance(vectors, torch.Tensor) or vectors.dim() != 3 or vectors.shape[0] != len(todo):
                 shape = tuple(vectors.shape) if isinstance(vectors, torch.Tensor) else type(vectors).__name__
-                raise ValueError(f"compress_fn returned {shape} for {len(todo)} texts; it must return Tensor[B, n, hidden]")
+                raise RheaConfigError(f"compress_fn returned {shape} for {len(todo)} texts; it must return Tensor[B, n, hidden]")
             for node, v in zip(todo, vectors):
                 self._latents[node.id] = Latent(v.detach(), source_turn=node.turn)
         return {n.turn: self._latents[n.id] for n in older}

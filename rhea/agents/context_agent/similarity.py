@@ -7,6 +7,7 @@ import numpy as np
 
 from rhea.agents.context_agent.forest import Node
 from rhea.backends.embedding import Embedder
+from rhea.errors import RheaConfigError
 
 
 class EmbeddingCache:
@@ -21,7 +22,7 @@ class EmbeddingCache:
 
     def __init__(self, embedder: Embedder, max_entries: int = 4096):
         if not isinstance(embedder, Embedder):
-            raise ValueError(f"embedder={embedder!r} must implement Embedder.encode(texts) -> np.ndarray [n, d]")
+            raise RheaConfigError(f"embedder={embedder!r} must implement Embedder.encode(texts) -> np.ndarray [n, d]")
         self.embedder = embedder
         self.max_entries = max_entries
         self._vectors: dict[str, np.ndarray] = {}
@@ -51,7 +52,7 @@ def top_k_nodes(query: np.ndarray, nodes: Sequence[Node], k: int) -> list[tuple[
         return []
     matrix = np.asarray([n.embedding for n in nodes], dtype=np.float32)
     if matrix.shape[1] != query.shape[0]:
-        raise ValueError(f"query embedding has dim {query.shape[0]} but nodes have {matrix.shape[1]}; "
+        raise RheaConfigError(f"query embedding has dim {query.shape[0]} but nodes have {matrix.shape[1]}; "
                          "use the same embedder for the whole conversation (or reset())")
     scores = matrix @ query.astype(np.float32)
     order = np.argsort(-scores, kind="stable")[:k]

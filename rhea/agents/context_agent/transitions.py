@@ -23,6 +23,7 @@ from rhea.agents.context_agent.parsing import parse_branch_decision, parse_topic
 from rhea.agents.context_agent.prompts import branch_messages, topic_messages
 from rhea.agents.context_agent.similarity import top_k_nodes
 from rhea.backends.llm import TextGenerator
+from rhea.errors import RheaConfigError
 
 BRANCH_FALLBACKS = ("embedding", "continue")
 
@@ -80,13 +81,13 @@ class NavigatorConfig:
         for name in ("top_k", "max_topic_candidates", "summaries_per_topic", "decision_max_new_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be an int >= 1")
+                raise RheaConfigError(f"{name}={value!r} must be an int >= 1")
         for name in ("topic_threshold", "branch_threshold"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not -1.0 <= value <= 1.0:
-                raise ValueError(f"{name}={value!r} must be a cosine similarity in [-1, 1]")
+                raise RheaConfigError(f"{name}={value!r} must be a cosine similarity in [-1, 1]")
         if self.branch_fallback not in BRANCH_FALLBACKS:
-            raise ValueError(f"branch_fallback={self.branch_fallback!r} must be one of {BRANCH_FALLBACKS}")
+            raise RheaConfigError(f"branch_fallback={self.branch_fallback!r} must be one of {BRANCH_FALLBACKS}")
 
 
 def node_label(node: Node) -> str:
@@ -98,7 +99,7 @@ class Navigator:
 
     def __init__(self, generator: TextGenerator | None, config: NavigatorConfig):
         if generator is not None and not isinstance(generator, TextGenerator):
-            raise ValueError(f"generator={generator!r} must implement TextGenerator.generate(messages, ...) or be None")
+            raise RheaConfigError(f"generator={generator!r} must implement TextGenerator.generate(messages, ...) or be None")
         self.generator = generator
         self.config = config
         self.llm_calls = 0

@@ -1,14 +1,16 @@
 """Named errors of the Sculptor context store and toolbox.
 
-Every error is a `ValueError` subclass whose message names the bad value and a fix. The
+Every error is a `RheaError` and a `ValueError` whose message names the bad value and a fix. The
 toolbox turns `AcmError`s raised by a tool into a `{"error": ...}` tool message for the
 model, so a bad tool argument never ends the loop; programming errors (bad constructor
 arguments, wrong message shapes) still raise to the caller.
 """
 from __future__ import annotations
 
+from rhea.errors import RheaError
 
-class AcmError(ValueError):
+
+class AcmError(RheaError, ValueError):
     """Base of every error a context-management operation can raise."""
 
 
@@ -48,7 +50,7 @@ class UnknownToolError(AcmError):
     """The model called a tool the toolbox does not have."""
 
 
-class ConversationMismatchError(ValueError):
+class ConversationMismatchError(RheaError, ValueError):
     """`SculptorLoop.run` got messages that do not continue the store's conversation.
 
     Not an `AcmError`: it is a caller's mistake, never reported to the model.

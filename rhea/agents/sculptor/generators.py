@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from rhea.agents.toolcalls import parse_tool_calls
 from rhea.backends.llm import HFGenerator, OpenAICompatibleGenerator
+from rhea.errors import RheaConfigError
 
 _PROBE_TOOL = "rhea_template_tool_probe"
 
@@ -80,7 +81,7 @@ class ChatTemplateToolGenerator:
     def __init__(self, model, tokenizer=None, *, adapter: str | None = None, seed: int | None = None):
         tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
         if tokenizer is not None and not template_supports_tools(tokenizer):
-            raise ValueError(
+            raise RheaConfigError(
                 "the tokenizer's chat template does not render tools= (it would drop them); use "
                 "tool_generator(model, tokenizer), which falls back to text-described tools, or set a "
                 "tool-aware tokenizer.chat_template"
@@ -156,7 +157,7 @@ class EndpointToolGenerator:
         try:
             message = data["choices"][0]["message"]
         except (KeyError, IndexError, TypeError) as exc:
-            raise ValueError(f"unexpected chat-completion response from {self.client.base_url}: {str(data)[:300]}") from exc
+            raise RheaConfigError(f"unexpected chat-completion response from {self.client.base_url}: {str(data)[:300]}") from exc
         content = (message.get("content") or "").strip()
         blocks = [_hermes_block(call) for call in message.get("tool_calls") or []]
         return "\n".join(part for part in (content, *blocks) if part)

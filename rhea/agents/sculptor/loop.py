@@ -33,6 +33,7 @@ from rhea.agents.sculptor.prompts import (
 from rhea.agents.sculptor.tools import SculptorToolbox
 from rhea.agents.toolcalls import ParsedToolCalls, parse_tool_calls
 from rhea.backends.llm import TextGenerator
+from rhea.errors import RheaConfigError
 
 #: Name recorded for a reply whose tool call could not be read.
 MALFORMED = "<malformed>"
@@ -98,7 +99,7 @@ class SculptorLoop:
         if not isinstance(toolbox, SculptorToolbox):
             raise TypeError(f"toolbox must be a SculptorToolbox, got {type(toolbox).__name__}")
         if isinstance(max_tool_calls, bool) or not isinstance(max_tool_calls, int) or max_tool_calls < 0:
-            raise ValueError(f"max_tool_calls={max_tool_calls!r} must be an int >= 0")
+            raise RheaConfigError(f"max_tool_calls={max_tool_calls!r} must be an int >= 0")
         if not isinstance(system_prompt, str):
             raise TypeError(f"system_prompt must be a str, got {type(system_prompt).__name__}")
         self.generator = generator
@@ -122,7 +123,7 @@ class SculptorLoop:
         prompt; unlike the history it is not sculptable.
         """
         if not isinstance(query, str) or not query.strip():
-            raise ValueError(f"query={query!r} must be a non-empty str")
+            raise RheaConfigError(f"query={query!r} must be a non-empty str")
         if system is not None and not isinstance(system, str):
             raise TypeError(f"system must be a str or None, got {type(system).__name__}")
         self._sync(messages)

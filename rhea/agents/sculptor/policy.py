@@ -21,13 +21,14 @@ from rhea.agents.sculptor.loop import LoopResult, SculptorLoop
 from rhea.agents.sculptor.prompts import PAPER_UNIFIED_PROMPT
 from rhea.agents.sculptor.store import FOLDED, SUMMARIZED, AcmStore
 from rhea.agents.sculptor.tools import SculptorToolbox
+from rhea.backends.llm import TextGenerator
 from rhea.context.conversation import Conversation, Turn
 from rhea.context.plan import ContextPlan, PlanDecisions, TokenLedger, TurnDecision
+from rhea.errors import RheaConfigError
 from rhea.policies.assemble import SystemSource, count_tokens, resolve_system
 from rhea.policies.base import ContextPolicy
 from rhea.policies.registry import register_policy
 from rhea.policies.validation import positive_int
-from rhea.backends.llm import TextGenerator
 
 #: Tool calls allowed per turn (the paper's loop budget).
 DEFAULT_MAX_TOOL_CALLS = 20
@@ -88,7 +89,7 @@ class SculptorPolicy(ContextPolicy):
         if generator is None:
             raise TypeError("generator must be a TextGenerator (with .generate), got None")
         if isinstance(max_tool_calls, bool) or not isinstance(max_tool_calls, int) or max_tool_calls < 0:
-            raise ValueError(f"max_tool_calls={max_tool_calls!r} must be an int >= 0")
+            raise RheaConfigError(f"max_tool_calls={max_tool_calls!r} must be an int >= 0")
         self.generator = generator
         self.summarizer = summarizer if summarizer is not None else generator
         self.max_tool_calls = max_tool_calls
@@ -143,7 +144,7 @@ class SculptorPolicy(ContextPolicy):
         messages = turn_messages(conversation.turns)
         known = self.store.original
         if messages[:len(known)] != known:
-            raise ValueError(
+            raise RheaConfigError(
                 f"sculptor policy holds {len(known) // 2} turns that the conversation (of {len(conversation)} turns) "
                 "does not start with; call reset() before starting another conversation"
             )
@@ -184,6 +185,6 @@ class SculptorPolicy(ContextPolicy):
 
     def _load_state(self, state: dict) -> None:
         if "store" not in state:
-            raise ValueError("sculptor state lacks 'store'; pass what state_dict() returned")
+            raise RheaConfigError("sculptor state lacks 'store'; pass what state_dict() returned")
         self.store = AcmStore.from_state_dict(state["store"])
         self.last_result = None

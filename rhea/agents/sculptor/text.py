@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import re
 
+from rhea.errors import RheaConfigError
+
 
 def split_span(text: str, start: int, end: int, n: int) -> list[tuple[int, int]]:
     """Split `text[start:end]` into `n` contiguous, non-empty pieces of about equal length.
@@ -16,9 +18,9 @@ def split_span(text: str, start: int, end: int, n: int) -> list[tuple[int, int]]
     """
     length = end - start
     if n < 1:
-        raise ValueError(f"n={n} must be >= 1")
+        raise RheaConfigError(f"n={n} must be >= 1")
     if length < n:
-        raise ValueError(f"span of {length} chars cannot be split into {n} non-empty pieces; use fewer pieces")
+        raise RheaConfigError(f"span of {length} chars cannot be split into {n} non-empty pieces; use fewer pieces")
     window = max(length // (2 * n), 0)
     cuts = [start]
     for k in range(1, n):

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import IO, Iterable
 
 from rhea.agents.sculptor.loop import LoopResult
+from rhea.errors import RheaConfigError
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def trajectory_instances(result: LoopResult, reward: float | None = None) -> lis
         present = {s for s in sources if s is not None}
         if not set(pending) <= present:
             # The loop's trail only grows, so this means the result was edited or built by hand.
-            raise ValueError(f"steps {sorted(set(pending) - present)} are missing from step {index}'s prompt; "
+            raise RheaConfigError(f"steps {sorted(set(pending) - present)} are missing from step {index}'s prompt; "
                              "pass a LoopResult as returned by SculptorLoop.run")
         messages = [dict(m) for m in step.prompt] + [{"role": "assistant", "content": step.completion}]
         instances.append(TrainingInstance(messages, [s in pending for s in sources], reward))
@@ -85,7 +86,7 @@ def write_jsonl(results: Iterable[LoopResult], fp: IO[str], rewards: Iterable[fl
     results = list(results)
     rewards = [None] * len(results) if rewards is None else list(rewards)
     if len(rewards) != len(results):
-        raise ValueError(f"got {len(rewards)} rewards for {len(results)} results; give one per result")
+        raise RheaConfigError(f"got {len(rewards)} rewards for {len(results)} results; give one per result")
     count = 0
     for result, reward in zip(results, rewards):
         for instance in trajectory_instances(result, reward):

@@ -1,9 +1,9 @@
 """ACE as the "ace" context policy over a conversation's own history."""
 from rhea.agents.ace import AcePolicy  # noqa: F401  (registers "ace")
-from rhea.context import Conversation, Turn
-from rhea.policies import get_policy
 from rhea.backends.embedding import HashingEmbedder
 from rhea.backends.llm import ScriptedGenerator
+from rhea.context import Conversation, Turn
+from rhea.policies import get_policy
 
 CONV = Conversation([
     Turn("My cat is called Tom.", "Nice name!"), Turn("How do I sort a list in Python?", "Use sorted()."),

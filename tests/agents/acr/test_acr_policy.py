@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from rhea.agents.acr import ACRConfigError, ACRPolicy
+from rhea.backends.llm import ScriptedGenerator
 from rhea.context import Conversation, Turn
 from rhea.policies import get_policy
-from rhea.backends.llm import ScriptedGenerator
 
 from .helpers import tiny_controller
 

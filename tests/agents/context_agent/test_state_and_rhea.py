@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from rhea.agents.context_agent import ContextAgent, Forest, ForestStateError
+from rhea.backends.llm import ScriptedGenerator
 from rhea.context import Conversation, Turn, render
 from rhea.policies import get_policy
-from rhea.backends.llm import ScriptedGenerator
 
 from .helpers import KeywordEmbedder, drive, script_replies
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from rhea.agents.context_agent import ContextAgent
-from rhea.context import Conversation
 from rhea.backends.llm import ScriptedGenerator
+from rhea.context import Conversation
 
 from .helpers import KeywordEmbedder, drive, script_replies
 
