@@ -17,7 +17,7 @@ def test_acr_chat_session_three_turns_on_the_embedded_model(tmp_path):
                        policy_kwargs={"router_max_new_tokens": 40, "refactor_max_new_tokens": 40,
                                       "task": "Remember the user's facts."})
     for text in ("Please remember: the city is Oslo.", "Correction: the city is actually Lima.", "What is the city?"):
-        assert isinstance(chat.send(text), str)
+        assert chat.send(text) == chat.conversation[-1].assistant
     assert len(chat.conversation) == 3 and [r.policy for r in chat.records] == ["acr"] * 3
     records = chat.last_plan.decisions.records
     route = next(r for r in records if r["event"] == "acr_route")
