@@ -9,15 +9,10 @@ import warnings
 import rhea
 from rhea.errors import RheaError
 
-#: Errors that do not derive from RheaError yet; each is one base-class edit away (remove it here then).
-PENDING = {
-    "rhea.eval.suites.base.SuiteConfigError",
-    "rhea.eval.suites.UnknownSuiteError",
-    "rhea.eval.checkers.InstructionError",
-    "rhea.eval.checkers.UnknownInstructionError",
-    "rhea.eval.checkers.UnsupportedInstructionError",
-    "rhea.eval.checkers.InstructionArgumentError",
-}
+#: Errors (by class name) that do not derive from RheaError yet; each is one base-class edit away:
+#: take it off this list then.
+PENDING = {"SuiteConfigError", "UnknownSuiteError", "InstructionError", "UnknownInstructionError",
+           "UnsupportedInstructionError", "InstructionArgumentError"}
 
 
 def _modules():
@@ -37,7 +32,7 @@ def test_every_public_error_derives_from_rhea_error():
                     and not name.startswith("_")):
                 qualname = f"{module.__name__}.{name}"
                 found.add(qualname)
-                if not issubclass(obj, RheaError) and qualname not in PENDING:
+                if not issubclass(obj, RheaError) and name not in PENDING:
                     outside.append(qualname)
     assert len(found) > 40, sorted(found)
     assert outside == [], f"derive these from rhea.errors.RheaError: {outside}"
