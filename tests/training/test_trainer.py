@@ -1,5 +1,6 @@
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -114,7 +115,10 @@ def test_rhea_train_cli_runs_two_processes_under_torchrun(tmp_path):
         f"run: {{output_dir: {tmp_path / 'out'}, save_every: 1, log_with: tensorboard, cpu: true, num_threads: 1}}\n"
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
+    with socket.socket() as probe:  # a free port: a fixed one collides with another suite running on the machine
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
            "-m", "rhea.cli", "train", "--config", str(cfg)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
