@@ -181,7 +181,7 @@ def _main(args) -> int:
     try:
         if args.kernels_cmd == "info":
             for key, value in info().items():
-                print(f"{key:22s} {value}")
+                print(f"{key:26s} {value}")
             return 0
         device = _device(args.device)
         if args.kernels_cmd == "check":
