@@ -3,7 +3,7 @@
 The device machine receives the working tree plus at most 64 MiB per call, so a real model
 travels in pieces: split it here, carry one piece per call into a folder that persists
 while the machine stays warm, check what has arrived, and reassemble it there, verified
-against the SHA-256 that `rhea.models` records, into the cache location `rhea.models` loads from.
+against the SHA-256 that `rhea.modeling.zoo` records, into the cache location `rhea.modeling.zoo` loads from.
 
     python scripts/stage_model.py split smollm2-135m --out .stage/smollm2-135m --piece-mb 40
     python scripts/stage_model.py status --staged .stage/smollm2-135m
@@ -21,9 +21,9 @@ the next piece to send. `assemble` concatenates the pieces (streamed, hashed whi
 renamed into place only when the size and SHA-256 match) and installs the result:
 
 * a split model (`SplitGGUF`): the GGUF goes to ``$RHEA_CACHE/gguf/<file>``, where
-  `rhea.models` looks first (no part packages needed), and the first `load_rhea_model(NAME)`
+  `rhea.modeling.zoo` looks first (no part packages needed), and the first `load_rhea_model(NAME)`
   converts it;
-* a packaged model (`PackagedGGUF`): `rhea.models` reads its GGUF only from the installed
+* a packaged model (`PackagedGGUF`): `rhea.modeling.zoo` reads its GGUF only from the installed
   package, so the GGUF goes to ``$RHEA_CACHE/gguf/<file>`` and is converted at once into the
   model cache (``$RHEA_CACHE/models/NAME``, what `load_rhea_model(NAME)` reads); `--convert`
   does the same for a split model. Converting needs transformers and the `gguf` package.
@@ -46,7 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rhea import models as zoo_mod  # noqa: E402
+from rhea.modeling import zoo as zoo_mod  # noqa: E402
 from rhea.errors import CorruptModelFileError, RheaError  # noqa: E402
 
 MANIFEST = "manifest.json"
@@ -81,9 +81,9 @@ def source_of(name: str, from_file: str | None = None) -> tuple[Path, int | None
     else:
         path = src.gguf_path(name)  # a split model's cached GGUF, assembled from its parts when absent
     if recorded_sha is not None:
-        basis = f"rhea.models record of {name!r}"
+        basis = f"rhea.modeling.zoo record of {name!r}"
     else:
-        basis = (f"hashed from {path} at split time (rhea.models records no hash for the packaged GGUF of "
+        basis = (f"hashed from {path} at split time (rhea.modeling.zoo records no hash for the packaged GGUF of "
                  f"{name!r}; it ships as one package)")
     return path, recorded_size, recorded_sha, basis
 
@@ -111,7 +111,7 @@ def split(name: str, out: Path, piece_mb: float, from_file: str | None = None) -
     if recorded_sha is not None and (digest != recorded_sha or total != recorded_size):
         for p in pieces:
             (out / p["name"]).unlink()
-        raise CorruptModelFileError(f"{path} has {total} bytes and SHA-256 {digest}, but rhea.models records "
+        raise CorruptModelFileError(f"{path} has {total} bytes and SHA-256 {digest}, but rhea.modeling.zoo records "
                                     f"{recorded_size} bytes and {recorded_sha} for {name!r}; nothing staged. "
                                     f"Reinstall the model: rhea models install {name} --reinstall")
     manifest = {"model": name, "file_name": path.name if recorded_sha is None else zoo_mod.get_model(name).source.file_name,
@@ -132,7 +132,7 @@ def load_manifest(staged: Path) -> dict:
     recorded = getattr(zoo.source, "sha256", None)
     if recorded is not None and (recorded != manifest["sha256"] or zoo.source.size != manifest["size"]):
         raise CorruptModelFileError(
-            f"{path} describes {manifest['size']} bytes with SHA-256 {manifest['sha256']}, but rhea.models records "
+            f"{path} describes {manifest['size']} bytes with SHA-256 {manifest['sha256']}, but rhea.modeling.zoo records "
             f"{zoo.source.size} bytes and {recorded} for {manifest['model']!r}: the pieces were split from another "
             f"file. Split again with `python scripts/stage_model.py split {manifest['model']} --out DIR`")
     return manifest
@@ -159,7 +159,7 @@ def status(staged: Path, hash_pieces: bool = True) -> dict:
 
 
 class _StagedGGUF:
-    """Stands in for a zoo entry's source when converting a staged GGUF (rhea.models.convert_to_cache)."""
+    """Stands in for a zoo entry's source when converting a staged GGUF (rhea.modeling.zoo.convert_to_cache)."""
 
     packages: tuple = ()
 

@@ -1,5 +1,5 @@
 """scripts/stage_model.py on small fake GGUFs (registry records monkeypatched): split, status,
-assemble, the named errors, and the install into the cache rhea.models reads."""
+assemble, the named errors, and the install into the cache rhea.modeling.zoo reads."""
 import hashlib
 import importlib.util
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rhea import models as zoo_mod
+from rhea.modeling import zoo as zoo_mod
 from rhea.errors import CorruptModelFileError, UnknownModelError
 
 _PATH = Path(__file__).resolve().parents[2] / "scripts" / "stage_model.py"
@@ -39,7 +39,7 @@ def test_split_status_assemble_roundtrip(stage, split_model, tmp_path):
     staged = tmp_path / "staged"
     m = stage.split("fake-split", staged, piece_mb=0.25)  # 262,144-byte pieces -> 4 pieces
     assert [p["size"] for p in m["pieces"]] == [262144, 262144, 262144, 237600]
-    assert m["sha256"] == source.sha256 and m["recorded_in_zoo"] and "rhea.models record" in m["sha256_source"]
+    assert m["sha256"] == source.sha256 and m["recorded_in_zoo"] and "rhea.modeling.zoo record" in m["sha256_source"]
     assert b"".join((staged / p["name"]).read_bytes() for p in m["pieces"]) == data
     assert json.loads((staged / "manifest.json").read_text())["size"] == len(data)
     r = stage.status(staged)
@@ -48,7 +48,7 @@ def test_split_status_assemble_roundtrip(stage, split_model, tmp_path):
     out = stage.assemble(staged)
     assert out["gguf"] == str(source.assembled_path()) and out["converted"] is None
     assert source.assembled_path().read_bytes() == data
-    # rhea.models now finds the GGUF in the cache without any part package installed
+    # rhea.modeling.zoo now finds the GGUF in the cache without any part package installed
     assert source.gguf_path("fake-split") == source.assembled_path()
 
 
