@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -56,7 +57,8 @@ def check_turn_scores(vq, vk, turn_mask, center) -> None:
 
 def check_taus(tau_low: float, tau_high: float) -> None:
     for name, tau in (("tau_low", tau_low), ("tau_high", tau_high)):
-        if not isinstance(tau, (int, float)) or math.isnan(tau):
+        # numbers.Real: Python and numpy floats/ints (a threshold read from a config or an array)
+        if isinstance(tau, bool) or not isinstance(tau, numbers.Real) or math.isnan(tau):
             raise ValueError(f"{name}={tau!r} must be a float (cosine threshold in [-1, 1])")
     if tau_low > tau_high:
         raise ValueError(f"tau_low={tau_low} must be <= tau_high={tau_high}")

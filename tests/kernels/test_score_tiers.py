@@ -46,6 +46,14 @@ def test_fused_tiers_compare_thresholds_in_fp32():
     assert torch.equal(tiers, want)
 
 
+def test_numpy_thresholds_are_accepted():
+    vq, vk, mask, center = score_inputs(1, 9, 2, 2, 16, False, torch.float32)
+    scores, tiers = rk.turn_scores_and_tiers(vq, vk, np.float32(0.1), np.float64(0.4))
+    assert torch.equal(tiers, rk.score_tiers(scores, 0.1, 0.4))
+    with pytest.raises(ValueError, match="tau_low=True"):
+        rk.score_tiers(scores, True, 0.4)
+
+
 def test_empty_history_scores_nothing():
     scores, tiers = rk.turn_scores_and_tiers(torch.randn(1, 2, 8), torch.randn(1, 0, 2, 8), 0.1, 0.5)
     assert scores.shape == tiers.shape == (1, 0)
