@@ -7,8 +7,13 @@ computed within this run) and kernels_<device>.png.
     python benchmarks/kernels.py --device cpu --quick      # smaller shapes, D 64 only
     python benchmarks/kernels.py --device cuda             # GPU: Triton kernels, N to 32k
 
+One `OpBench` per op (`BENCHES`: turn_scores, turn_scores_and_tiers, anchored_attention)
+runs on one shared loop (`run_bench`); `--only OP` measures one of them.
+
 Providers. Turn scoring: the eager reference, torch.compile(reference), and the kernel
-(Triton on CUDA, C++ on CPU). Attention: SDPA without bias (the ceiling), SDPA with a
+(Triton on CUDA, C++ on CPU). Fused scoring and tiers: the reference's two steps eager and
+compiled, the fused op's kernel, and the kernel's scores followed by `score_tiers`
+(`<kernel>_two_step`: what fusing saves). Attention: SDPA without bias (the ceiling), SDPA with a
 materialised bias, the LSE-merge reference (forward only), FlexAttention (score_mod +
 block mask, torch.compile'd for the device), and the kernel. The run ends with a markdown
 table of the kernel's ratios (also stored under "table" in the JSON).
@@ -30,6 +35,8 @@ import signal
 import statistics
 import sys
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -129,7 +136,64 @@ def peak_mem_mb(device: str, fn) -> float | None:
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
-# ------------------------------------------------------------ turn scoring
+# ------------------------------------------------------------ the harness
+
+@dataclass
+class OpBench:
+    """How to benchmark one op: its shapes, inputs, providers and the work one call does.
+
+    `providers(device)` maps a provider name to (make_call(inputs, mode) -> fn, modes); the
+    kernel's provider is named "triton" or "cpp" (what serves the op on that device).
+    `work(shape, inputs)` gives the metric: ("gbps", bytes moved) or ("tflops", forward flops).
+    """
+
+    op: str
+    fields: tuple  # names of the shape's entries in the JSON rows
+    shapes: Callable  # (device, quick) -> list of shape tuples
+    make: Callable  # (shape, device, dtype) -> inputs (dict)
+    providers: Callable  # device -> {name: (make_call, modes)}
+    work: Callable  # (shape, inputs) -> ("gbps" | "tflops", amount)
+
+
+def kernel_name(device: str, op: str = "turn_scores") -> str | None:
+    """The provider name of the op's own kernel on `device`, or None when only the reference runs."""
+    backend = rk.OPS[op].backend(device)
+    return backend if backend in ("triton", "cpp") else None
+
+
+def run_bench(bench: OpBench, device: str, quick: bool, peak_gbps: float, rows: list) -> None:
+    """Time every provider x mode x shape of `bench`, appending one row each (printed as measured)."""
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    providers = bench.providers(device)
+    for shape in bench.shapes(device, quick):
+        inputs = bench.make(shape, device, dtype)
+        metric, amount = bench.work(shape, inputs)
+        for name, (make_call, modes) in providers.items():
+            for mode in modes:
+                if name == "compile":
+                    torch._dynamo.reset()
+                run = make_call(inputs, mode)
+                try:
+                    ms, lo, hi = time_ms(run, device)
+                    mem = peak_mem_mb(device, run)
+                except (RuntimeError, torch.OutOfMemoryError) as exc:  # e.g. an N x N bias out of memory
+                    print(f"{bench.op} {name} {shape} {mode}: {type(exc).__name__}: {str(exc)[:80]}")
+                    continue
+                row = dict(op=bench.op, provider=name, mode=mode, **dict(zip(bench.fields, shape)), dtype=str(dtype),
+                           ms=ms, ms_p20=lo, ms_p80=hi, peak_mem_mb=mem)
+                if metric == "gbps":
+                    gbps = amount / (ms * 1e-3) / 1e9
+                    row.update(gbps=gbps, frac_peak_bw=gbps / peak_gbps)
+                    extra = f"{gbps:8.1f} GB/s ({gbps / peak_gbps:5.1%} of peak)"
+                else:
+                    flops = amount * (3.5 if mode == "fwd_bwd" else 1.0)  # backward = 2.5x forward matmul work
+                    row.update(tflops=flops / (ms * 1e-3) / 1e12)
+                    extra = f"{row['tflops']:7.3f} TFLOP/s" + (f" {mem:8.1f} MiB" if mem is not None else "")
+                rows.append(row)
+                print(f"{bench.op} {shape} {name:12s} {mode:7s} {ms:10.3f} ms {extra}", flush=True)
+
+
+# ------------------------------------------------- turn scoring (and tiers)
 
 def turn_scoring_shapes(device: str, quick: bool):
     # (B, T, n, d): one session growing to a server batch
@@ -141,26 +205,45 @@ def turn_scoring_shapes(device: str, quick: bool):
     return shapes
 
 
-def bench_turn_scoring(device: str, quick: bool, peak_gbps: float, rows: list):
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+def _score_inputs(shape, device, dtype):
+    B, T, n, d = shape
+    return dict(vq=torch.randn(B, n, d, device=device, dtype=dtype), vk=torch.randn(B, T, n, d, device=device,
+                                                                                    dtype=dtype))
+
+
+def _score_bytes(shape, x):
+    B, T = shape[:2]
+    return "gbps", (x["vq"].numel() + x["vk"].numel()) * x["vq"].element_size() + B * T * 4
+
+
+def _call(fn):
+    return lambda x, mode: (lambda: fn(x["vq"], x["vk"]))
+
+
+def turn_scores_providers(device: str):
     compiled = torch.compile(R.turn_scores)
-    providers = {"eager": lambda vq, vk: R.turn_scores(vq, vk), "compile": lambda vq, vk: compiled(vq, vk)}
-    if device == "cuda":
-        providers["triton"] = lambda vq, vk: rk.turn_scores(vq, vk)
-    elif rk.HAS_EXT:
-        providers["cpp"] = lambda vq, vk: rk.turn_scores(vq, vk)
-    for B, T, n, d in turn_scoring_shapes(device, quick):
-        vq = torch.randn(B, n, d, device=device, dtype=dtype)
-        vk = torch.randn(B, T, n, d, device=device, dtype=dtype)
-        nbytes = (vq.numel() + vk.numel()) * vq.element_size() + B * T * 4
-        for name, fn in providers.items():
-            torch._dynamo.reset() if name == "compile" else None
-            ms, lo, hi = time_ms(lambda: fn(vq, vk), device)
-            gbps = nbytes / (ms * 1e-3) / 1e9
-            rows.append(dict(op="turn_scores", provider=name, B=B, T=T, n=n, d=d, dtype=str(dtype),
-                             ms=ms, ms_p20=lo, ms_p80=hi, gbps=gbps, frac_peak_bw=gbps / peak_gbps))
-            print(f"turn_scores B={B:3d} T={T:4d} n={n} d={d:5d} {name:8s} {ms:9.3f} ms "
-                  f"{gbps:8.1f} GB/s ({gbps / peak_gbps:5.1%} of peak)", flush=True)
+    providers = {"eager": (_call(R.turn_scores), ("fwd",)), "compile": (_call(compiled), ("fwd",))}
+    if kernel_name(device, "turn_scores"):
+        providers[kernel_name(device, "turn_scores")] = (_call(rk.turn_scores), ("fwd",))
+    return providers
+
+
+TAU_LOW, TAU_HIGH = 0.1, 0.5
+
+
+def tiers_providers(device: str):
+    """The fused op against the two-step paths a caller could take instead."""
+    def two_step(scores_fn, tiers_fn):
+        return lambda vq, vk: tiers_fn(scores_fn(vq, vk), TAU_LOW, TAU_HIGH)
+
+    compiled = torch.compile(two_step(R.turn_scores, R.score_tiers))
+    providers = {"eager": (_call(two_step(R.turn_scores, R.score_tiers)), ("fwd",)),
+                 "compile": (_call(compiled), ("fwd",))}
+    kernel = kernel_name(device, "turn_scores_and_tiers")
+    if kernel:  # the op's own kernel, and the kernel's scores followed by score_tiers (what fusing saves)
+        providers[kernel] = (_call(lambda vq, vk: rk.turn_scores_and_tiers(vq, vk, TAU_LOW, TAU_HIGH)), ("fwd",))
+        providers[f"{kernel}_two_step"] = (_call(two_step(rk.turn_scores, rk.score_tiers)), ("fwd",))
+    return providers
 
 
 # ------------------------------------------------------ anchored attention
@@ -192,7 +275,7 @@ def attention_providers(device: str, causal: bool = True):
         return flex(q, k, v, score_mod=score_mod, block_mask=bm, enable_gqa=True)
 
     providers["flex"] = (flex_anchored, True)
-    kernel = "triton" if device == "cuda" else ("cpp" if rk.HAS_EXT else None)
+    kernel = kernel_name(device, "anchored_attention_fwd")
     if kernel:
         providers[kernel] = (lambda q, k, v, pl, beta: rk.anchored_attention(q, k, v, pl, beta, causal), True)
     return providers
@@ -206,39 +289,42 @@ def attention_shapes(device: str, quick: bool):
     return [(1, 8, 2, n, d) for d in ((64,) if quick else (64, 128)) for n in ns]
 
 
-def bench_attention(device: str, quick: bool, rows: list):
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    for B, H, Hkv, N, D in attention_shapes(device, quick):
-        q = torch.randn(B, H, N, D, device=device, dtype=dtype)
-        k = torch.randn(B, Hkv, N, D, device=device, dtype=dtype)
-        v = torch.randn(B, Hkv, N, D, device=device, dtype=dtype)
-        pl = torch.full((B,), N // 8, device=device, dtype=torch.int64)  # instruction prefix: 1/8 of the context
-        g = torch.randn_like(q)
-        fwd_flops = 4 * B * H * D * (N * (N + 1) / 2 + (N // 8) ** 2 / 2)  # causal + prefix above the diagonal
-        for name, (fn, has_bwd) in attention_providers(device).items():
-            modes = ("fwd", "fwd_bwd") if has_bwd else ("fwd",)
-            for mode in modes:
-                if mode == "fwd":
-                    run = lambda: fn(q, k, v, pl, 1.0)  # noqa: E731
-                    flops = fwd_flops
-                else:
-                    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+def _attn_inputs(shape, device, dtype):
+    B, H, Hkv, N, D = shape
+    x = dict(q=torch.randn(B, H, N, D, device=device, dtype=dtype), k=torch.randn(B, Hkv, N, D, device=device,
+                                                                                   dtype=dtype),
+             v=torch.randn(B, Hkv, N, D, device=device, dtype=dtype),
+             pl=torch.full((B,), N // 8, device=device, dtype=torch.int64))  # instruction prefix: 1/8 of the context
+    x["g"] = torch.randn_like(x["q"])
+    return x
 
-                    def run(leaves=leaves):
-                        fn(*leaves, pl, 1.0).backward(g)
 
-                    flops = 3.5 * fwd_flops  # backward = 2.5x forward matmul work
-                try:
-                    ms, lo, hi = time_ms(run, device)
-                    mem = peak_mem_mb(device, run)
-                except (RuntimeError, torch.OutOfMemoryError) as exc:  # e.g. N x N bias out of memory
-                    print(f"attention {name} N={N} {mode}: {type(exc).__name__}: {str(exc)[:80]}")
-                    continue
-                tflops = flops / (ms * 1e-3) / 1e12
-                rows.append(dict(op="anchored_attention", provider=name, mode=mode, B=B, H=H, Hkv=Hkv, N=N, D=D,
-                                 dtype=str(dtype), ms=ms, ms_p20=lo, ms_p80=hi, tflops=tflops, peak_mem_mb=mem))
-                print(f"attention B={B} H={H}/{Hkv} N={N:5d} D={D:3d} {name:12s} {mode:7s} {ms:10.2f} ms "
-                      f"{tflops:7.3f} TFLOP/s" + (f" {mem:8.1f} MiB" if mem is not None else ""), flush=True)
+def _attn_flops(shape, x):
+    B, H, Hkv, N, D = shape
+    return "tflops", 4 * B * H * D * (N * (N + 1) / 2 + (N // 8) ** 2 / 2)  # causal + prefix above the diagonal
+
+
+def attention_bench_providers(device: str):
+    def wrap(fn):
+        def make_call(x, mode):
+            if mode == "fwd":
+                return lambda: fn(x["q"], x["k"], x["v"], x["pl"], 1.0)
+            leaves = [x[n].clone().requires_grad_() for n in "qkv"]
+            return lambda: fn(*leaves, x["pl"], 1.0).backward(x["g"])
+        return make_call
+
+    return {name: (wrap(fn), ("fwd", "fwd_bwd") if has_bwd else ("fwd",))
+            for name, (fn, has_bwd) in attention_providers(device).items()}
+
+
+BENCHES = {
+    "turn_scores": OpBench("turn_scores", ("B", "T", "n", "d"), turn_scoring_shapes, _score_inputs,
+                           turn_scores_providers, _score_bytes),
+    "turn_scores_and_tiers": OpBench("turn_scores_and_tiers", ("B", "T", "n", "d"), turn_scoring_shapes,
+                                     _score_inputs, tiers_providers, _score_bytes),
+    "anchored_attention": OpBench("anchored_attention", ("B", "H", "Hkv", "N", "D"), attention_shapes, _attn_inputs,
+                                  attention_bench_providers, _attn_flops),
+}
 
 
 # ------------------------------------------------------------------ output
@@ -249,20 +335,24 @@ KERNELS = ("triton", "cpp")
 def ratios(rows):
     """Within-run ratios named by the issue's targets.
 
-    turn_scores: speedup of every provider over eager, and of the kernel over torch.compile.
+    turn_scores, turn_scores_and_tiers: speedup of every provider over eager, of the kernel over
+    torch.compile, and (fused op) of the fused kernel over the kernel's scores + score_tiers.
     anchored_attention: time of every provider / SDPA without bias (the ceiling; lower is
     better), and for the kernel: speedup over FlexAttention and over SDPA with a materialised
     bias, and its backward (fwd_bwd - fwd) time / SDPA's backward time.
     """
     out = []
-    ts = {(r["provider"], r["B"], r["T"], r["n"], r["d"]): r["ms"] for r in rows if r["op"] == "turn_scores"}
-    for (prov, *shape), ms in ts.items():
-        if prov == "eager" or ("eager", *shape) not in ts:
-            continue
-        row = dict(op="turn_scores", provider=prov, shape=shape, speedup_vs_eager=ts[("eager", *shape)] / ms)
-        if prov in KERNELS and ("compile", *shape) in ts:
-            row["speedup_vs_compile"] = ts[("compile", *shape)] / ms
-        out.append(row)
+    for op in ("turn_scores", "turn_scores_and_tiers"):
+        ts = {(r["provider"], r["B"], r["T"], r["n"], r["d"]): r["ms"] for r in rows if r["op"] == op}
+        for (prov, *shape), ms in ts.items():
+            if prov == "eager" or ("eager", *shape) not in ts:
+                continue
+            row = dict(op=op, provider=prov, shape=shape, speedup_vs_eager=ts[("eager", *shape)] / ms)
+            if prov in KERNELS and ("compile", *shape) in ts:
+                row["speedup_vs_compile"] = ts[("compile", *shape)] / ms
+            if prov in KERNELS and (f"{prov}_two_step", *shape) in ts:  # fused vs the kernel's scores + score_tiers
+                row["speedup_vs_two_step"] = ts[(f"{prov}_two_step", *shape)] / ms
+            out.append(row)
     at = {(r["provider"], r["mode"], r["B"], r["N"], r["D"]): r["ms"] for r in rows
           if r["op"] == "anchored_attention"}
     for (prov, mode, B, N, D), ms in at.items():
@@ -289,6 +379,13 @@ def table(ratio_rows) -> str:
         lines += ["| turn_scores (B, T, n, d) | provider | x eager | x torch.compile |", "|---|---|---|---|"]
         lines += [f"| {tuple(r['shape'])} | {r['provider']} | {r['speedup_vs_eager']:.2f} | "
                   f"{r.get('speedup_vs_compile', float('nan')):.2f} |" for r in ts]
+    fused = [r for r in ratio_rows if r["op"] == "turn_scores_and_tiers" and r["provider"] in KERNELS]
+    if fused:
+        lines += ["", "| turn_scores_and_tiers (B, T, n, d) | provider | x eager two-step | x torch.compile two-step "
+                  "| x kernel two-step |", "|---|---|---|---|---|"]
+        lines += [f"| {tuple(r['shape'])} | {r['provider']} | {r['speedup_vs_eager']:.2f} | "
+                  f"{r.get('speedup_vs_compile', float('nan')):.2f} | "
+                  f"{r.get('speedup_vs_two_step', float('nan')):.2f} |" for r in fused]
     at = [r for r in ratio_rows if r["op"] == "anchored_attention" and r["provider"] in KERNELS]
     if at:
         lines += ["", "| attention N | D | mode | provider | time / SDPA no bias | x FlexAttention | x SDPA+bias "
@@ -306,18 +403,20 @@ def plot(rows, path: str, device: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 4.8))
-    ts = [r for r in rows if r["op"] == "turn_scores"]
-    labels = sorted({(r["B"], r["T"], r["n"], r["d"]) for r in ts}, key=lambda s: math.prod(s))
-    for prov in sorted({r["provider"] for r in ts}):
-        ys = [next((r["ms"] for r in ts if r["provider"] == prov and (r["B"], r["T"], r["n"], r["d"]) == s),
-                   float("nan")) for s in labels]
-        a1.plot(range(len(labels)), ys, marker="o", label=prov)
-    a1.set_xticks(range(len(labels)), [f"B{b} T{t}\nn{n} d{d}" for b, t, n, d in labels], fontsize=7)
-    a1.set_yscale("log")
-    a1.set_ylabel("ms (median)")
-    a1.set_title(f"turn_scores ({device})")
-    a1.legend()
+    fig, (a0, a1, a2) = plt.subplots(1, 3, figsize=(19, 4.8))
+    for ax, op in ((a0, "turn_scores"), (a1, "turn_scores_and_tiers")):
+        ts = [r for r in rows if r["op"] == op]
+        labels = sorted({(r["B"], r["T"], r["n"], r["d"]) for r in ts}, key=lambda s: math.prod(s))
+        for prov in sorted({r["provider"] for r in ts}):
+            ys = [next((r["ms"] for r in ts if r["provider"] == prov and (r["B"], r["T"], r["n"], r["d"]) == s),
+                       float("nan")) for s in labels]
+            ax.plot(range(len(labels)), ys, marker="o", label=prov)
+        ax.set_xticks(range(len(labels)), [f"B{b} T{t}\nn{n} d{d}" for b, t, n, d in labels], fontsize=7)
+        ax.set_yscale("log")
+        ax.set_ylabel("ms (median)")
+        ax.set_title(f"{op} ({device})")
+        if ts:
+            ax.legend(fontsize=7)
     at = [r for r in rows if r["op"] == "anchored_attention"]
     for prov in sorted({r["provider"] for r in at}):
         for mode, style in (("fwd", "-"), ("fwd_bwd", "--")):
@@ -330,7 +429,8 @@ def plot(rows, path: str, device: str) -> None:
     a2.set_xlabel("N (causal, prefix = N/8)")
     a2.set_ylabel("TFLOP/s")
     a2.set_title(f"anchored attention ({device})")
-    a2.legend(fontsize=7)
+    if at:
+        a2.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -340,7 +440,8 @@ def main(argv=None):
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true", help="fewer, smaller shapes")
     ap.add_argument("--peak-gbps", type=float, default=None, help="device peak memory bandwidth (GB/s)")
-    ap.add_argument("--only", choices=["turn_scores", "attention"], default=None)
+    ap.add_argument("--only", choices=[*BENCHES, "attention"], default=None,
+                    help="one op (\"attention\" = anchored_attention); its rows replace that op's in the JSON")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU)")
     ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
@@ -360,11 +461,11 @@ def main(argv=None):
     rows: list[dict] = []  # filled as measured: a run stopped by SIGTERM/Ctrl-C still writes what it has
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     partial = False
+    only = "anchored_attention" if args.only == "attention" else args.only
+    ops = list(BENCHES) if only is None else [only]
     try:
-        if args.only in (None, "turn_scores"):
-            bench_turn_scoring(args.device, args.quick, peak, rows)
-        if args.only in (None, "attention"):
-            bench_attention(args.device, args.quick, rows)
+        for op in ops:
+            run_bench(BENCHES[op], args.device, args.quick, peak, rows)
     except KeyboardInterrupt:
         partial = True
         print(f"stopped: writing the {len(rows)} rows measured so far (meta.partial = true)", flush=True)
@@ -374,10 +475,8 @@ def main(argv=None):
                 time=time.strftime("%Y-%m-%dT%H:%M:%S"))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"kernels_{args.device}")
-    ops = ["turn_scores", "anchored_attention"] if args.only is None else \
-        [{"turn_scores": "turn_scores", "attention": "anchored_attention"}[args.only]]
     meta_by_op = {op: meta for op in ops}
-    if args.only is not None and os.path.exists(path + ".json"):
+    if only is not None and os.path.exists(path + ".json"):
         # --only re-measures one op: keep the other op's rows (and the settings they were taken with).
         with open(path + ".json") as f:
             old = json.load(f)

@@ -61,7 +61,7 @@ def main(argv=None):
     from triton.runtime.errors import OutOfResources
     from triton.testing import do_bench, do_bench_cudagraph
 
-    from rhea_kernels.triton.turn_scores import _sm_count, launch_config, turn_scores_triton
+    from rhea_kernels.turn_scores.triton_kernel import _sm_count, launch_config, turn_scores_triton
 
     dev = torch.device("cuda")
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]

@@ -1,4 +1,7 @@
-// Prefix-anchored attention on CPU (forward + backward): flash-style tiling.
+// Prefix-anchored attention on CPU (forward + backward): flash-style tiling. The C++ entry of
+// the ops rhea_kernels::anchored_attention_fwd and rhea_kernels::anchored_attention_bwd
+// (registered below for the CPU dispatch key; schemas, fake kernels, autograd and the Triton
+// kernels are registered from rhea_kernels/anchored_attention/).
 //
 // Key j is visible to query i iff j < P (P = prefix_len[b], clamped to [0, N]) or j <= i
 // (or always when causal=false); its logit gets +beta iff j < P. GQA: query head h reads
@@ -37,7 +40,7 @@ Dims check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   TORCH_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "H=", q.size(1), " must be a multiple of Hkv=",
               k.size(1));
   TORCH_CHECK(prefix_len.dim() == 1 && prefix_len.size(0) == q.size(0), "prefix_len must be [B]");
-  TORCH_CHECK(q.device().is_cpu(), "cpp_anchored_attention is the CPU implementation");
+  TORCH_CHECK(q.device().is_cpu(), "the C++ anchored_attention kernel is the CPU implementation");
   return {q.size(0), q.size(1), k.size(1), q.size(2), q.size(3), q.size(1) / k.size(1)};
 }
 
@@ -82,6 +85,8 @@ inline void logits_block(const float* qm, int64_t m0, int64_t mlen, const float*
 at::Tensor f32(const at::Tensor& t) { return t.to(at::kFloat).contiguous(); }
 
 }  // namespace
+
+namespace {
 
 std::tuple<at::Tensor, at::Tensor> anchored_attention_fwd_cpu(const at::Tensor& q_in, const at::Tensor& k_in,
                                                              const at::Tensor& v_in, const at::Tensor& prefix_len,
@@ -192,6 +197,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> anchored_attention_bwd_cpu(
     }
   }
   return {dq.to(q_in.scalar_type()), dk.to(k_in.scalar_type()), dv.to(v_in.scalar_type())};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(rhea_kernels, CPU, m) {
+  m.impl("anchored_attention_fwd", &anchored_attention_fwd_cpu);
+  m.impl("anchored_attention_bwd", &anchored_attention_bwd_cpu);
 }
 
 }  // namespace rhea_kernels

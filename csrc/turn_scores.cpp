@@ -1,4 +1,8 @@
-// Turn scoring on CPU: one pass over the stored latents vk.
+// Turn scoring on CPU: one pass over the stored latents vk. The C++ entry of the op
+// rhea_kernels::turn_scores (registered below for the CPU dispatch key; the schema, the
+// fake kernel and the CUDA/Triton kernel are registered from rhea_kernels/turn_scores/).
+// csrc/score_tiers.cpp registers the same pass with the tiers epilogue as
+// rhea_kernels::turn_scores_and_tiers.
 //
 // score[b, t] = max_{i,j} cos(vq[b,i] - c, vk[b,t,j] - c), norms floored at kNormEps;
 // masked turns get -inf and tier 0. See rhea_kernels/reference.py for the definition.
@@ -9,6 +13,7 @@
 // (vec.h), and each turn's max is taken from the dots scaled by 1/|k|. Small calls run
 // on the calling thread: waking a second thread costs more than it saves, and on a busy
 // machine it waits for a core.
+#include "turn_scores.h"
 #include "vec.h"
 
 #include <ATen/Dispatch.h>
@@ -41,6 +46,9 @@ void score_rows(const scalar_t* vq, const scalar_t* vk, const bool* mask, const 
     rk.scale(dst, d, 1.f / std::max(std::sqrt(rk.sumsq(dst, d)), kNormEps));
   }
   const float neg_inf = -std::numeric_limits<float>::infinity();
+  // Thresholds compared in fp32, as the reference (an fp32 tensor against a Python float) and
+  // the Triton kernel do: the fused tiers equal score_tiers(scores) exactly.
+  const float lo = static_cast<float>(tau_low), hi = static_cast<float>(tau_high);
   // fp32 rows without a centre are read in place; anything else is staged in fp32 once.
   const bool stage = center != nullptr || !std::is_same_v<scalar_t, float>;
   const int64_t chunk_rows = std::max<int64_t>(nk, kChunkBytes / (d * int64_t{sizeof(float)}));
@@ -79,7 +87,7 @@ void score_rows(const scalar_t* vq, const scalar_t* vk, const bool* mask, const 
           }
         }
         scores[bt] = best;
-        if (tiers) tiers[bt] = best > tau_high ? 2 : (best < tau_low ? 0 : 1);
+        if (tiers) tiers[bt] = best > hi ? 2 : (best < lo ? 0 : 1);
       }
     }
   });
@@ -94,12 +102,14 @@ void check_inputs(const at::Tensor& vq, const at::Tensor& vk, const std::optiona
   TORCH_CHECK(vq.size(1) >= 1 && vk.size(2) >= 1 && vk.size(3) >= 1, "nq, nk and d must be >= 1, got vq ",
               vq.sizes(), " and vk ", vk.sizes());
   TORCH_CHECK(vq.scalar_type() == vk.scalar_type(), "vq and vk must share a dtype");
-  TORCH_CHECK(vq.device().is_cpu() && vk.device().is_cpu(), "cpp_turn_scores is the CPU implementation");
+  TORCH_CHECK(vq.device().is_cpu() && vk.device().is_cpu(), "the C++ turn_scores kernel is the CPU implementation");
   if (turn_mask) TORCH_CHECK(turn_mask->sizes() == vk.sizes().slice(0, 2), "turn_mask must be [B, T]");
   if (center) TORCH_CHECK(center->dim() == 1 && center->size(0) == vq.size(2), "center must be [d]");
 }
 
-std::tuple<at::Tensor, at::Tensor> run(const at::Tensor& vq_in, const at::Tensor& vk_in,
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> score_turns_cpu(const at::Tensor& vq_in, const at::Tensor& vk_in,
                                        const std::optional<at::Tensor>& turn_mask,
                                        const std::optional<at::Tensor>& center_in, double tau_low,
                                        double tau_high, bool with_tiers) {
@@ -111,7 +121,7 @@ std::tuple<at::Tensor, at::Tensor> run(const at::Tensor& vq_in, const at::Tensor
   if (center_in) center = center_in->to(at::kFloat).contiguous();
   at::Tensor scores = at::empty({B, T}, vk.options().dtype(at::kFloat));
   at::Tensor tiers = with_tiers ? at::empty({B, T}, vk.options().dtype(at::kChar)) : at::Tensor();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, vk.scalar_type(), "cpp_turn_scores", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, vk.scalar_type(), "rhea_kernels::turn_scores", [&] {
     score_rows<scalar_t>(vq.data_ptr<scalar_t>(), vk.data_ptr<scalar_t>(),
                          mask.defined() ? mask.data_ptr<bool>() : nullptr,
                          center.defined() ? center.data_ptr<float>() : nullptr, scores.data_ptr<float>(),
@@ -120,19 +130,15 @@ std::tuple<at::Tensor, at::Tensor> run(const at::Tensor& vq_in, const at::Tensor
   return {scores, tiers};
 }
 
-}  // namespace
+namespace {
 
 at::Tensor turn_scores_cpu(const at::Tensor& vq, const at::Tensor& vk, const std::optional<at::Tensor>& turn_mask,
                            const std::optional<at::Tensor>& center) {
-  return std::get<0>(run(vq, vk, turn_mask, center, 0.0, 0.0, false));
+  return std::get<0>(score_turns_cpu(vq, vk, turn_mask, center, 0.0, 0.0, false));
 }
 
-std::tuple<at::Tensor, at::Tensor> turn_scores_and_tiers_cpu(const at::Tensor& vq, const at::Tensor& vk,
-                                                             const std::optional<at::Tensor>& turn_mask,
-                                                             const std::optional<at::Tensor>& center,
-                                                             double tau_low, double tau_high) {
-  TORCH_CHECK(tau_low <= tau_high, "tau_low=", tau_low, " must be <= tau_high=", tau_high);
-  return run(vq, vk, turn_mask, center, tau_low, tau_high, true);
-}
+}  // namespace
+
+TORCH_LIBRARY_IMPL(rhea_kernels, CPU, m) { m.impl("turn_scores", &turn_scores_cpu); }
 
 }  // namespace rhea_kernels

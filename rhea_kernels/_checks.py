@@ -2,11 +2,20 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256  # one Triton tile holds a whole head: larger heads would spill registers
+
+
+DEVICE_TYPES = ("cpu", "cuda")  # the dispatch keys the ops register kernels for
+
+
+def _device_ok(name: str, t: torch.Tensor) -> None:
+    if t.device.type not in DEVICE_TYPES:
+        raise ValueError(f"{name} is on {t.device}; rhea_kernels ops run on cpu and cuda: move the tensors there")
 
 
 def _dtype_ok(name: str, t: torch.Tensor) -> None:
@@ -26,6 +35,7 @@ def check_turn_scores(vq, vk, turn_mask, center) -> None:
         raise ValueError(f"nq={nq}, nk={vk.shape[2]} and d={d} must all be >= 1")
     _dtype_ok("vq", vq)
     _dtype_ok("vk", vk)
+    _device_ok("vk", vk)
     if vq.dtype != vk.dtype:
         raise ValueError(f"vq.dtype={vq.dtype} differs from vk.dtype={vk.dtype}; cast one to the other")
     if vq.device != vk.device:
@@ -47,7 +57,8 @@ def check_turn_scores(vq, vk, turn_mask, center) -> None:
 
 def check_taus(tau_low: float, tau_high: float) -> None:
     for name, tau in (("tau_low", tau_low), ("tau_high", tau_high)):
-        if not isinstance(tau, (int, float)) or math.isnan(tau):
+        # numbers.Real: Python and numpy floats/ints (a threshold read from a config or an array)
+        if isinstance(tau, bool) or not isinstance(tau, numbers.Real) or math.isnan(tau):
             raise ValueError(f"{name}={tau!r} must be a float (cosine threshold in [-1, 1])")
     if tau_low > tau_high:
         raise ValueError(f"tau_low={tau_low} must be <= tau_high={tau_high}")
@@ -58,6 +69,7 @@ def check_attention(q, k, v, prefix_len, beta, scale) -> None:
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             raise ValueError(f"{name} must be a [B, H, N, D] tensor, got shape {tuple(getattr(t, 'shape', ()))}")
         _dtype_ok(name, t)
+    _device_ok("q", q)
     B, H, N, D = q.shape
     if k.shape != v.shape:
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have the same shape")

@@ -1,8 +1,11 @@
 """`rhea kernels`: what is built, whether it is correct here, and how fast one shape runs.
 
-    rhea kernels info                                  # extension, Triton, CUDA, dispatch per device
-    rhea kernels check [--device cpu|cuda]             # kernels vs the plain-torch references
+    rhea kernels info                                  # extension, Triton, CUDA, dispatch per op and device
+    rhea kernels check [--device cpu|cuda]             # every op (turn_scores, the fused
+                                                       # turn_scores_and_tiers, anchored_attention
+                                                       # forward and backward) vs its reference
     rhea kernels time turn_scores --shape 1,64,8,576   # one shape: kernel vs eager reference
+    rhea kernels time turn_scores_and_tiers --shape 1,64,8,576   # fused op vs reference's two steps
     rhea kernels time anchored_attention --shape 1,8,2,1024,64 --prefix 128 --backward
 
 `time` uses `torch.utils.benchmark.Timer.blocked_autorange` (median); the full comparison
@@ -41,7 +44,7 @@ def _shape(text: str, n: int, what: str) -> tuple[int, ...]:
 
 def info() -> dict:
     from rhea_kernels import _ext
-    from rhea_kernels.ops import backend_for
+    from rhea_kernels._library import OPS, backend_for
 
     try:
         import triton
@@ -58,10 +61,15 @@ def info() -> dict:
         "cpp_extension_error": _ext.EXT_ERROR,
         "triton": triton_version,
         "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "cpp_missing_kernels": ", ".join(_ext.missing_kernels()) or None,
         "backend_cpu": backend_for(torch.empty(0)),
     }
     if torch.cuda.is_available():
         out["backend_cuda"] = backend_for(torch.empty(0, device="cuda"))
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for name, op in OPS.items():  # one line per op: who serves it on each device, and its sources
+        served = " ".join(f"{d}={op.backend(d)}" for d in devices)
+        out[f"op {name}"] = f"{served}  ({op.package}/, {op.cpp_source})"
     return out
 
 
@@ -75,18 +83,36 @@ def _close(name: str, got: torch.Tensor, want: torch.Tensor, atol: float, rtol: 
 
 
 def check(device: torch.device, seed: int = 0) -> list[tuple[str, bool, float]]:
-    """Each op on small odd shapes against `rhea_kernels.reference`; (case, ok, max abs error)."""
+    """Every op on small odd shapes against `rhea_kernels.reference`; (case, ok, max abs error).
+
+    Covers turn_scores, the fused turn_scores_and_tiers (the path a retrieval policy takes:
+    its scores, and its tiers against the reference tiers and against score_tiers of its own
+    scores) and anchored_attention forward and gradients (fp32 and bf16).
+    """
     import rhea_kernels as rk
     from rhea_kernels import reference as R
 
     g = torch.Generator().manual_seed(seed)
     rand = lambda *s, dtype=torch.float32: torch.randn(*s, generator=g).to(device=device, dtype=dtype)  # noqa: E731
     results = []
+    tau_low, tau_high = 0.05, 0.5
     for B, T, nq, nk, d in [(1, 1, 8, 8, 576), (2, 33, 3, 5, 60), (1, 7, 8, 8, 896)]:
         vq, vk = rand(B, nq, d), rand(B, T, nk, d)
+        if T > 2:  # a near-copy of a query latent, so the RAW tier occurs
+            vk[0, 1, 0] = vq[0, 0] + 0.05 * rand(d)
         mask = torch.rand(B, T, generator=g).to(device) > 0.3
-        results.append(_close(f"turn_scores B={B} T={T} nq={nq} nk={nk} d={d}",
-                              rk.turn_scores(vq, vk, mask), R.turn_scores(vq, vk, mask), 1e-4, 1e-4))
+        shape = f"B={B} T={T} nq={nq} nk={nk} d={d}"
+        want = R.turn_scores(vq, vk, mask)
+        results.append(_close(f"turn_scores {shape}", rk.turn_scores(vq, vk, mask), want, 1e-4, 1e-4))
+        scores, tiers = rk.turn_scores_and_tiers(vq, vk, tau_low, tau_high, mask)
+        results.append(_close(f"turn_scores_and_tiers {shape} scores", scores, want, 1e-4, 1e-4))
+        # tiers: equal to the rule applied to the op's own scores, and to the reference's tiers
+        # wherever the reference score is not within rounding of a threshold
+        own = int((tiers != R.score_tiers(scores, tau_low, tau_high)).sum())
+        clear = ((want - tau_low).abs() > 1e-4) & ((want - tau_high).abs() > 1e-4)
+        wrong = own + int((tiers[clear] != R.score_tiers(want, tau_low, tau_high)[clear]).sum())
+        results.append((f"turn_scores_and_tiers {shape} tiers", wrong == 0 and tiers.dtype == torch.int8,
+                        float(wrong)))
     for B, H, Hkv, N, D, prefix in [(1, 4, 1, 37, 64, 5), (2, 2, 2, 130, 32, 130), (1, 2, 1, 1, 64, 0)]:
         for dtype, tol in ((torch.float32, 2e-4), (torch.bfloat16, 3e-2)):
             q = rand(B, H, N, D, dtype=dtype).requires_grad_()
@@ -117,6 +143,11 @@ def time_op(op: str, shape: tuple[int, ...], device: torch.device, dtype: torch.
         B, T, n, d = shape
         vq, vk = torch.randn(B, n, d, device=device, dtype=dtype), torch.randn(B, T, n, d, device=device, dtype=dtype)
         fns = {"kernel": lambda: rk.turn_scores(vq, vk), "reference": lambda: R.turn_scores(vq, vk)}
+    elif op == "turn_scores_and_tiers":  # the fused op vs the reference's two steps
+        B, T, n, d = shape
+        vq, vk = torch.randn(B, n, d, device=device, dtype=dtype), torch.randn(B, T, n, d, device=device, dtype=dtype)
+        fns = {"kernel": lambda: rk.turn_scores_and_tiers(vq, vk, 0.1, 0.5),
+               "reference": lambda: R.score_tiers(R.turn_scores(vq, vk), 0.1, 0.5)}
     else:
         B, H, Hkv, N, D = shape
         if H % Hkv:
@@ -150,17 +181,18 @@ def _main(args) -> int:
     try:
         if args.kernels_cmd == "info":
             for key, value in info().items():
-                print(f"{key:22s} {value}")
+                print(f"{key:26s} {value}")
             return 0
         device = _device(args.device)
         if args.kernels_cmd == "check":
             results = check(device)
             for name, ok, err in results:
-                print(f"{'ok  ' if ok else 'FAIL'} {name:70s} max|err| {err:.2e}")
+                what = f"{int(err)} tiers differ" if name.endswith(" tiers") else f"max|err| {err:.2e}"
+                print(f"{'ok  ' if ok else 'FAIL'} {name:70s} {what}")
             failed = sum(not ok for _, ok, _ in results)
             print(f"{len(results) - failed}/{len(results)} cases match the reference on {device}")
             return 1 if failed else 0
-        dims = 4 if args.op == "turn_scores" else 5
+        dims = 5 if args.op == "anchored_attention" else 4
         shape = _shape(args.shape, dims, "B,T,n,d" if dims == 4 else "B,H,Hkv,N,D")
         res = time_op(args.op, shape, device, DTYPES[args.dtype], args.prefix, args.backward)
         print(f"{args.op} {shape} {args.dtype} on {device}: kernel {res['kernel'] * 1e3:.3f} ms, "
@@ -176,11 +208,13 @@ def register(sub) -> None:
                        description=__doc__.split("\n\n")[0])
     ks = p.add_subparsers(dest="kernels_cmd", required=True)
     ks.add_parser("info", help="what is built and which implementation each device uses")
-    c = ks.add_parser("check", help="compare the kernels with the plain-torch references on small shapes")
+    c = ks.add_parser("check", help="compare every op (turn_scores, the fused turn_scores_and_tiers, "
+                      "anchored_attention fwd/bwd) with the plain-torch references on small shapes")
     c.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     t = ks.add_parser("time", help="time one shape: kernel vs eager reference")
-    t.add_argument("op", choices=["turn_scores", "anchored_attention"])
-    t.add_argument("--shape", required=True, help="turn_scores: B,T,n,d; anchored_attention: B,H,Hkv,N,D")
+    t.add_argument("op", choices=["turn_scores", "turn_scores_and_tiers", "anchored_attention"])
+    t.add_argument("--shape", required=True,
+                   help="turn_scores, turn_scores_and_tiers: B,T,n,d; anchored_attention: B,H,Hkv,N,D")
     t.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     t.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
     t.add_argument("--prefix", type=int, default=0, help="anchored_attention: instruction prefix length")

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rhea_kernels import ops
+from rhea_kernels.anchored_attention import anchored_attention
 
 PREFIX_LEN_KWARG = "rhea_prefix_len"
 ANCHOR_BIAS_KWARG = "rhea_anchor_bias"
@@ -114,7 +114,7 @@ def anchored_attention_forward(
     if attention_mask is None and query.shape[2] == key.shape[2]:
         # Clamp: a prefix longer than the sequence (e.g. a truncated prompt) anchors everything.
         prefix_len = prefix_len.clamp(0, query.shape[2])
-        out = ops.anchored_attention(query, key, value, prefix_len, beta, causal=True, scale=scaling)
+        out = anchored_attention(query, key, value, prefix_len, beta, causal=True, scale=scaling)
     else:
         out = _masked_anchored_sdpa(query, key, value, attention_mask, prefix_len, beta, scaling)
     return out.transpose(1, 2).contiguous(), None

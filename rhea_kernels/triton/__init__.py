@@ -1,4 +1,6 @@
-"""Triton kernels (one file per op). Imported lazily by rhea_kernels.ops on CUDA only.
+"""Deprecated: the Triton kernels moved beside their ops.
 
-Test them on CPU in a process started with TRITON_INTERPRET=1 (see tests/kernels).
+``rhea_kernels.triton.turn_scores`` is now ``rhea_kernels/turn_scores/triton_kernel.py`` and
+``rhea_kernels.triton.anchored_attention`` is ``rhea_kernels/anchored_attention/triton_kernel.py``;
+the modules here re-export them with a DeprecationWarning.
 """

@@ -9,16 +9,22 @@ def test_info_names_the_backend_for_cpu(capsys):
     out = capsys.readouterr().out
     assert "cpp_extension" in out and "backend_cpu" in out
     assert cli.info()["backend_cpu"] in ("cpp", "reference")
+    for op in ("turn_scores", "turn_scores_and_tiers", "anchored_attention_fwd", "anchored_attention_bwd"):
+        assert f"op {op}" in out  # one line per op: its backend per device and its sources
 
 
 def test_check_passes_on_cpu(capsys):
     assert cli.main(["kernels", "check"]) == 0
     out = capsys.readouterr().out
-    assert "FAIL" not in out and "27/27 cases match the reference on cpu" in out
+    assert "FAIL" not in out and "33/33 cases match the reference on cpu" in out
+    # the fused scoring-and-tiers path (what retrieval calls) is checked: scores and tiers
+    assert out.count("turn_scores_and_tiers") == 6 and "tiers differ" in out
 
 
 def test_time_reports_both_implementations(capsys):
     assert cli.main(["kernels", "time", "turn_scores", "--shape", "1,4,2,16"]) == 0
+    assert "speed-up" in capsys.readouterr().out
+    assert cli.main(["kernels", "time", "turn_scores_and_tiers", "--shape", "1,4,2,16"]) == 0
     assert "speed-up" in capsys.readouterr().out
     res = cli.time_op("anchored_attention", (1, 2, 1, 33, 16), cli.torch.device("cpu"), cli.torch.float32,
                       prefix=5, backward=True)

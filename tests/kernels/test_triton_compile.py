@@ -7,8 +7,8 @@ triton = pytest.importorskip("triton")
 if os.environ.get("TRITON_INTERPRET") == "1":  # interpreted kernels cannot be compiled
     pytest.skip("TRITON_INTERPRET=1 in this process", allow_module_level=True)
 
-from rhea_kernels.triton import anchored_attention as A  # noqa: E402
-from rhea_kernels.triton import turn_scores as S  # noqa: E402
+from rhea_kernels.anchored_attention import triton_kernel as A  # noqa: E402
+from rhea_kernels.turn_scores import triton_kernel as S  # noqa: E402
 from tests.kernels.gpu_compile import TARGETS, compile_for  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("triton_compile")

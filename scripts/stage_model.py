@@ -1,0 +1,260 @@
+"""Stage a zoo model's GGUF onto a machine that can only receive small files (the GPU machine).
+
+The device machine receives the working tree plus at most 64 MiB per call, so a real model
+travels in pieces: split it here, carry one piece per call into a folder that persists
+while the machine stays warm, check what has arrived, and reassemble it there, verified
+against the SHA-256 that `rhea.modeling.zoo` records, into the cache location `rhea.modeling.zoo` loads from.
+
+    python scripts/stage_model.py split smollm2-135m --out .stage/smollm2-135m --piece-mb 40
+    python scripts/stage_model.py status --staged .stage/smollm2-135m
+    python scripts/stage_model.py assemble --staged .stage/smollm2-135m            # into the cache
+    python scripts/stage_model.py assemble --staged DIR --out /tmp/model.gguf --no-install
+
+`split` writes ``piece-000.bin, piece-001.bin, ...`` and ``manifest.json`` (each piece's size
+and SHA-256, and the whole file's size and SHA-256). The whole file's hash comes from the zoo
+record (`SplitGGUF.sha256`, e.g. qwen2.5-coder-1.5b); a model shipped as one package
+(`PackagedGGUF`, e.g. smollm2-135m) has no recorded hash, so the manifest records the hash of
+the installed package's file and says so.
+
+`status` lists each piece as present, missing or corrupt (size or SHA-256 differ) and names
+the next piece to send. `assemble` concatenates the pieces (streamed, hashed while written,
+renamed into place only when the size and SHA-256 match) and installs the result:
+
+* a split model (`SplitGGUF`): the GGUF goes to ``$RHEA_CACHE/gguf/<file>``, where
+  `rhea.modeling.zoo` looks first (no part packages needed), and the first `load_rhea_model(NAME)`
+  converts it;
+* a packaged model (`PackagedGGUF`): `rhea.modeling.zoo` reads its GGUF only from the installed
+  package, so the GGUF goes to ``$RHEA_CACHE/gguf/<file>`` and is converted at once into the
+  model cache (``$RHEA_CACHE/models/NAME``, what `load_rhea_model(NAME)` reads); `--convert`
+  does the same for a split model. Converting needs transformers and the `gguf` package.
+
+Errors are named (`StagingError` for bad arguments or a missing manifest,
+`rhea.errors.CorruptModelFileError` when the pieces or the result do not match) and raised
+before anything is written. The command sequence for the GPU machine is in docs/gpu.md.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rhea.modeling import zoo as zoo_mod  # noqa: E402
+from rhea.errors import CorruptModelFileError, RheaError  # noqa: E402
+
+MANIFEST = "manifest.json"
+_CHUNK = 8 << 20
+
+
+class StagingError(RheaError, ValueError):
+    """Bad `stage_model.py` arguments: unknown folder, no manifest, a piece size out of range."""
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(_CHUNK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _piece_name(i: int) -> str:
+    return f"piece-{i:03d}.bin"
+
+
+def source_of(name: str, from_file: str | None = None) -> tuple[Path, int | None, str | None, str]:
+    """(GGUF path, recorded size or None, recorded SHA-256 or None, what the hash rests on)."""
+    zoo = zoo_mod.get_model(name)
+    src = zoo.source
+    recorded_sha, recorded_size = getattr(src, "sha256", None), getattr(src, "size", None)
+    if from_file is not None:
+        path = Path(from_file)
+        if not path.is_file():
+            raise StagingError(f"--from {from_file}: no such file")
+    else:
+        path = src.gguf_path(name)  # a split model's cached GGUF, assembled from its parts when absent
+    if recorded_sha is not None:
+        basis = f"rhea.modeling.zoo record of {name!r}"
+    else:
+        basis = (f"hashed from {path} at split time (rhea.modeling.zoo records no hash for the packaged GGUF of "
+                 f"{name!r}; it ships as one package)")
+    return path, recorded_size, recorded_sha, basis
+
+
+def split(name: str, out: Path, piece_mb: float, from_file: str | None = None) -> dict:
+    """Write `name`'s GGUF as pieces of at most `piece_mb` MiB plus the manifest; return the manifest."""
+    if not 0 < piece_mb <= 64:
+        raise StagingError(f"--piece-mb {piece_mb}: must be in (0, 64]; the device machine takes 64 MiB per call "
+                           "including the working tree, so about 40 is what fits")
+    path, recorded_size, recorded_sha, basis = source_of(name, from_file)
+    piece_bytes = int(piece_mb * 2**20)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("piece-*.bin"):
+        old.unlink()
+    whole, pieces, total = hashlib.sha256(), [], 0
+    with open(path, "rb") as f:
+        while block := f.read(piece_bytes):
+            i = len(pieces)
+            (out / _piece_name(i)).write_bytes(block)
+            whole.update(block)
+            pieces.append({"name": _piece_name(i), "offset": total, "size": len(block),
+                           "sha256": hashlib.sha256(block).hexdigest()})
+            total += len(block)
+    digest = whole.hexdigest()
+    if recorded_sha is not None and (digest != recorded_sha or total != recorded_size):
+        for p in pieces:
+            (out / p["name"]).unlink()
+        raise CorruptModelFileError(f"{path} has {total} bytes and SHA-256 {digest}, but rhea.modeling.zoo records "
+                                    f"{recorded_size} bytes and {recorded_sha} for {name!r}; nothing staged. "
+                                    f"Reinstall the model: rhea models install {name} --reinstall")
+    manifest = {"model": name, "file_name": path.name if recorded_sha is None else zoo_mod.get_model(name).source.file_name,
+                "size": total, "sha256": digest, "sha256_source": basis, "recorded_in_zoo": recorded_sha is not None,
+                "piece_bytes": piece_bytes, "pieces": pieces, "source": str(path),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
+def load_manifest(staged: Path) -> dict:
+    path = staged / MANIFEST
+    if not path.is_file():
+        raise StagingError(f"{staged} has no {MANIFEST}; stage the model first with "
+                           f"`python scripts/stage_model.py split NAME --out {staged}` (and carry manifest.json too)")
+    manifest = json.loads(path.read_text())
+    zoo = zoo_mod.get_model(manifest["model"])  # UnknownModelError for a name this checkout does not know
+    recorded = getattr(zoo.source, "sha256", None)
+    if recorded is not None and (recorded != manifest["sha256"] or zoo.source.size != manifest["size"]):
+        raise CorruptModelFileError(
+            f"{path} describes {manifest['size']} bytes with SHA-256 {manifest['sha256']}, but rhea.modeling.zoo records "
+            f"{zoo.source.size} bytes and {recorded} for {manifest['model']!r}: the pieces were split from another "
+            f"file. Split again with `python scripts/stage_model.py split {manifest['model']} --out DIR`")
+    return manifest
+
+
+def status(staged: Path, hash_pieces: bool = True) -> dict:
+    """{"present": [...], "missing": [...], "corrupt": [...], "next": first piece not present and intact}."""
+    manifest = load_manifest(staged)
+    report = {"model": manifest["model"], "pieces": len(manifest["pieces"]), "present": [], "missing": [],
+              "corrupt": [], "bytes_present": 0, "bytes_total": manifest["size"]}
+    for piece in manifest["pieces"]:
+        path = staged / piece["name"]
+        if not path.is_file():
+            report["missing"].append(piece["name"])
+        elif path.stat().st_size != piece["size"] or (hash_pieces and _sha256_file(path) != piece["sha256"]):
+            report["corrupt"].append(piece["name"])
+        else:
+            report["present"].append(piece["name"])
+            report["bytes_present"] += piece["size"]
+    todo = [p["name"] for p in manifest["pieces"] if p["name"] not in report["present"]]
+    report["next"] = todo[0] if todo else None
+    report["complete"] = not todo
+    return report
+
+
+class _StagedGGUF:
+    """Stands in for a zoo entry's source when converting a staged GGUF (rhea.modeling.zoo.convert_to_cache)."""
+
+    packages: tuple = ()
+
+    def __init__(self, path: Path, sha256: str | None, size: int):
+        self.path, self.sha256, self.size = path, sha256, size
+
+    def gguf_path(self, model_name: str) -> Path:
+        return self.path
+
+    def missing_packages(self) -> list:
+        return []
+
+    def expected_size(self) -> int:
+        return self.size
+
+
+def default_target(manifest: dict) -> Path:
+    return zoo_mod.cache_dir() / "gguf" / manifest["file_name"]
+
+
+def assemble(staged: Path, out: Path | None = None, install: bool = True, convert: bool = False) -> dict:
+    """Concatenate the staged pieces into `out` (default: the cache), verified; install/convert as asked."""
+    manifest = load_manifest(staged)
+    report = status(staged)
+    if not report["complete"]:
+        raise StagingError(f"{staged}: {len(report['missing'])} piece(s) missing ({', '.join(report['missing'][:5])}"
+                           f"{'...' if len(report['missing']) > 5 else ''}) and {len(report['corrupt'])} corrupt "
+                           f"({', '.join(report['corrupt'][:5])}); send {report['next']} next and re-run status")
+    target = out or default_target(manifest)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}-", suffix=".partial", dir=target.parent)
+    tmp = Path(tmp_name)
+    h, total = hashlib.sha256(), 0
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for piece in manifest["pieces"]:
+                with open(staged / piece["name"], "rb") as src:
+                    while block := src.read(_CHUNK):
+                        f.write(block)
+                        h.update(block)
+                        total += len(block)
+        digest = h.hexdigest()
+        if digest != manifest["sha256"] or total != manifest["size"]:
+            raise CorruptModelFileError(
+                f"the GGUF assembled from {staged} has {total} bytes and SHA-256 {digest}; expected {manifest['size']} "
+                f"bytes and {manifest['sha256']} ({manifest['sha256_source']}). Nothing was installed; "
+                f"re-send the pieces `status --staged {staged}` reports and assemble again")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    result = {"model": manifest["model"], "gguf": str(target), "bytes": total, "sha256": digest,
+              "sha256_source": manifest["sha256_source"], "converted": None}
+    zoo = zoo_mod.get_model(manifest["model"])
+    packaged = getattr(zoo.source, "sha256", None) is None
+    if install and (convert or packaged):
+        staged_zoo = dataclasses.replace(zoo, source=_StagedGGUF(target, getattr(zoo.source, "sha256", None), total))
+        result["converted"] = str(zoo_mod.convert_to_cache(staged_zoo))
+    return result
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("split", help="write NAME's GGUF as pieces + manifest.json")
+    s.add_argument("name", help="a model-zoo name (rhea models list)")
+    s.add_argument("--out", required=True, type=Path, help="folder for the pieces (e.g. .stage/NAME, git-ignored)")
+    s.add_argument("--piece-mb", type=float, default=40.0, help="MiB per piece (default 40; at most 64)")
+    s.add_argument("--from", dest="from_file", default=None, help="split this GGUF file instead of locating it")
+    st = sub.add_parser("status", help="which pieces are present, missing or corrupt")
+    st.add_argument("--staged", required=True, type=Path)
+    st.add_argument("--quick", action="store_true", help="check sizes only, do not hash the pieces")
+    a = sub.add_parser("assemble", help="concatenate, verify the SHA-256, install into the cache")
+    a.add_argument("--staged", required=True, type=Path)
+    a.add_argument("--out", type=Path, default=None, help="GGUF path (default: $RHEA_CACHE/gguf/<file>)")
+    a.add_argument("--no-install", action="store_true", help="only write and verify the GGUF; no conversion")
+    a.add_argument("--convert", action="store_true",
+                   help="also convert a split model into the model cache now (packaged models always are)")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "split":
+            m = split(args.name, args.out, args.piece_mb, args.from_file)
+            print(f"{m['model']}: {len(m['pieces'])} pieces of <= {m['piece_bytes'] / 2**20:.0f} MiB in {args.out} "
+                  f"({m['size']} bytes, SHA-256 {m['sha256']}; {m['sha256_source']})")
+        elif args.cmd == "status":
+            r = status(args.staged, hash_pieces=not args.quick)
+            print(json.dumps(r, indent=1))
+            return 0 if r["complete"] else 1
+        else:
+            r = assemble(args.staged, args.out, install=not args.no_install, convert=args.convert)
+            print(json.dumps(r, indent=1))
+        return 0
+    except RheaError as e:
+        print(f"stage_model.py: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
