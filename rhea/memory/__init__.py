@@ -5,15 +5,18 @@ system block of global rules); episodic memory joins them in `rhea.memory.episod
 """
 from rhea.memory.instructional import InstructionalMemory, InstructionEntry, MemoryEvent, infer_slots
 from rhea.memory.recognizer import (
+    EmbeddingHeadClassifier,
     HashedNgramClassifier,
     InstructionRecognizer,
     PromptClassifier,
     RecognizerDecision,
+    RecognizerModelMissingError,
     load_labelled,
-    precision_recall,
 )
+from rhea.memory.recognizer_eval import precision_recall
 
 __all__ = [
-    "InstructionRecognizer", "RecognizerDecision", "HashedNgramClassifier", "PromptClassifier",
+    "InstructionRecognizer", "RecognizerDecision", "EmbeddingHeadClassifier", "HashedNgramClassifier", "PromptClassifier",
+    "RecognizerModelMissingError",
     "load_labelled", "precision_recall", "InstructionalMemory", "InstructionEntry", "MemoryEvent", "infer_slots",
 ]

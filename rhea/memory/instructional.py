@@ -121,21 +121,32 @@ def _content_words(text: str) -> set[str]:
     return {w[:-1] if len(w) > 3 and w.endswith("s") else w for w in words if w not in _STOPWORDS}
 
 
+SCOPES = ("standing",)
+
+
 @dataclass
 class InstructionEntry:
-    """One standing instruction, verbatim as the user gave it."""
+    """One standing instruction, verbatim as the user gave it, with its provenance.
+
+    text: the instruction (a part of the message when it gave several); source_message: the
+    whole user message it came from; turn: that message's turn index; scope: "standing" (a
+    rule for every later reply; one-off requests never become entries).
+    """
 
     id: int
     text: str
     turn: int
     slots: tuple[str, ...] = ()
+    source_message: str | None = None
+    scope: str = "standing"
 
 
 @dataclass
 class MemoryEvent:
     """One change (or deliberate non-change) to the memory, and why.
 
-    action: "add", "duplicate", "replace", "conflict-kept", "revoke", "revoke-unmatched".
+    action: "add", "duplicate", "replace", "conflict-kept", "revoke", "revoke-unmatched",
+    "one-off-ignored" (a request for this reply only; no entry changed).
     """
 
     action: str
@@ -172,16 +183,23 @@ class InstructionalMemory:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def add(self, text: str, turn: int) -> InstructionEntry:
-        """Store `text`; replace entries whose slots it fully covers. Returns the entry kept."""
+    def add(self, text: str, turn: int, *, source_message: str | None = None, scope: str = "standing") -> InstructionEntry:
+        """Store `text`; replace entries whose slots it fully covers. Returns the entry kept.
+
+        source_message: the whole user message `text` came from (default: `text` itself).
+        """
         require_text(text, "instruction text")
         _check_turn(turn)
+        if scope not in SCOPES:
+            raise ValueError(f"scope={scope!r}: only standing instructions are stored (one of {SCOPES}); "
+                             "a one-off request applies to one reply and never enters the memory")
         text = text.strip()
+        source_message = text if source_message is None else require_text(source_message, "source message")
         for e in self._entries:
             if _normalize(e.text) == _normalize(text):
                 self._log("duplicate", e.id, text, turn, f"same text as entry {e.id} (turn {e.turn}); nothing changed")
                 return e
-        entry = InstructionEntry(self._next_id, text, turn, infer_slots(text))
+        entry = InstructionEntry(self._next_id, text, turn, infer_slots(text), source_message, scope)
         self._next_id += 1
         kept = []
         for old in self._entries:
@@ -239,7 +257,10 @@ class InstructionalMemory:
         stored) is a new prohibition, so it is added rather than dropped. A revocation that
         names a replacement ("forget the JSON rule and use YAML instead") removes the old
         entry and keeps the message as the new one. A message with several cued instructions
-        is stored as one entry per instruction (`split_directives`).
+        is stored as one entry per instruction (`split_directives`), each keeping the whole
+        message as its `source_message`. A one-off request (decision scope "one-off": "just this
+        once, answer in English") changes nothing, so it never replaces a standing rule; it is
+        recorded as a "one-off-ignored" event. Other non-global decisions are ignored silently.
 
         >>> from rhea.memory import InstructionRecognizer
         >>> im, rec = InstructionalMemory(), InstructionRecognizer(None)
@@ -248,15 +269,20 @@ class InstructionalMemory:
         ['revoke-unmatched', 'add']
         """
         start = len(self.history)
+        if getattr(decision, "scope", None) == "one-off" or not decision.is_global:
+            if getattr(decision, "scope", None) == "one-off":
+                self._log("one-off-ignored", None, text, turn,
+                          f"a request for this reply only ({decision.matched!r}); standing rules unchanged")
+            return self.history[start:]
         if decision.kind == "add":
             for part in split_directives(text):
-                self.add(part, turn)
+                self.add(part, turn, source_message=text)
         elif decision.kind == "revoke":
             if not self.revoke(text, reason=f"revoked by the user at turn {turn} ({decision.source})", turn=turn):
-                self.add(text, turn)
+                self.add(text, turn, source_message=text)
                 self.history[-1].reason += "; a revocation that matched nothing is kept as a standing instruction"
             elif _REPLACEMENT.search(_QUOTED.sub("''", text)):
-                self.add(text, turn)
+                self.add(text, turn, source_message=text)
                 self.history[-1].reason += "; the revocation also sets a replacement, kept as a standing instruction"
         return self.history[start:]
 
@@ -298,7 +324,10 @@ class InstructionalMemory:
     @classmethod
     def from_dict(cls, data: dict) -> "InstructionalMemory":
         try:
-            entries = [InstructionEntry(e["id"], e["text"], e["turn"], tuple(e["slots"])) for e in data["entries"]]
+            # source_message / scope arrived later: older saved sessions lack them
+            entries = [InstructionEntry(e["id"], e["text"], e["turn"], tuple(e["slots"]),
+                                        e.get("source_message", e["text"]), e.get("scope", "standing"))
+                       for e in data["entries"]]
             history = [MemoryEvent(**h) for h in data["history"]]
             return cls(entries, history, int(data["version"]), int(data["next_id"]))
         except (KeyError, TypeError) as exc:

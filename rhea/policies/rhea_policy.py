@@ -63,7 +63,7 @@ class RheaPolicy(ContextPolicy):
         *,
         tau_low: float | None = None,
         tau_high: float | None = None,
-        recognizer: InstructionRecognizer | str | None = "trained",
+        recognizer: InstructionRecognizer | str | None = "default",
         use_im: bool | None = None,
         fixed_tier: str | None = "default",
         tokenizer: Any = None,
@@ -105,9 +105,9 @@ class RheaPolicy(ContextPolicy):
             return []
         self._seen_queries.add((turn_index, query))
         decision = self.recognizer(query)
-        events = self.im.update(query, decision, turn_index) if decision.is_global else []
+        events = self.im.update(query, decision, turn_index)  # one-off requests are logged, never stored
         return [{"recognizer": {"kind": decision.kind, "source": decision.source, "matched": decision.matched,
-                                "confidence": decision.confidence},
+                                "confidence": decision.confidence, "scope": decision.scope},
                  "im_events": [{"action": e.action, "text": e.text, "reason": e.reason} for e in events]}]
 
     def build(self, conversation: Conversation, query: str) -> ContextPlan:

@@ -169,3 +169,38 @@ def test_split_keeps_context_with_its_instruction(message, n):
 
     parts = split_directives(message)
     assert len(parts) == n and " ".join(parts) == message.strip()
+
+
+def test_entries_keep_provenance_and_survive_save_load():
+    from rhea.memory import InstructionRecognizer
+
+    im, rec = InstructionalMemory(), InstructionRecognizer(None)
+    msg = "Hi! From now on, reply in French. Always end with 'Bye!' Thanks."
+    im.update(msg, rec(msg), 3)
+    assert [(e.turn, e.scope, e.source_message) for e in im.entries] == [(3, "standing", msg)] * 2
+    assert im.entries[0].text != msg  # the part, while source_message keeps the whole message
+    again = InstructionalMemory.from_dict(im.to_dict())
+    assert again.to_dict() == im.to_dict() and again.entries[1].source_message == msg
+    # a session saved before these fields existed still loads
+    old = im.to_dict()
+    for e in old["entries"]:
+        del e["source_message"], e["scope"]
+    legacy = InstructionalMemory.from_dict(old)
+    assert [(e.source_message, e.scope) for e in legacy.entries] == [(e.text, "standing") for e in legacy.entries]
+
+
+def test_one_off_request_never_replaces_a_standing_rule():
+    from rhea.memory import InstructionRecognizer
+
+    im, rec = InstructionalMemory(), InstructionRecognizer(lambda t: 1.0)  # a stage 2 that says "global" to all
+    im.update("From now on, answer in French.", rec("From now on, answer in French."), 0)
+    for turn, msg in enumerate(["Just this once, answer in English.", "Rewrite your previous answer in English.",
+                                "For this question only, respond in German."], start=1):
+        d = rec(msg)
+        assert d.scope == "one-off" and not d.is_global
+        events = im.update(msg, d, turn)
+        assert [e.action for e in events] == ["one-off-ignored"]
+    assert [e.text for e in im.entries] == ["From now on, answer in French."] and im.version == 1
+    assert im.update("What is 2+2?", InstructionRecognizer(None)("What is 2+2?"), 5) == []
+    with pytest.raises(ValueError, match="one-off"):
+        im.add("Answer in English.", turn=6, scope="one-off")

