@@ -101,7 +101,7 @@ def test_rhea_uses_generate_adapter_and_baselines_the_base(tiny_model):
     chat = ChatSession(tiny_model, policy="vanilla", max_new_tokens=3)
     chat.send("the cat")
     assert chat._adapter_for(chat.last_plan) == "base"
-    chat.set_policy("rhea")
+    chat.set_policy("rhea", scorer="latent")  # a latent scorer: replies are compressed (caught up)
     chat.send("the dog")
     assert chat._adapter_for(chat.last_plan) == "generate" and len(chat.policy.episodic) == 2
 
