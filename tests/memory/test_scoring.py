@@ -1,17 +1,9 @@
 """Scorer fusion and tier rules (rhea.memory.scoring): pure functions, no model."""
-import doctest
-
 import pytest
 import torch
 
-import rhea.memory.scoring as scoring
 from rhea.errors import RheaConfigError
 from rhea.memory.scoring import (TierRule, assign_tiers, floor_mask, fuse, latent_tier_active, rank_order, ranks)
-
-
-def test_doctests():
-    failures, attempted = doctest.testmod(scoring)
-    assert attempted > 0 and failures == 0
 
 
 def test_rank_order_breaks_ties_towards_the_later_turn():
