@@ -29,6 +29,8 @@ class TurnDecision:
     tier: str
     score: float | None = None
     note: str = ""
+    #: every component score behind `score` (e.g. {"latent": .., "bm25": .., "dense": ..}); empty when there is one
+    components: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:

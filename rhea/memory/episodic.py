@@ -105,6 +105,19 @@ class EpisodicMemory:
         center = self.score_center(vq)
         return turn_scores(vq[None], vk[None], center=None if center is None else center.to(vq.device))[0].cpu()
 
+    def score_and_tiers(self, query: str | torch.Tensor, tau_low: float, tau_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Scores ``[T]`` and int8 tiers ``[T]`` (0 drop, 1 latent, 2 raw; `TIER_NAMES`) in one fused kernel call."""
+        from rhea_kernels import turn_scores_and_tiers
+
+        if not self.entries:
+            return torch.zeros(0), torch.zeros(0, dtype=torch.int8)
+        vq = self.query_latents(query) if isinstance(query, str) else query.float()
+        vk = torch.stack([e.latents.to(vq.device) for e in self.entries])
+        center = self.score_center(vq)
+        scores, tiers = turn_scores_and_tiers(vq[None], vk[None], tau_low, tau_high,
+                                              center=None if center is None else center.to(vq.device))
+        return scores[0].cpu(), tiers[0].cpu()
+
     def score_center(self, query_latents: torch.Tensor | None = None) -> torch.Tensor | None:
         """The vector subtracted before cosine under this memory's centering mode (None = raw cosine)."""
         if self.centering == "none":

@@ -5,11 +5,60 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from rhea.errors import RheaConfigError
 
 CONFIG_NAME = "rhea_config.json"
+
+#: how the Rhea policy scores past turns, and how scores become tiers (see rhea.memory.scoring)
+SCORERS = ("latent", "bm25", "dense", "fused")
+COMPONENTS = ("latent", "bm25", "dense")
+FUSIONS = ("rrf", "zsum")
+TIER_MODES = ("threshold", "budget")
+LATENT_TIER_MODES = ("auto", "on", "off")
+
+#: the compressor passes when reconstruction token accuracy is at least this, with own latents
+#: beating another text's latents (control gap > 0): below it a latent carries too little of its
+#: reply to stand in for it, so the latent tier is off unless the user asks for it.
+FIDELITY_MIN_TOKEN_ACC = 0.9
+FIDELITY_MIN_CONTROL_GAP = 0.0
+
+
+def fidelity_passes(fidelity: Mapping | None) -> bool:
+    """Whether a recorded compressor fidelity meets the target (`FIDELITY_MIN_TOKEN_ACC`, control gap > 0).
+
+    >>> fidelity_passes({"reconstruction_token_acc": 0.95, "control_gap": 0.3, "measured_on": "x", "n": 100})
+    True
+    >>> fidelity_passes({"reconstruction_token_acc": 0.40, "control_gap": 0.0, "measured_on": "x", "n": 24})
+    False
+    >>> fidelity_passes(None)
+    False
+    """
+    if not fidelity:
+        return False
+    acc, gap = fidelity.get("reconstruction_token_acc"), fidelity.get("control_gap")
+    if acc is None or gap is None:
+        return False
+    return float(acc) >= FIDELITY_MIN_TOKEN_ACC and float(gap) > FIDELITY_MIN_CONTROL_GAP
+
+
+def latent_tier_active(setting: str, fidelity: Mapping | None) -> tuple[bool, str]:
+    """(latent tier on?, why) for ``RheaConfig.latent_tier`` and the recorded `fidelity`."""
+    if setting not in LATENT_TIER_MODES:
+        raise RheaConfigError(f"latent_tier={setting!r} must be one of {LATENT_TIER_MODES}")
+    if setting == "on":
+        return True, "latent tier on: asked for explicitly (latent_tier='on')"
+    if setting == "off":
+        return False, "latent tier off: asked for explicitly (latent_tier='off')"
+    target = f"token acc >= {FIDELITY_MIN_TOKEN_ACC} with a positive control gap"
+    if not fidelity:
+        return False, f"latent tier off: no measured compressor fidelity in rhea_config.json (target: {target})"
+    acc, gap = fidelity.get("reconstruction_token_acc"), fidelity.get("control_gap")
+    measured = f"reconstruction token acc {acc}, control gap {gap}"
+    if fidelity_passes(fidelity):
+        return True, f"latent tier on: compressor fidelity {measured} meets the target ({target})"
+    return False, f"latent tier off: compressor fidelity {measured} is below the target ({target})"
 
 
 def check_thresholds(tau_low: float, tau_high: float) -> None:
@@ -53,6 +102,28 @@ class RheaConfig:
     #: "fixed" (default: subtract latent_center when set, else raw cosine), "running" (subtract the running mean of
     #: the session's latents; no calibration needed) or "none" (raw cosine, the paper's rule, even with a centre)
     latent_centering: str = "fixed"
+    #: how past turns are ranked: "latent" (HCR max-cosine of the <mem> latents), "bm25", "dense" (all-MiniLM-L6-v2
+    #: cosine of the turn's text) or "fused" (the `fusion_components` combined by `fusion`); see rhea.memory.scoring
+    scorer: str = "fused"
+    #: "rrf" (reciprocal-rank fusion, sum of w / (rrf_k + rank)) or "zsum" (per-query standardised scores, weighted sum)
+    fusion: str = "zsum"
+    fusion_components: list[str] = field(default_factory=lambda: ["dense", "bm25"])
+    #: one weight per fusion component (None = all 1.0)
+    fusion_weights: list[float] | None = None
+    rrf_k: float = 60.0
+    #: dense-cosine floor (a turn below every component's floor is dropped) and raw-text ceiling (threshold mode)
+    dense_floor: float = 0.05
+    dense_high: float = 0.6
+    #: "budget": the best `max_raw` turns that pass a floor are raw text, the next `max_latent` latents, the rest
+    #: dropped (bounded cost per turn); "threshold": the paper's HCR (floors drop, ceilings keep raw, the rest latent)
+    tier_mode: str = "budget"
+    max_raw: int = 10
+    max_latent: int = 8
+    #: "auto": the latent tier is on only when `fidelity` meets the target (rhea.memory.scoring); "on" / "off" force it
+    latent_tier: str = "auto"
+    #: the compressor's measured reconstruction fidelity: {"reconstruction_token_acc": float, "control_gap": float,
+    #: "measured_on": str, "n": int}; None = not measured
+    fidelity: dict[str, Any] | None = None
     #: id or local path of the base model; model-zoo names (e.g. "smollm2-135m") work too
     base_model: str | None = None
     #: recorded at save time so loading onto a different base fails clearly
@@ -84,6 +155,33 @@ class RheaConfig:
              f"anchor_bias={self.anchor_bias!r} must be a float >= 0")
         need(self.latent_centering in ("fixed", "running", "none"),
              f"latent_centering={self.latent_centering!r} must be 'fixed', 'running' or 'none'")
+        need(self.scorer in SCORERS, f"scorer={self.scorer!r} must be one of {SCORERS}")
+        need(self.fusion in FUSIONS, f"fusion={self.fusion!r} must be one of {FUSIONS}")
+        need(isinstance(self.fusion_components, list) and len(self.fusion_components) > 0
+             and all(c in COMPONENTS for c in self.fusion_components)
+             and len(set(self.fusion_components)) == len(self.fusion_components),
+             f"fusion_components={self.fusion_components!r} must be a non-empty list of distinct names from {COMPONENTS}")
+        need(self.fusion_weights is None or (isinstance(self.fusion_weights, list)
+                                             and len(self.fusion_weights) == len(self.fusion_components)
+                                             and all(isinstance(w, (int, float)) and w >= 0 for w in self.fusion_weights)),
+             f"fusion_weights={self.fusion_weights!r} must be None or one weight >= 0 per fusion component "
+             f"({len(self.fusion_components)})")
+        need(isinstance(self.rrf_k, (int, float)) and self.rrf_k >= 0, f"rrf_k={self.rrf_k!r} must be a number >= 0")
+        for name in ("dense_floor", "dense_high"):
+            v = getattr(self, name)
+            need(isinstance(v, (int, float)) and -1.0 <= v <= 1.0, f"{name}={v!r} must be a cosine in [-1, 1]")
+        need(self.dense_floor <= self.dense_high, f"dense_floor={self.dense_floor} must be <= dense_high={self.dense_high}")
+        need(self.tier_mode in TIER_MODES, f"tier_mode={self.tier_mode!r} must be one of {TIER_MODES}")
+        for name in ("max_raw", "max_latent"):
+            v = getattr(self, name)
+            need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{name}={v!r} must be an int >= 0")
+        need(self.latent_tier in LATENT_TIER_MODES, f"latent_tier={self.latent_tier!r} must be one of {LATENT_TIER_MODES}")
+        if self.fidelity is not None:
+            f = self.fidelity
+            need(isinstance(f, dict) and isinstance(f.get("reconstruction_token_acc"), (int, float))
+                 and isinstance(f.get("control_gap"), (int, float)),
+                 "fidelity must be None or {'reconstruction_token_acc': float, 'control_gap': float, 'measured_on': str, "
+                 f"'n': int}}, got {f!r}")
         if self.latent_center is not None:
             need(isinstance(self.latent_center, list) and len(self.latent_center) > 0,
                  "latent_center must be None or a non-empty list of floats (one per hidden unit)")
@@ -98,12 +196,22 @@ class RheaConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise RheaConfigError(f"unknown RheaConfig field(s) {unknown}; known fields: {sorted(known)}")
+        if isinstance(data.get("extra"), dict) and "active_mode" in data["extra"]:
+            # written by save() for readers; recomputed from the fields, so it never goes stale
+            data = {**data, "extra": {k: v for k, v in data["extra"].items() if k != "active_mode"}}
         return cls(**data)
+
+    def active_mode(self) -> dict[str, Any]:
+        """How this config retrieves past turns, and whether its latent tier is on (and why)."""
+        on, why = latent_tier_active(self.latent_tier, self.fidelity)
+        return {"scorer": self.scorer, "tier_mode": self.tier_mode, "latent_tier": on, "reason": why}
 
     def save(self, directory: str | os.PathLike) -> str:
         path = os.path.join(directory, CONFIG_NAME)
+        data = self.to_dict()
+        data["extra"] = {**data["extra"], "active_mode": self.active_mode()}  # for readers; recomputed on load
         with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, indent=2)
+            json.dump(data, f, indent=2)
             f.write("\n")
         return path
 

@@ -6,8 +6,8 @@ runs the same code path and differs only in its switches:
 =====================  ==========  ==================  =====================
 name                   IM prefix   tiers               paper
 =====================  ==========  ==================  =====================
-``rhea``               yes         HCR (τ_low/τ_high)  Rhea
-``rhea-no-im``         no          HCR                 Table 3 (no IM)
+``rhea``               yes         scored (config)     Rhea
+``rhea-no-im``         no          scored (config)     Table 3 (no IM)
 ``rhea-all-raw``       yes         all raw             Table 4 (keep all raw)
 ``rhea-drop-all``      yes         all dropped         Table 4 (drop all)
 ``reply-soft-compress``  no        all latent          baseline
@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from rhea.backends.retrieval import BM25Retriever
 from rhea.constants import TIERS
 from rhea.context.conversation import Conversation, Turn
 from rhea.context.latent import Latent
@@ -27,9 +28,12 @@ from rhea.errors import RheaConfigError, require_text
 from rhea.memory.episodic import EpisodicMemory
 from rhea.memory.instructional import InstructionalMemory
 from rhea.memory.recognizer import InstructionRecognizer
+from rhea.memory.scoring import (COMPONENTS, FUSIONS, TierRule, assign_tiers, components_of, default_embedder, fuse,
+                                 latent_tier_active, rank_order)
 from rhea.modeling.config import check_thresholds
 from rhea.policies.assemble import assemble_plan
 from rhea.policies.base import ContextPolicy
+from rhea.policies.bm25 import turn_text
 from rhea.policies.registry import register_policy
 
 FIXED_TIERS = (None, *TIERS)
@@ -41,8 +45,13 @@ class RheaPolicy(ContextPolicy):
 
     Each query first goes through the `InstructionRecognizer`; global instructions (and
     revocations) update the `InstructionalMemory`, rendered verbatim as the system block.
-    Each past reply is compressed once (episodic memory); the query's latents score every
-    past turn, which is then kept as text (> τ_high), as latents (τ_low..τ_high) or dropped.
+    Every past turn is then scored (``scorer``: the latents' max-cosine, BM25, MiniLM cosine, or
+    a fusion of those; `rhea.memory.scoring`) and kept as text, as latents or dropped, under
+    thresholds (``tier_mode="threshold"``, the paper's HCR) or a budget (at most ``max_raw`` raw
+    and ``max_latent`` latent turns). Each reply is compressed once (episodic memory) when a
+    latent score or the latent tier needs it; the latent tier is on only when the model's
+    recorded compressor fidelity meets the target, or ``latent_tier="on"``. Defaults come from
+    ``model.config`` (`RheaConfig`); each keyword overrides one.
 
     >>> from rhea.testing import tiny_rhea                                    # doctest: +SKIP
     >>> policy = RheaPolicy(tiny_rhea())                                      # doctest: +SKIP
@@ -67,6 +76,18 @@ class RheaPolicy(ContextPolicy):
         use_im: bool | None = None,
         fixed_tier: str | None = "default",
         tokenizer: Any = None,
+        scorer: str | None = None,
+        fusion: str | None = None,
+        fusion_components: list[str] | None = None,
+        fusion_weights: list[float] | None = None,
+        rrf_k: float | None = None,
+        dense_floor: float | None = None,
+        dense_high: float | None = None,
+        tier_mode: str | None = None,
+        max_raw: int | None = None,
+        max_latent: int | None = None,
+        latent_tier: str | None = None,
+        embedder: Any = None,
     ):
         super().__init__(tokenizer=tokenizer if tokenizer is not None else getattr(model, "tokenizer", None))
         if not hasattr(model, "compress"):
@@ -79,6 +100,30 @@ class RheaPolicy(ContextPolicy):
         self.tau_low = cfg.tau_low if tau_low is None else float(tau_low)
         self.tau_high = cfg.tau_high if tau_high is None else float(tau_high)
         check_thresholds(self.tau_low, self.tau_high)
+        pick = lambda v, name: getattr(cfg, name) if v is None else v  # noqa: E731
+        self.scorer = pick(scorer, "scorer")
+        self.fusion = pick(fusion, "fusion")
+        self.fusion_components = list(pick(fusion_components, "fusion_components"))
+        weights = pick(fusion_weights, "fusion_weights")
+        if self.fusion not in FUSIONS:
+            raise RheaConfigError(f"fusion={self.fusion!r} must be one of {FUSIONS}")
+        bad = [c for c in self.fusion_components if c not in COMPONENTS]
+        if bad or not self.fusion_components:
+            raise RheaConfigError(f"fusion_components={self.fusion_components!r} must name components from {COMPONENTS}")
+        if weights is not None and len(weights) != len(self.fusion_components):
+            raise RheaConfigError(f"fusion_weights={weights!r} needs one weight per component {self.fusion_components}")
+        self.fusion_weights = None if weights is None else dict(zip(self.fusion_components, map(float, weights)))
+        self.rrf_k = float(pick(rrf_k, "rrf_k"))
+        self.components = components_of(self.scorer, self.fusion_components)
+        self.latent_tier = pick(latent_tier, "latent_tier")
+        self.latents_on, self.latent_tier_reason = latent_tier_active(self.latent_tier, getattr(cfg, "fidelity", None))
+        self.rule = TierRule(mode=pick(tier_mode, "tier_mode"), tau_low=self.tau_low, tau_high=self.tau_high,
+                             dense_floor=float(pick(dense_floor, "dense_floor")),
+                             dense_high=float(pick(dense_high, "dense_high")),
+                             max_raw=pick(max_raw, "max_raw"), max_latent=pick(max_latent, "max_latent"),
+                             latents=self.latents_on)
+        self._embedder = embedder
+        self._bm25: tuple[list[str], BM25Retriever] | None = None
         self.use_im = self.default_use_im if use_im is None else bool(use_im)
         self.fixed_tier = self.default_fixed_tier if fixed_tier == "default" else fixed_tier
         if self.fixed_tier not in FIXED_TIERS:
@@ -92,12 +137,39 @@ class RheaPolicy(ContextPolicy):
         self._seen_queries: set[tuple[int, str]] = set()
 
     def config(self) -> dict:
-        return {"tau_low": self.tau_low, "tau_high": self.tau_high, "use_im": self.use_im, "fixed_tier": self.fixed_tier}
+        """Constructor arguments that rebuild this policy (a saved session reloads with them)."""
+        r = self.rule
+        return {"tau_low": self.tau_low, "tau_high": self.tau_high, "use_im": self.use_im, "fixed_tier": self.fixed_tier,
+                "scorer": self.scorer, "fusion": self.fusion, "fusion_components": list(self.fusion_components),
+                "fusion_weights": None if self.fusion_weights is None else list(self.fusion_weights.values()),
+                "rrf_k": self.rrf_k, "dense_floor": r.dense_floor, "dense_high": r.dense_high, "tier_mode": r.mode,
+                "max_raw": r.max_raw, "max_latent": r.max_latent, "latent_tier": self.latent_tier}
+
+    def retrieval_mode(self) -> dict:
+        """Scorer, tier rule and latent-tier state (recorded with every plan)."""
+        return {"scorer": self.scorer, "fusion": self.fusion if self.scorer == "fused" else None,
+                "components": list(self.components), "fusion_weights": self.fusion_weights, "rrf_k": self.rrf_k,
+                "tier_mode": self.rule.mode, "max_raw": self.rule.max_raw, "max_latent": self.rule.max_latent,
+                "dense_floor": self.rule.dense_floor, "dense_high": self.rule.dense_high,
+                "latent_tier": self.latents_on, "latent_tier_reason": self.latent_tier_reason}
+
+    @property
+    def needs_latents(self) -> bool:
+        """Whether replies must be compressed: a variant showing latents, a latent score, or an active latent tier."""
+        if self.fixed_tier in ("raw", "drop"):
+            return False
+        return self.fixed_tier == "latent" or "latent" in self.components or self.latents_on
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            self._embedder = default_embedder()
+        return self._embedder
 
     # ---------------------------------------------------------------- turn loop
     def observe(self, turn: Turn) -> None:
         super().observe(turn)
-        if self.fixed_tier not in ("raw", "drop"):  # those variants never read latents
+        if self.needs_latents:
             self.episodic.append(turn)
 
     def _update_instructions(self, turn_index: int, query: str) -> list[dict]:
@@ -117,30 +189,70 @@ class RheaPolicy(ContextPolicy):
         if self.fixed_tier in ("raw", "drop"):
             decisions = [TurnDecision(i, self.fixed_tier, None, f"variant: every turn {self.fixed_tier}")
                          for i in range(len(conversation))]
-        else:
+        elif self.fixed_tier == "latent":
             self.episodic.sync(conversation.turns)
+            decisions = [TurnDecision(i, "latent", None, "variant: every reply as latents") for i in range(len(conversation))]
+        else:
+            if self.needs_latents:
+                self.episodic.sync(conversation.turns)
+            decisions = self._decisions(conversation, query)
+            records.append({"retrieval": self.retrieval_mode()})
+            records.append(_score_summary(decisions, self.tau_low, self.tau_high, self.rule.mode))
+        if any(d.tier == "latent" for d in decisions):
             latents = {e.turn: Latent(e.latents.to(self.model.device, self.model.dtype), e.turn)
-                       for e in self.episodic.entries}
-            if self.fixed_tier == "latent":
-                decisions = [TurnDecision(i, "latent", None, "variant: every reply as latents") for i in range(len(conversation))]
-            else:
-                decisions = self._hcr_decisions(query)
-                records.append(_score_summary(decisions, self.tau_low, self.tau_high))
-        latents = {i: lat for i, lat in latents.items() if decisions[i].tier == "latent"}
+                       for e in self.episodic.entries if decisions[e.turn].tier == "latent"}
         return assemble_plan(
             self.name, conversation, query, decisions,
             system_source=self.im if self.use_im else None, latents=latents, records=records, tokenizer=self.tokenizer,
         )
 
-    def _hcr_decisions(self, query: str) -> list[TurnDecision]:
-        from rhea_kernels import score_tiers
+    def _decisions(self, conversation: Conversation, query: str) -> list[TurnDecision]:
+        """Score every past turn with the configured scorer and give it a tier (rhea.memory.scoring)."""
+        n = len(conversation)
+        if n == 0:
+            return []
+        if self.components == ("latent",) and self.rule.mode == "threshold" and self.latents_on:
+            return self._hcr_decisions(query)  # the paper's HCR: scores and tiers in one kernel
+        comps = self._component_scores(conversation, query)
+        score = comps[self.scorer] if self.scorer != "fused" else fuse(
+            comps, self.fusion, weights=self.fusion_weights, rrf_k=self.rrf_k)
+        tiers = assign_tiers(score, comps, self.rule)
+        rank = {t: r for r, t in enumerate(rank_order(score).tolist(), 1)}
+        out = []
+        for i, tier in enumerate(tiers):
+            parts = {c: round(float(comps[c][i]), 6) for c in comps}
+            what = ", ".join(f"{c} {v:.3f}" for c, v in parts.items())
+            fused = f"{self.fusion} {float(score[i]):.4f} from " if self.scorer == "fused" else ""
+            out.append(TurnDecision(i, tier, float(score[i]),
+                                    f"{fused}{what}; rank {rank[i]}/{n} ({self.rule.mode}"
+                                    + (f", max_raw={self.rule.max_raw}, max_latent="
+                                       f"{self.rule.max_latent if self.latents_on else 0})" if self.rule.mode == "budget"
+                                       else f", tau_low={self.tau_low}, tau_high={self.tau_high})"),
+                                    components=parts))
+        return out
 
-        scores = self.episodic.score(query)
+    def _component_scores(self, conversation: Conversation, query: str) -> dict[str, torch.Tensor]:
+        texts = [turn_text(t) for t in conversation]
+        comps: dict[str, torch.Tensor] = {}
+        for c in self.components:
+            if c == "latent":
+                comps[c] = self.episodic.score(query)  # fp32: thresholds compare as the kernels do
+            elif c == "bm25":
+                if self._bm25 is None or self._bm25[0] != texts:
+                    self._bm25 = (texts, BM25Retriever(texts))
+                comps[c] = torch.tensor(self._bm25[1].scores(query), dtype=torch.float64)
+            else:
+                emb = torch.from_numpy(self.embedder.encode([query] + texts)).double()
+                comps[c] = emb[1:] @ emb[0]
+        return comps
+
+    def _hcr_decisions(self, query: str) -> list[TurnDecision]:
+        scores, tiers = self.episodic.score_and_tiers(query, self.tau_low, self.tau_high)
         if scores.numel() == 0:
             return []
-        tiers = score_tiers(scores[None], self.tau_low, self.tau_high)[0].tolist()
-        return [TurnDecision(i, TIERS[t], float(s), f"score {s:.3f} vs tau_low={self.tau_low}, tau_high={self.tau_high}")
-                for i, (s, t) in enumerate(zip(scores.tolist(), tiers))]
+        return [TurnDecision(i, TIERS[t], float(s), f"score {s:.3f} vs tau_low={self.tau_low}, tau_high={self.tau_high}",
+                             components={"latent": float(s)})
+                for i, (s, t) in enumerate(zip(scores.tolist(), tiers.tolist()))]
 
     def counters(self) -> dict[str, float]:
         return {"compress_calls": self.episodic.compress_calls, "compress_s": self.episodic.compress_seconds}
@@ -150,6 +262,7 @@ class RheaPolicy(ContextPolicy):
         self.im = InstructionalMemory()
         self.episodic = EpisodicMemory(self.model.compress, center=self.episodic.center, centering=self.episodic.centering)
         self._seen_queries.clear()
+        self._bm25 = None
 
     def _state(self) -> dict:
         return {"im": self.im.to_dict(), "episodic": self.episodic.state_dict(),
@@ -161,8 +274,8 @@ class RheaPolicy(ContextPolicy):
         self._seen_queries = {(int(i), q) for i, q in state.get("seen_queries", [])}
 
 
-def _score_summary(decisions: list[TurnDecision], tau_low: float, tau_high: float) -> dict:
-    """Distribution of this turn's scores and tiers, with a warning when one tier takes nearly all."""
+def _score_summary(decisions: list[TurnDecision], tau_low: float, tau_high: float, mode: str = "threshold") -> dict:
+    """Distribution of this turn's scores and tiers, with a warning when one tier takes nearly all (threshold mode)."""
     if not decisions:
         return {"scores": {"n": 0}}
     scores = torch.tensor([d.score for d in decisions])
@@ -170,7 +283,7 @@ def _score_summary(decisions: list[TurnDecision], tau_low: float, tau_high: floa
     out = {"scores": {"n": len(decisions), "min": float(scores.min()), "mean": float(scores.mean()), "max": float(scores.max()),
                       "tau_low": tau_low, "tau_high": tau_high, "tier_share": shares}}
     top = max(shares, key=shares.get)
-    if len(decisions) >= 5 and shares[top] >= 0.9:
+    if mode == "threshold" and len(decisions) >= 5 and shares[top] >= 0.9:
         fine_when = {"raw": "every past turn is relevant to the query", "latent": "every past turn is loosely related",
                      "drop": "the query is unrelated to every past turn"}[top]
         out["scores"]["warning"] = (f"{shares[top]:.0%} of turns fall in tier {top!r}: right only if {fine_when}; "

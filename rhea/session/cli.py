@@ -15,6 +15,25 @@ def _cmd_chat(args) -> int:
     return run_repl(args)
 
 
+def retrieval_mode_line(model: str) -> str | None:
+    """The retrieval mode a model's Rhea policy runs, and why, read from its rhea_config.json without loading it.
+
+    None when `model` is neither a Rhea directory nor the default model with shipped adapters.
+    """
+    from pathlib import Path
+
+    from rhea.memory.scoring import mode_line
+    from rhea.modeling.config import CONFIG_NAME, RheaConfig
+    from rhea.modeling.loading import DEFAULT_MODEL
+
+    path = Path(model)
+    if model == DEFAULT_MODEL:
+        path = Path(__file__).resolve().parent.parent / "data" / "adapters" / DEFAULT_MODEL
+    if not (path / CONFIG_NAME).is_file():
+        return None
+    return mode_line(RheaConfig.load(path))
+
+
 def register(sub) -> None:
     from rhea.constants import DEFAULT_POLICY
     from rhea.modeling.loading import add_device_argument
@@ -27,5 +46,13 @@ def register(sub) -> None:
                       help=f"context policy: any registered name (default {DEFAULT_POLICY}; `rhea bench --policies all` runs them all)")
     chat.add_argument("--tau-low", type=float, default=None, help="HCR drop threshold (default: the model's config)")
     chat.add_argument("--tau-high", type=float, default=None, help="HCR raw-text threshold (default: the model's config)")
+    chat.add_argument("--scorer", choices=["latent", "bm25", "dense", "fused"], default=None,
+                      help="how the rhea policy ranks past turns (default: the model's config)")
+    chat.add_argument("--tier-mode", choices=["threshold", "budget"], default=None,
+                      help="threshold (the paper's HCR) or budget (at most --max-raw raw and --max-latent latent turns)")
+    chat.add_argument("--max-raw", type=int, default=None)
+    chat.add_argument("--max-latent", type=int, default=None)
+    chat.add_argument("--latent-tier", choices=["auto", "on", "off"], default=None,
+                      help="auto: latents only when the compressor's recorded fidelity meets the target; on: always")
     chat.add_argument("--max-new-tokens", type=int, default=96)
     chat.set_defaults(func=_cmd_chat)

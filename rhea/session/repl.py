@@ -4,6 +4,7 @@ Commands: /save DIR, /load DIR, /policy NAME, /im, /trace, /help, /quit.
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Callable, Iterable
 
@@ -99,9 +100,17 @@ def run_repl(args) -> int:
     from rhea.modeling.loading import load_rhea_model
 
     model = load_rhea_model(args.model, device=args.device)
-    kwargs = {k: v for k, v in (("tau_low", args.tau_low), ("tau_high", args.tau_high)) if v is not None}
+    kwargs = {k: getattr(args, k, None) for k in ("tau_low", "tau_high", "scorer", "tier_mode", "max_raw", "max_latent",
+                                                   "latent_tier")}
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    if not args.policy.startswith("rhea"):
+        kwargs = {k: v for k, v in kwargs.items() if k in ("tau_low", "tau_high")}
     chat = ChatSession(model, policy=args.policy, max_new_tokens=args.max_new_tokens, policy_kwargs=kwargs)
     print(f"rhea chat on {args.model} (policy {args.policy}); /help for commands", file=sys.stderr)
+    if args.policy.startswith("rhea"):
+        from rhea.memory.scoring import mode_line
+
+        print(mode_line(dataclasses.replace(model.config, **kwargs)), file=sys.stderr)
     if not model.adapters_trained:
         print("note: this model's compress/generate adapters are untrained", file=sys.stderr)
 

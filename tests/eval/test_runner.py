@@ -13,7 +13,7 @@ RUN = dict(n_turns=3, n_episodes=1, max_new_tokens=3, progress=False)
 
 @pytest.fixture(scope="module")
 def model():
-    return tiny_rhea()
+    return tiny_rhea(scorer="latent")  # a latent scorer, so rhea rows time compress (the default scorer reads text)
 
 
 def test_outputs_exist_and_parse(model, tmp_path):

@@ -49,7 +49,7 @@ def test_observers_see_every_turn_with_its_record_and_plan(tiny_model):
 
 
 def test_rhea_counters_split_compress_work_between_planning_and_observing(tiny_model):
-    chat = ChatSession(tiny_model, policy="rhea", max_new_tokens=2)
+    chat = ChatSession(tiny_model, policy="rhea", max_new_tokens=2, policy_kwargs={"scorer": "latent"})  # latents scored
     chat.send("the cat sat on the mat")
     first = chat.records[-1].timings
     assert first["plan_compress_calls"] == 0 and first["compress_calls"] == 1  # nothing to score yet; the reply
@@ -101,7 +101,7 @@ def test_rhea_uses_generate_adapter_and_baselines_the_base(tiny_model):
     chat = ChatSession(tiny_model, policy="vanilla", max_new_tokens=3)
     chat.send("the cat")
     assert chat._adapter_for(chat.last_plan) == "base"
-    chat.set_policy("rhea")
+    chat.set_policy("rhea", scorer="latent")  # a latent scorer: replies are compressed (caught up)
     chat.send("the dog")
     assert chat._adapter_for(chat.last_plan) == "generate" and len(chat.policy.episodic) == 2
 

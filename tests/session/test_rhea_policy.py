@@ -13,6 +13,10 @@ CONV = Conversation([
 ])
 
 
+# the paper's HCR: latent max-cosine, thresholds, latent tier on (tiny models record no compressor fidelity)
+HCR = {"scorer": "latent", "tier_mode": "threshold", "latent_tier": "on"}
+
+
 def _observed(policy, conv=CONV):
     for t in conv:
         policy.observe(t)
@@ -26,7 +30,7 @@ def test_rhea_family_registered():
 @pytest.mark.parametrize("tau", [(-1.0, -1.0), (1.0, 1.0), (-1.0, 1.0)])
 def test_tiers_follow_thresholds(tiny_model, tau):
     lo, hi = tau
-    policy = _observed(get_policy("rhea", model=tiny_model, tau_low=lo, tau_high=hi))
+    policy = _observed(get_policy("rhea", model=tiny_model, tau_low=lo, tau_high=hi, **HCR))
     plan = policy.build(CONV, "what is the capital ?")
     for d in plan.decisions.turns:
         expect = "raw" if d.score > hi else "drop" if d.score < lo else "latent"
@@ -44,7 +48,7 @@ def test_tiers_follow_thresholds(tiny_model, tau):
 def test_scores_match_kernel_reference(tiny_model):
     from rhea_kernels.reference import turn_scores
 
-    policy = _observed(get_policy("rhea", model=tiny_model))
+    policy = _observed(get_policy("rhea", model=tiny_model, **HCR))
     plan = policy.build(CONV, "the cat")
     with torch.no_grad():
         vq = tiny_model.compress(["the cat"])
@@ -55,11 +59,11 @@ def test_scores_match_kernel_reference(tiny_model):
 
 
 def test_each_reply_compressed_once_and_catch_up_batches(tiny_model):
-    policy = _observed(get_policy("rhea", model=tiny_model))
+    policy = _observed(get_policy("rhea", model=tiny_model, **HCR))
     assert policy.episodic.compress_calls == 3
     policy.build(CONV, "x y")
     assert policy.episodic.compress_calls == 4  # only the query
-    fresh = get_policy("rhea", model=tiny_model)  # never observed: catches up in one batch
+    fresh = get_policy("rhea", model=tiny_model, **HCR)  # never observed: catches up in one batch
     fresh.build(CONV, "x y")
     assert fresh.episodic.compress_calls == 2 and len(fresh.episodic) == 3
 
@@ -96,7 +100,7 @@ def test_variants(tiny_model):
 
 def test_score_summary_warns_when_one_tier_dominates(tiny_model):
     conv = Conversation([Turn(f"q {i}", f"the cat is blue {i}") for i in range(6)])
-    policy = _observed(get_policy("rhea", model=tiny_model, tau_low=-1.0, tau_high=-1.0), conv)
+    policy = _observed(get_policy("rhea", model=tiny_model, tau_low=-1.0, tau_high=-1.0, **HCR), conv)
     plan = policy.build(conv, "the cat")
     summary = plan.decisions.records[-1]["scores"]
     assert summary["tier_share"]["raw"] == 1.0 and "calibrate" in summary["warning"]
@@ -109,7 +113,7 @@ def test_bad_inputs(tiny_model):
         get_policy("rhea", model=object())
     with pytest.raises(RheaConfigError, match="fixed_tier"):
         get_policy("rhea", model=tiny_model, fixed_tier="sometimes")
-    policy = _observed(get_policy("rhea", model=tiny_model))
+    policy = _observed(get_policy("rhea", model=tiny_model, **HCR))
     with pytest.raises(ValueError, match="reset"):
         policy.build(Conversation([Turn("a", "something else")]), "q")
 

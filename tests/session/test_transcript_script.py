@@ -17,7 +17,7 @@ def _module():
 def test_transcript_rows_markdown_and_table():
     t = _module()
     assert len(t.SCRIPT) == 20
-    model = tiny_rhea()
+    model = tiny_rhea(scorer="latent")  # a latent scorer: the query and replies are compressed and timed
     turns = ["from now on always answer in french .", "the cat", "the dog and the cat", "stop answering in french ."]
     rows = t.run(model, "rhea", turns, 3, log=lambda m: None)
     assert "generate" not in vars(model)  # the timer is gone again
