@@ -28,6 +28,44 @@ COMMAND_MODULES = [
 USER_ERRORS = (RheaError, FileExistsError, ValueError)
 
 
+#: Commands that decode one sequence at a time. One torch thread answered a chat turn 5x faster
+#: than the default (one per core) on a shared 2-core machine, with identical replies, and no
+#: slower on an idle one (benchmarks/threads.py; docs/session.md, "Threads"), so they default to
+#: it unless --threads or OMP_NUM_THREADS says otherwise.
+SINGLE_SEQUENCE_COMMANDS = ("chat", "bench")
+
+
+def _thread_count(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--threads {value!r} must be an int >= 1 (torch CPU threads)")
+    return n
+
+
+def add_threads_argument(parser) -> None:
+    """The ``--threads N`` option of the single-sequence commands (see `SINGLE_SEQUENCE_COMMANDS`)."""
+    parser.add_argument("--threads", type=_thread_count, default=None,
+                        help="torch CPU threads (default: 1, fastest for one conversation at a time; "
+                             "OMP_NUM_THREADS, when set, is kept)")
+
+
+def apply_threads(args) -> int | None:
+    """Set torch's intra-op threads for `args.command`: --threads, else 1 for the single-sequence
+    commands unless OMP_NUM_THREADS is set. Returns the count set, or None when left alone."""
+    import os
+
+    n = getattr(args, "threads", None)
+    if n is None and (args.command not in SINGLE_SEQUENCE_COMMANDS or os.environ.get("OMP_NUM_THREADS")):
+        return None
+    import torch
+
+    torch.set_num_threads(n or 1)
+    return n or 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rhea", description="Long multi-turn conversations for Hugging Face LLMs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -44,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    apply_threads(args)
     try:
         return int(args.func(args) or 0)
     except Exception as e:  # one clear line for the user's mistakes; full traceback for ours

@@ -127,6 +127,7 @@ def _cmd_bench(args) -> int:
 
 
 def register(sub) -> None:
+    from rhea.cli import add_threads_argument
     from rhea.modeling.loading import add_device_argument
 
     bench = sub.add_parser(
@@ -142,6 +143,7 @@ def register(sub) -> None:
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--model", default="smollm2-135m", help="model-zoo name, Rhea directory, or base model path")
     add_device_argument(bench)
+    add_threads_argument(bench)
     bench.add_argument("--out", required=True, help="output directory (one sub-directory per suite with several)")
     bench.add_argument("--data", default=None, help="the suite's public data file (MT-Eval, IFEval, MT-Bench, ...)")
     bench.add_argument("--max-new-tokens", type=int, default=64)

@@ -47,7 +47,7 @@ def resolve_export_source(source: str | Path) -> tuple[Path | None, str | None]:
     """
     from rhea.errors import CheckpointError
     from rhea.modeling.config import CONFIG_NAME
-    from rhea.models import DEFAULT_MODEL, MODEL_ZOO, get_model
+    from rhea.modeling.zoo import DEFAULT_MODEL, MODEL_ZOO, get_model
 
     path = Path(source)
     if path.is_dir():

@@ -6,10 +6,12 @@ import sys
 
 def _cmd_chat(args) -> int:
     if args.demo:
-        from rhea.demo import run_demo
+        from rhea.session.demo import run_demo
 
-        run_demo(args.model, max_new_tokens=args.max_new_tokens, device=args.device)
+        run_demo(args.model, max_new_tokens=args.max_new_tokens or 32, device=args.device)
         return 0
+    if args.max_new_tokens is None:
+        args.max_new_tokens = 96
     from rhea.session.repl import run_repl
 
     return run_repl(args)
@@ -17,6 +19,7 @@ def _cmd_chat(args) -> int:
 
 def register(sub) -> None:
     from rhea.constants import DEFAULT_POLICY
+    from rhea.cli import add_threads_argument
     from rhea.modeling.loading import add_device_argument
 
     chat = sub.add_parser("chat", help="chat with a model under a context policy (or --demo)")
@@ -27,5 +30,6 @@ def register(sub) -> None:
                       help=f"context policy: any registered name (default {DEFAULT_POLICY}; `rhea bench --policies all` runs them all)")
     chat.add_argument("--tau-low", type=float, default=None, help="HCR drop threshold (default: the model's config)")
     chat.add_argument("--tau-high", type=float, default=None, help="HCR raw-text threshold (default: the model's config)")
-    chat.add_argument("--max-new-tokens", type=int, default=96)
+    chat.add_argument("--max-new-tokens", type=int, default=None, help="reply length cap (default 96; 32 with --demo)")
+    add_threads_argument(chat)
     chat.set_defaults(func=_cmd_chat)
