@@ -75,9 +75,10 @@ def resolve_export_source(source: str | Path) -> tuple[Path | None, str | None]:
 def check_export_out(out: str | Path) -> Path:
     """`out` as a Path, refused (FileExistsError) when it exists and is not an empty directory."""
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"--out {out} exists and is not an empty directory; choose a new --out directory "
-                              "or remove it")
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--out {out} is a file; choose a new --out directory")
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"--out {out} exists and is not empty; choose a new --out directory or remove it")
     return out
 
 
