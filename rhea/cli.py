@@ -12,8 +12,8 @@ import sys
 from rhea.errors import RheaError
 
 COMMAND_MODULES = [
-    "rhea.modeling.cli",     # chat --demo, export
-    "rhea.session.cli",      # chat (interactive)
+    "rhea.modeling.cli",     # export
+    "rhea.session.cli",      # chat (interactive REPL, --demo)
     "rhea.training.cli",     # train
     "rhea.training.acr.cli",  # train-acr
     "rhea.eval.cli",         # bench
@@ -28,10 +28,10 @@ COMMAND_MODULES = [
 USER_ERRORS = (RheaError, FileExistsError, ValueError)
 
 
-#: Commands that decode one sequence at a time. One torch thread answered a chat turn 5x faster
-#: than the default (one per core) on a shared 2-core machine, with identical replies, and no
-#: slower on an idle one (benchmarks/threads.py; docs/session.md, "Threads"), so they default to
-#: it unless --threads or OMP_NUM_THREADS says otherwise.
+#: Commands that decode one sequence at a time. With one torch thread a chat turn took a median
+#: 6.0 s against 38.6 s with the default (one per core) on the shared 2-core machine, with
+#: identical replies (benchmarks/threads.py; docs/session.md, "Threads"), so they default to one
+#: unless --threads or OMP_NUM_THREADS says otherwise.
 SINGLE_SEQUENCE_COMMANDS = ("chat", "bench")
 
 

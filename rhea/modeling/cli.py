@@ -1,4 +1,4 @@
-"""`rhea export` (and `rhea chat --demo` until the interactive chat registers `chat`)."""
+"""`rhea export`: a Rhea directory or a model-zoo name, merged for serving."""
 from __future__ import annotations
 
 

@@ -26,7 +26,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 #: `make` targets, mapped to what they run once installed: the test must not rebuild the venv
 #: it runs in (the Makefile's `demo: install` then runs `$(VENV)/bin/rhea chat --demo`).
 MAKE_TARGETS = {
-    "make demo": "rhea chat --demo",
+    "make demo": "rhea chat --demo",  # a README command of its own below: run once, there
     # `make test` is the suite this test belongs to: running it here would recurse.
     "make test": None,
 }
@@ -91,6 +91,8 @@ def test_readme_command_runs_as_written(command, clone):
     if command in MAKE_TARGETS:
         if MAKE_TARGETS[command] is None:
             pytest.skip(f"`{command}` runs the test suite this test is part of")
+        if MAKE_TARGETS[command] in COMMANDS:
+            pytest.skip(f"`{command}` runs `{MAKE_TARGETS[command]}`, which runs here as its own README command")
         command = MAKE_TARGETS[command]
     script = f'rhea() {{ "{sys.executable}" -m rhea.cli "$@"; }}\nset -o pipefail\n{command}\n'
     proc = subprocess.run(["bash", "-c", script], cwd=clone, env=_env(), capture_output=True, text=True, timeout=600)
