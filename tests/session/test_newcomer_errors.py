@@ -170,7 +170,7 @@ def test_tokens_plot_label_fits_the_figure():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rhea.eval.runner import _draw, _plots
+    from rhea.eval.report import _draw, _plots
 
     rows = [{"turn_index": i, "context_tokens": 50 + 10 * i, "full_history_tokens": 60 + 30 * i, "latency_s": 1.0 + i}
             for i in range(4)]
