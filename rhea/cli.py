@@ -35,23 +35,6 @@ USER_ERRORS = (RheaError, FileExistsError, ValueError)
 SINGLE_SEQUENCE_COMMANDS = ("chat", "bench")
 
 
-def _thread_count(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"--threads {value!r} must be an int >= 1 (torch CPU threads)")
-    return n
-
-
-def add_threads_argument(parser) -> None:
-    """The ``--threads N`` option of the single-sequence commands (see `SINGLE_SEQUENCE_COMMANDS`)."""
-    parser.add_argument("--threads", type=_thread_count, default=None,
-                        help="torch CPU threads (default: 1, fastest for one conversation at a time; "
-                             "OMP_NUM_THREADS, when set, is kept)")
-
-
 def apply_threads(args) -> int | None:
     """Set torch's intra-op threads for `args.command`: --threads, else 1 for the single-sequence
     commands unless OMP_NUM_THREADS is set. Returns the count set, or None when left alone."""

@@ -127,8 +127,7 @@ def _cmd_bench(args) -> int:
 
 
 def register(sub) -> None:
-    from rhea.cli import add_threads_argument
-    from rhea.modeling.loading import add_device_argument
+    from rhea.modeling.loading import add_device_argument, add_threads_argument
 
     bench = sub.add_parser(
         "bench", help="run evaluation suites for context policies; write results.json, summary.md and plots",

@@ -78,6 +78,25 @@ def add_device_argument(parser) -> None:
                         help="where the model runs: auto (a CUDA GPU if torch sees one, else the CPU), cpu, cuda, cuda:N")
 
 
+def _thread_count(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"--threads {value!r} must be an int >= 1 (torch CPU threads)")
+    return n
+
+
+def add_threads_argument(parser) -> None:
+    """The ``--threads N`` option of the single-sequence commands (``rhea.cli.apply_threads`` sets it)."""
+    parser.add_argument("--threads", type=_thread_count, default=None,
+                        help="torch CPU threads (default: 1, fastest for one conversation at a time; "
+                             "OMP_NUM_THREADS, when set, is kept)")
+
+
 def load_rhea_model(name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype | None = None,
                     device: str | torch.device | None = "cpu"):
     """A `RheaForCausalLM` from a Rhea directory, the default model, or any base (fresh adapters).

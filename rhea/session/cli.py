@@ -19,8 +19,7 @@ def _cmd_chat(args) -> int:
 
 def register(sub) -> None:
     from rhea.constants import DEFAULT_POLICY
-    from rhea.cli import add_threads_argument
-    from rhea.modeling.loading import add_device_argument
+    from rhea.modeling.loading import add_device_argument, add_threads_argument
 
     chat = sub.add_parser("chat", help="chat with a model under a context policy (or --demo)")
     chat.add_argument("--demo", action="store_true", help="run the scripted demo conversation and exit")
