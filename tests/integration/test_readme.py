@@ -86,7 +86,7 @@ def _env() -> dict:
     return env
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", COMMANDS, ids=[re.sub(r"[^\w.=-]+", "_", c)[:60] for c in COMMANDS])
 def test_readme_command_runs_as_written(command, clone):
     if command in MAKE_TARGETS:
         if MAKE_TARGETS[command] is None:
