@@ -12,8 +12,8 @@ import sys
 from rhea.errors import RheaError
 
 COMMAND_MODULES = [
-    "rhea.modeling.cli",     # chat --demo, export
-    "rhea.session.cli",      # chat (interactive)
+    "rhea.modeling.cli",     # export
+    "rhea.session.cli",      # chat (interactive REPL, --demo)
     "rhea.training.cli",     # train
     "rhea.training.acr.cli",  # train-acr
     "rhea.eval.cli",         # bench
@@ -26,6 +26,27 @@ COMMAND_MODULES = [
 #: Printed as one line. ValueError only for the errors not yet under RheaError (PENDING in
 #: tests/test_errors.py) and the kernels' CLI, which stands apart from rhea.
 USER_ERRORS = (RheaError, FileExistsError, ValueError)
+
+
+#: Commands that decode one sequence at a time. With one torch thread a chat turn took a median
+#: 6.0 s against 38.6 s with the default (one per core) on the shared 2-core machine, with
+#: identical replies (benchmarks/threads.py; docs/session.md, "Threads"), so they default to one
+#: unless --threads or OMP_NUM_THREADS says otherwise.
+SINGLE_SEQUENCE_COMMANDS = ("chat", "bench")
+
+
+def apply_threads(args) -> int | None:
+    """Set torch's intra-op threads for `args.command`: --threads, else 1 for the single-sequence
+    commands unless OMP_NUM_THREADS is set. Returns the count set, or None when left alone."""
+    import os
+
+    n = getattr(args, "threads", None)
+    if n is None and (args.command not in SINGLE_SEQUENCE_COMMANDS or os.environ.get("OMP_NUM_THREADS")):
+        return None
+    import torch
+
+    torch.set_num_threads(n or 1)
+    return n or 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    apply_threads(args)
     try:
         return int(args.func(args) or 0)
     except Exception as e:  # one clear line for the user's mistakes; full traceback for ours

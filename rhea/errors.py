@@ -75,3 +75,7 @@ def require_text(value: object, what: str) -> str:
     if not value.strip():
         raise EmptyMessageError(f"{what}={value!r} is empty or whitespace; pass the message text")
     return value
+
+
+class InvalidTextError(RheaError, ValueError):
+    """A text cannot be tokenized as given (e.g. it holds unpaired surrogates from a bad decode)."""

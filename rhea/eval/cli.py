@@ -32,12 +32,46 @@ def _suites(value: str) -> list[str]:
     return list_suites() if value == "all" else _split(value)
 
 
+def _check_thresholds(args, policies: list[str]) -> None:
+    """--tau-low/--tau-high: finite, for a policy that reads them, and ordered (a missing one is
+    the model's own value), checked before the model loads and before --out is written."""
+    import math
+
+    from rhea.eval.runner import BenchError
+    from rhea.policies import available_policies, policy_class
+
+    given = {k: v for k, v in (("tau-low", args.tau_low), ("tau-high", args.tau_high)) if v is not None}
+    if not given:
+        return
+    for flag, value in given.items():
+        if not math.isfinite(value):
+            raise BenchError(f"--{flag} {value} must be a finite number (a score threshold, e.g. 0.4)")
+    takers = [p for p in available_policies() if policy_class(p).thresholds]
+    if not any(p in takers for p in policies):
+        flags = " and ".join(f"--{f}" for f in given)
+        raise BenchError(f"{flags} only apply to the rhea policies ({', '.join(takers)}), and --policies "
+                         f"{args.policies} has none; drop {flags} or add rhea to --policies")
+    from rhea.modeling.loading import check_model_path, peek_rhea_config
+
+    check_model_path(args.model)
+    own = peek_rhea_config(args.model)
+    low = args.tau_low if args.tau_low is not None else own.tau_low
+    high = args.tau_high if args.tau_high is not None else own.tau_high
+    if low > high:
+        which = ("--tau-low {} is above --tau-high {}".format(low, high) if len(given) == 2 else
+                 f"--tau-low {low} is above {args.model}'s tau_high {high:g}" if "tau-low" in given else
+                 f"--tau-high {high} is below {args.model}'s tau_low {low:g}")
+        raise BenchError(f"{which}: tau_low must be <= tau_high (turns scoring below tau_low are dropped, above "
+                         f"tau_high kept raw); pass --tau-low <= --tau-high")
+
+
 def _cmd_bench(args) -> int:
     from rhea.eval.runner import BenchError, run_suite
     from rhea.policies import policy_class
     from rhea.eval.suites import get_suite
 
     suites, policies = _suites(args.suite), _policies(args.policies)
+    _check_thresholds(args, policies)
     if args.data and len(suites) != 1:
         raise BenchError("--data names one suite's data file; run one --suite at a time with it")
     # per-suite options: {suite: {kwarg: value}}; an option for a suite not being run is an error
@@ -93,7 +127,7 @@ def _cmd_bench(args) -> int:
 
 
 def register(sub) -> None:
-    from rhea.modeling.loading import add_device_argument
+    from rhea.modeling.loading import add_device_argument, add_threads_argument
 
     bench = sub.add_parser(
         "bench", help="run evaluation suites for context policies; write results.json, summary.md and plots",
@@ -108,6 +142,7 @@ def register(sub) -> None:
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--model", default="smollm2-135m", help="model-zoo name, Rhea directory, or base model path")
     add_device_argument(bench)
+    add_threads_argument(bench)
     bench.add_argument("--out", required=True, help="output directory (one sub-directory per suite with several)")
     bench.add_argument("--data", default=None, help="the suite's public data file (MT-Eval, IFEval, MT-Bench, ...)")
     bench.add_argument("--max-new-tokens", type=int, default=64)

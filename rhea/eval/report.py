@@ -127,35 +127,47 @@ def plot_results(results: dict, out: str | Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     out = Path(out)
-    config = results["config"]
-    title = f"{config['suite']} · {config['model']}"
-    plots = [("tokens_vs_turn.png", "context_tokens", "context tokens (text + latent slots, chat template included)"),
-             ("latency_vs_turn.png", "latency_s", "latency per turn (s)")]
-    if config["suite"] == "instruction-retention":
-        plots.insert(0, ("iar_vs_turn.png", "iar", "IAR (0-10)"))
     written = []
-    for filename, field, label in plots:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for policy, data in results["policies"].items():
-            xs, ys = _by_turn(data["turns"], field)
-            if xs:
-                ax.plot(xs, ys, marker="o", markersize=3, label=policy)
-        if field == "context_tokens":
-            first = next(iter(results["policies"].values()), {"turns": []})
-            xs, ys = _by_turn(first["turns"], "full_history_tokens")
-            if xs:
-                ax.plot(xs, ys, "k--", linewidth=1, label="full history (content only, no template)")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("turn")
-        ax.set_ylabel(label)
-        ax.set_title(title, fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
+    for filename, field, label in _plots(results["config"]):
+        fig = _draw(results, field, label)
         fig.savefig(out / filename, dpi=110)
         plt.close(fig)
         written.append(out / filename)
     return written
+
+
+def _plots(config: dict) -> list[tuple[str, str, str]]:
+    """(file name, row field, y-axis label) per plot; long labels are wrapped to fit a 4-inch axis."""
+    plots = [("tokens_vs_turn.png", "context_tokens", "context tokens\n(text + latent slots, with template)"),
+             ("latency_vs_turn.png", "latency_s", "latency per turn (s)")]
+    if config["suite"] == "instruction-retention":
+        plots.insert(0, ("iar_vs_turn.png", "iar", "IAR (0-10)"))
+    return plots
+
+
+def _draw(results: dict, field: str, label: str):
+    """One plot's figure (laid out, not saved)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    config = results["config"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for policy, data in results["policies"].items():
+        xs, ys = _by_turn(data["turns"], field)
+        if xs:
+            ax.plot(xs, ys, marker="o", markersize=3, label=policy)
+    if field == "context_tokens":
+        first = next(iter(results["policies"].values()), {"turns": []})
+        xs, ys = _by_turn(first["turns"], "full_history_tokens")
+        if xs:
+            ax.plot(xs, ys, "k--", linewidth=1, label="full history (content only, no template)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("turn")
+    ax.set_ylabel(label)
+    ax.set_title(f"{config['suite']} · {config['model']}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

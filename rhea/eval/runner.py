@@ -126,6 +126,7 @@ def run_suite(
     if len(set(policies)) != len(policies):
         raise BenchError(f"policies {policies} name one policy twice")
     policy_kwargs = {k: dict(v) for k, v in (policy_kwargs or {}).items()}
+    _check_thresholds(model, policies, policy_kwargs)  # before anything is written to `out`
     episodes = suite.generate(n_turns=n_turns, seed=seed)
     config = {"format": RESULTS_FORMAT, "suite": suite.name, "policies": policies,
               "n_turns": len(episodes[0].turns), "n_episodes": len(episodes), "seed": seed, "data": data,
@@ -167,6 +168,21 @@ def run_suite(
     if out is not None:
         write_outputs(results, out)
     return results
+
+
+def _check_thresholds(model, policies: Sequence[str], policy_kwargs: Mapping[str, Mapping[str, Any]]) -> None:
+    """tau_low <= tau_high for every Rhea-family policy (a missing one is the model's), so a bad
+    pair fails before `out` gets a config.json that would block the corrected run."""
+    from rhea.policies import policy_class
+
+    cfg = getattr(model, "config", None)
+    for policy in policies:
+        kw = policy_kwargs.get(policy, {})
+        if not {"tau_low", "tau_high"} <= set(policy_class(policy).thresholds) or not {"tau_low", "tau_high"} & set(kw):
+            continue
+        low, high = kw.get("tau_low", getattr(cfg, "tau_low", None)), kw.get("tau_high", getattr(cfg, "tau_high", None))
+        if low is not None and high is not None and float(low) > float(high):
+            raise BenchError(f"policy {policy!r}: tau_low={low} is above tau_high={high}; pass tau_low <= tau_high")
 
 
 def _label(value: Any) -> Any:

@@ -1,6 +1,7 @@
 """Export a Rhea model for serving: the generate adapter merged into the base, plus the compressor."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -19,11 +20,11 @@ Written by `rhea export {source} --out {out}`.
   `mem_token_row` (the `<mem>` embedding row).
 * `rhea_config.json` — the Rhea configuration (n_mem, thresholds, base model).
 
-Load everything back as a trainable Rhea model from the source directory instead:
+Load everything back as a trainable Rhea model from the source instead:
 
 ```python
-from rhea import RheaForCausalLM
-model = RheaForCausalLM.from_pretrained("{source}")
+from rhea.modeling.loading import load_rhea_model
+model = load_rhea_model("{source}")
 ```
 
 Or use the merged model for generation only:
@@ -36,16 +37,77 @@ tokenizer = AutoTokenizer.from_pretrained("{out}/merged")
 """
 
 
-def export_model(source: str | Path, out: str | Path, *, base_model=None) -> Path:
-    """Write ``out/merged`` (generate adapter merged, safetensors), ``out/compress``, the `<mem>` rows and a README."""
-    source, out = Path(source), Path(out)
-    model = RheaForCausalLM.from_pretrained(source, base_model=base_model)
+def resolve_export_source(source: str | Path) -> tuple[Path | None, str | None]:
+    """(Rhea directory, zoo name) for `source`: a directory written by ``save_pretrained`` or a
+    model-zoo name (the default model's name stands for its shipped adapters). Raises before
+    anything is loaded when `source` is neither.
+
+    >>> resolve_export_source("smollm2-135m")[0].name
+    'smollm2-135m'
+    """
+    from rhea.errors import CheckpointError
+    from rhea.modeling.config import CONFIG_NAME
+    from rhea.modeling.zoo import DEFAULT_MODEL, MODEL_ZOO, get_model
+
+    path = Path(source)
+    if path.is_dir():
+        if not (path / CONFIG_NAME).is_file():
+            raise CheckpointError(
+                f"{path} has no {CONFIG_NAME}, so it is not a Rhea directory; pass a directory written by "
+                f"RheaForCausalLM.save_pretrained (or `rhea calibrate --out`), or a model-zoo name ({', '.join(sorted(MODEL_ZOO))})")
+        return path, None
+    name = str(source)
+    if name == DEFAULT_MODEL:
+        shipped = Path(__file__).resolve().parent.parent / "data" / "adapters" / DEFAULT_MODEL
+        if (shipped / CONFIG_NAME).is_file():
+            return shipped, None
+    if name in MODEL_ZOO:
+        return None, name
+    if path.exists():
+        raise CheckpointError(f"{path} is a file, not a directory; pass the folder written by save_pretrained()")
+    if "/" in name or os.sep in name or name.startswith("."):
+        raise CheckpointError(f"{path} does not exist; pass an existing Rhea directory or a model-zoo name "
+                              f"({', '.join(sorted(MODEL_ZOO))})")
+    get_model(name)  # UnknownModelError with the known names (and a close match)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def check_export_out(out: str | Path) -> Path:
+    """`out` as a Path, refused (FileExistsError) when it exists and is not an empty directory."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--out {out} is a file; choose a new --out directory")
     if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} exists and is not empty; choose a new --out directory or remove it")
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(source / "compress", out / "compress")
-    shutil.copy2(source / MEM_WEIGHTS_NAME, out / MEM_WEIGHTS_NAME)
-    shutil.copy2(source / "rhea_config.json", out / "rhea_config.json")
+        raise FileExistsError(f"--out {out} exists and is not empty; choose a new --out directory or remove it")
+    return out
+
+
+def export_model(source: str | Path, out: str | Path, *, base_model=None) -> Path:
+    """Write ``out/merged`` (generate adapter merged, safetensors), ``out/compress``, the `<mem>` rows and a README.
+
+    `source`: a directory written by ``save_pretrained`` or a model-zoo name (``smollm2-135m``
+    exports the shipped trained adapters; another zoo name gets fresh, untrained adapters).
+    Both `source` and `out` are checked before any model is loaded.
+    """
+    import tempfile
+
+    directory, zoo_name = resolve_export_source(source)
+    out = check_export_out(out)
+    with tempfile.TemporaryDirectory(prefix="rhea-export-") as tmp:
+        if directory is None:  # a zoo model without shipped adapters: save fresh ones first
+            from rhea.modeling.loading import load_rhea_model
+
+            model = load_rhea_model(zoo_name)
+            directory = Path(tmp) / zoo_name
+            model.save_pretrained(directory)
+            if base_model is not None:
+                model = RheaForCausalLM.from_pretrained(directory, base_model=base_model)
+        else:
+            model = RheaForCausalLM.from_pretrained(directory, base_model=base_model)
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(directory / "compress", out / "compress")
+        shutil.copy2(directory / MEM_WEIGHTS_NAME, out / MEM_WEIGHTS_NAME)
+        shutil.copy2(directory / "rhea_config.json", out / "rhea_config.json")
     peft_model = model.peft_model
     peft_model.base_model.set_adapter("generate")  # so deleting compress leaves a clean active adapter
     peft_model.delete_adapter("compress")
@@ -58,4 +120,4 @@ def export_model(source: str | Path, out: str | Path, *, base_model=None) -> Pat
     return out
 
 
-__all__ = ["export_model", "TOKENIZER_DIR"]
+__all__ = ["export_model", "resolve_export_source", "check_export_out", "TOKENIZER_DIR"]

@@ -18,6 +18,7 @@ from rhea.modeling.zoo import (  # noqa: F401
     MODEL_ZOO,
     ZooModel,
     cache_dir,
+    check_model_path,
     load_base_model,
     resolve_model_path,
 )
@@ -77,6 +78,25 @@ def add_device_argument(parser) -> None:
                         help="where the model runs: auto (a CUDA GPU if torch sees one, else the CPU), cpu, cuda, cuda:N")
 
 
+def _thread_count(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"--threads {value!r} must be an int >= 1 (torch CPU threads)")
+    return n
+
+
+def add_threads_argument(parser) -> None:
+    """The ``--threads N`` option of the single-sequence commands (``rhea.cli.apply_threads`` sets it)."""
+    parser.add_argument("--threads", type=_thread_count, default=None,
+                        help="torch CPU threads (default: 1, fastest for one conversation at a time; "
+                             "OMP_NUM_THREADS, when set, is kept)")
+
+
 def load_rhea_model(name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype | None = None,
                     device: str | torch.device | None = "cpu"):
     """A `RheaForCausalLM` from a Rhea directory, the default model, or any base (fresh adapters).
@@ -94,6 +114,7 @@ def _load_rhea_model(name_or_path: str, dtype: torch.dtype | None):
     from rhea.modeling.rhea_model import RheaForCausalLM
     from rhea.modeling.zoo import default_dtype
 
+    check_model_path(name_or_path)
     dtype = dtype or default_dtype(name_or_path)
 
     if os.path.isfile(os.path.join(name_or_path, CONFIG_NAME)):
@@ -102,3 +123,15 @@ def _load_rhea_model(name_or_path: str, dtype: torch.dtype | None):
         return load_default_model(dtype=dtype)[0]
     base, tokenizer = load_base_model(name_or_path, dtype=dtype)
     return RheaForCausalLM.from_base(base, tokenizer)
+
+
+def peek_rhea_config(name_or_path: str):
+    """The `RheaConfig` that `load_rhea_model(name_or_path)` would use, read without loading any
+    weights: a Rhea directory's ``rhea_config.json``, the shipped adapters' for the default model,
+    else the defaults that fresh adapters get. For checking options before a model loads."""
+    from rhea.modeling.config import CONFIG_NAME, RheaConfig
+
+    for directory in (Path(name_or_path), Path(__file__).resolve().parent.parent / "data" / "adapters" / DEFAULT_MODEL):
+        if (directory / CONFIG_NAME).is_file() and (directory == Path(name_or_path) or name_or_path == DEFAULT_MODEL):
+            return RheaConfig.load(directory)
+    return RheaConfig()

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from rhea.constants import MEM_TOKEN
-from rhea.errors import CheckpointError, LatentMismatchError, RheaConfigError
+from rhea.errors import CheckpointError, InvalidTextError, LatentMismatchError, RheaConfigError
 from rhea.modeling.config import CONFIG_NAME, RheaConfig
 
 ADAPTERS = ("compress", "generate")
@@ -196,12 +196,20 @@ class RheaForCausalLM(nn.Module):
                 raise CheckpointError(f"{directory / MEM_WEIGHTS_NAME}: {key} should have shape {shape}, got {got}")
         with torch.no_grad():
             base.get_input_embeddings().weight[mem_id] = mem["mem_token_row"].to(base.dtype)
-        try:
-            with _quiet_peft():
-                peft_model = PeftModel.from_pretrained(base, str(directory / "compress"), adapter_name="compress", is_trainable=True)
-                peft_model.load_adapter(str(directory / "generate"), adapter_name="generate", is_trainable=True)
-        except Exception as e:
-            raise CheckpointError(f"could not load the LoRA adapters from {directory} ({type(e).__name__}: {e})") from e
+        peft_model = None
+        for name in ADAPTERS:  # one at a time, so a bad file is reported with the adapter it belongs to
+            try:
+                with _quiet_peft():
+                    if peft_model is None:
+                        peft_model = PeftModel.from_pretrained(base, str(directory / name), adapter_name=name, is_trainable=True)
+                    else:
+                        peft_model.load_adapter(str(directory / name), adapter_name=name, is_trainable=True)
+            except Exception as e:
+                raise CheckpointError(
+                    f"the {name!r} LoRA adapter in {directory / name} could not be loaded ({type(e).__name__}: {e}); "
+                    f"that folder is corrupted or was not written by save_pretrained(): restore {directory / name} "
+                    "from the directory you saved (or save the model again)"
+                ) from e
         model = cls(peft_model, tokenizer, config, mem_id)
         with torch.no_grad():
             model.mem_slot_embeds.copy_(mem["mem_slot_embeds"].to(model.mem_slot_embeds.dtype))
@@ -346,6 +354,13 @@ class RheaForCausalLM(nn.Module):
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise TypeError(f"texts[{i}] is {type(text).__name__}, expected str")
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:  # tokenizers would fail with a bare UnicodeEncodeError
+                raise InvalidTextError(
+                    f"texts[{i}] holds an unpaired surrogate {text[e.start]!r} at character {e.start} (a str decoded "
+                    "with errors='surrogateescape'); decode the original bytes with their real encoding, or with "
+                    "errors='replace'") from None
             # split_special_tokens: a literal "<mem>" (or "<|im_end|>") in a reply is plain text here.
             toks = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
             if limit is not None and len(toks) + self.n_mem > limit:

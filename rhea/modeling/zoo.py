@@ -405,6 +405,36 @@ def install_model(name: str, *, reinstall: bool = False, run=subprocess.run) -> 
     return cmd
 
 
+def _looks_like_path(name: str) -> bool:
+    """A filesystem path rather than a zoo name or a hub id ("org/name")."""
+    return (os.path.isabs(name) or name.startswith(("./", "../", "~", ".\\")) or name in (".", "..")
+            or name.count("/") > 1 or os.sep != "/" and os.sep in name)
+
+
+def check_model_path(name_or_path: str) -> None:
+    """Refuse, before anything loads, a model argument that is a path which does not exist or
+    holds no model (CheckpointError naming the path); zoo names and hub ids pass through."""
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise CheckpointError(f"model={name_or_path!r} must be a model-zoo name, a directory or a hub id (a str)")
+    name = os.fspath(name_or_path)
+    known = ", ".join(sorted(MODEL_ZOO))
+    if name in MODEL_ZOO:
+        return
+    if os.path.isfile(name):
+        raise CheckpointError(f"model path {name} is a file; pass the directory that holds it (with config.json "
+                              f"and the weights), or a model-zoo name ({known})")
+    if os.path.isdir(name):
+        from rhea.modeling.config import CONFIG_NAME
+
+        if not (os.path.isfile(os.path.join(name, "config.json")) or os.path.isfile(os.path.join(name, CONFIG_NAME))):
+            raise CheckpointError(f"model directory {name} holds neither config.json (a Hugging Face model) nor "
+                                  f"{CONFIG_NAME} (a Rhea directory); pass the folder the model was saved into")
+        return
+    if _looks_like_path(name):
+        raise CheckpointError(f"model path {name} does not exist; pass an existing model directory or a model-zoo "
+                              f"name ({known})")
+
+
 def load_base_model(
     name_or_path: str = DEFAULT_MODEL,
     *,
@@ -422,6 +452,7 @@ def load_base_model(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_model_path(name_or_path)
     path = resolve_model_path(name_or_path)
     kwargs = {"dtype": torch.float32 if dtype is None else dtype}
     if attn_implementation:

@@ -2,6 +2,6 @@
 
 >>> from rhea.session import ChatSession
 """
-from rhea.session.chat import ChatSession, SessionError, TurnRecord
+from rhea.session.chat import ChatSession, MessageError, SessionError, TurnRecord
 
-__all__ = ["ChatSession", "SessionError", "TurnRecord"]
+__all__ = ["ChatSession", "MessageError", "SessionError", "TurnRecord"]

@@ -22,6 +22,10 @@ class SessionError(RheaError, ValueError):
     """A session file is missing, corrupt, or does not fit the model it is loaded onto."""
 
 
+class MessageError(RheaConfigError):
+    """A chat message cannot be used as given (invalid UTF-8 bytes, unpaired surrogates, too long)."""
+
+
 @dataclass
 class TurnRecord:
     """What one turn cost and decided (the plan itself stays in `ChatSession.last_plan`)."""
@@ -189,22 +193,30 @@ class ChatSession:
             try:
                 text = bytes(text).decode("utf-8")
             except UnicodeDecodeError as e:
-                raise RheaConfigError(
+                raise MessageError(
                     f"message bytes are not valid UTF-8 ({e.reason} at byte {e.start}); decode them with the right "
                     "encoding and pass a str"
                 ) from e
         text = require_text(text, "message")
         if len(text) > MAX_MESSAGE_CHARS:
-            raise RheaConfigError(
+            raise MessageError(
                 f"message has {len(text):,} characters (limit {MAX_MESSAGE_CHARS:,}); split it into several messages"
             )
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # lone surrogates: bytes decoded with errors="surrogateescape"
+            raise MessageError(
+                f"message holds an unpaired surrogate {text[e.start]!r} at character {e.start} (a str decoded with "
+                "errors='surrogateescape' or 'surrogatepass'); decode the original bytes with their real encoding, "
+                "or with errors='replace'"
+            ) from None
         return text
 
     def send(self, text: str, *, on_text: Callable[[str], None] | None = None) -> str:
         """Answer `text` under the policy; record the turn; return the reply.
 
-        `text` is a str (bytes are decoded as UTF-8; invalid UTF-8 is a ValueError). Blank
-        messages and messages over `MAX_MESSAGE_CHARS` are rejected before anything is recorded.
+        `text` is a str (bytes are decoded as UTF-8). Invalid UTF-8, unpaired surrogates and messages
+        over `MAX_MESSAGE_CHARS` (`MessageError`) and blank messages are rejected before anything is recorded.
         """
         text = self._check_message(text)
         work_before = self.policy.counters()

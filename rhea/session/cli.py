@@ -6,10 +6,12 @@ import sys
 
 def _cmd_chat(args) -> int:
     if args.demo:
-        from rhea.demo import run_demo
+        from rhea.session.demo import run_demo
 
-        run_demo(args.model, max_new_tokens=args.max_new_tokens, device=args.device)
+        run_demo(args.model, max_new_tokens=args.max_new_tokens or 32, device=args.device)
         return 0
+    if args.max_new_tokens is None:
+        args.max_new_tokens = 96
     from rhea.session.repl import run_repl
 
     return run_repl(args)
@@ -36,7 +38,7 @@ def retrieval_mode_line(model: str) -> str | None:
 
 def register(sub) -> None:
     from rhea.constants import DEFAULT_POLICY
-    from rhea.modeling.loading import add_device_argument
+    from rhea.modeling.loading import add_device_argument, add_threads_argument
 
     chat = sub.add_parser("chat", help="chat with a model under a context policy (or --demo)")
     chat.add_argument("--demo", action="store_true", help="run the scripted demo conversation and exit")
@@ -54,5 +56,6 @@ def register(sub) -> None:
     chat.add_argument("--max-latent", type=int, default=None)
     chat.add_argument("--latent-tier", choices=["auto", "on", "off"], default=None,
                       help="auto: latents only when the compressor's recorded fidelity meets the target; on: always")
-    chat.add_argument("--max-new-tokens", type=int, default=96)
+    chat.add_argument("--max-new-tokens", type=int, default=None, help="reply length cap (default 96; 32 with --demo)")
+    add_threads_argument(chat)
     chat.set_defaults(func=_cmd_chat)

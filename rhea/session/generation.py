@@ -137,6 +137,25 @@ class _TimingStreamer:
                 self.emitted = text
 
 
+def _overflow_advice(plan: ContextPlan, tokenizer, n_prompt: int, max_new_tokens: int, limit: int) -> str:
+    """What overflowed the context and the one fix that applies: the message itself, or the history."""
+    head = (f"the plan renders to {n_prompt} tokens; with max_new_tokens={max_new_tokens} that exceeds the model's "
+            f"context of {limit}")
+    query = next((m["content"] for m in reversed(plan.messages) if m["role"] == "user"), "")
+    query_tokens = len(tokenizer(query, add_special_tokens=False)["input_ids"]) if isinstance(query, str) else 0
+    kept = [d for d in plan.decisions.turns if d.tier != "drop"]
+    if not kept or query_tokens + max_new_tokens >= limit:
+        # no history in the prompt: switching policy cannot help
+        return (f"{head}, and no past turn is in it: the message itself is {query_tokens} tokens. Split the message "
+                f"into parts of under {max(limit - max_new_tokens - (n_prompt - query_tokens), 1)} tokens each "
+                "(or lower max_new_tokens).")
+    if plan.policy in ("vanilla", "rhea-all-raw", ""):
+        return (f"{head}; {len(kept)} past turns are in it. Use a policy that drops or compresses history "
+                "(e.g. 'rhea' or 'recent-k'), or lower max_new_tokens.")
+    return (f"{head}; policy {plan.policy!r} kept {len(kept)} past turns in it. Lower max_new_tokens, or make the "
+            "policy keep less (e.g. a higher tau_low/tau_high for 'rhea', a smaller k for 'recent-k').")
+
+
 def generate_from_plan(
     model,
     plan: ContextPlan,
@@ -165,10 +184,7 @@ def generate_from_plan(
     n_prompt = int(rendered.input_ids.shape[1])
     limit = model.max_context
     if limit is not None and n_prompt + max_new_tokens > limit:
-        raise ContextOverflowError(
-            f"the plan renders to {n_prompt} tokens; with max_new_tokens={max_new_tokens} that exceeds the model's "
-            f"context of {limit}. Use a policy that drops or compresses history (e.g. 'rhea' or 'recent-k'), or lower max_new_tokens."
-        )
+        raise ContextOverflowError(_overflow_advice(plan, model.tokenizer, n_prompt, max_new_tokens, limit))
     if adapter == "base" and rendered.latent_embeds is not None:
         raise RheaConfigError("a plan with latents needs the generate adapter; adapter='base' is for text-only plans")
     kwargs = {**DEFAULT_GENERATION, **generate_kwargs}

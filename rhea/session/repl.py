@@ -5,6 +5,7 @@ Commands: /save DIR, /load DIR, /policy NAME, /im, /trace, /help, /quit.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from typing import Callable, Iterable
 
@@ -15,7 +16,7 @@ HELP = """commands:
   /load DIR      load a saved session
   /policy NAME   switch context policy (the new one catches up on the turns so far)
   /im            show the instructional memory
-  /trace         show the last turn's full decision trace
+  /trace         the last turn's decisions: instruction block, each past turn's tier/score/reason, tokens
   /help          this text
   /quit          leave"""
 
@@ -39,6 +40,57 @@ def format_turn_trace(chat: ChatSession) -> str:
                  + (f" ({reused} instruction-block tokens from cache)" if reused else "")
                  + f", decode {t['decode_s']:.2f}s ({rec.new_tokens} tok), compress reply {t['observe_s']:.2f}s")
     for r in plan.decisions.records:
+        warn = r.get("scores", {}).get("warning") if isinstance(r, dict) else None
+        if warn:
+            lines.append(f"  WARNING: {warn}")
+    return "\n".join(lines)
+
+
+_LONG_FLOAT = re.compile(r"-?\d+\.\d{4,}")
+
+
+def _short_floats(text: str) -> str:
+    """Round the long floats in a policy's free-text note to 3 decimals."""
+    return _LONG_FLOAT.sub(lambda m: f"{float(m.group(0)):.3f}", text)
+
+
+def format_trace(chat: ChatSession) -> str:
+    """The last turn's decisions as a readable table: what the recognizer did with the message,
+    the instruction block the model saw, one row per past turn (tier, score, reason), and the
+    tokens fed against the full history. What `/trace` prints."""
+    plan = chat.last_plan
+    if plan is None or not chat.records:
+        return "(no turn yet)"
+    rec, d = chat.records[-1], plan.decisions
+    lines = [f"trace of turn {rec.turn} (policy {rec.policy})"]
+    for r in d.records:
+        if not isinstance(r, dict) or "recognizer" not in r:
+            continue
+        g = r["recognizer"]
+        how = g.get("source") + (f', matched "{g["matched"]}"' if g.get("matched") else "") + (
+            f", p={g['confidence']:.2f}" if g.get("confidence") is not None else "")
+        lines.append(f"  message: {'global instruction' if g['kind'] == 'add' else 'revocation' if g['kind'] == 'revoke' else 'not an instruction'} ({how})")
+        for e in r.get("im_events", []):
+            lines.append(f"    instruction {e['action']}: {e['text']!r}")
+    if d.instructions:
+        lines.append(f"  instruction block ({len(d.instructions)}):")
+        lines.extend(f"    {i}. {text}" for i, text in enumerate(d.instructions, 1))
+    elif getattr(chat.policy, "im", None) is not None:
+        lines.append("  instruction block: (empty)")
+    if d.turns:
+        lines.append(f"  {'turn':>4}  {'tier':<6}  {'score':>6}  reason")
+        for t in d.turns:
+            score = f"{t.score:6.3f}" if t.score is not None else f"{'-':>6}"
+            lines.append(f"  {t.turn:>4}  {t.tier:<6}  {score}  {_short_floats(t.note)}".rstrip())
+    else:
+        lines.append("  (no past turns)")
+    led = plan.ledger
+    fed = led.text_tokens + led.latent_slots
+    full = rec.full_history_tokens
+    saved = f", {full - fed} saved ({(full - fed) / full:.0%})" if full and fed <= full else ""
+    lines.append(f"  tokens: {led.text_tokens} text + {led.latent_slots} latent slots = {fed} vs {full} with the full "
+                 f"history{saved}; prompt with the chat template {rec.prompt_tokens}")
+    for r in d.records:
         warn = r.get("scores", {}).get("warning") if isinstance(r, dict) else None
         if warn:
             lines.append(f"  WARNING: {warn}")
@@ -79,7 +131,7 @@ def repl(chat: ChatSession, lines: Iterable[str], write: Callable[[str], None],
                     echo(im.render() or "(instructional memory is empty)" if im is not None
                          else f"policy {chat.policy.name} keeps no instructional memory")
                 elif cmd == "/trace":
-                    echo(repr(chat.last_plan.decisions) if chat.last_plan else "(no turn yet)")
+                    echo(format_trace(chat))
                 else:
                     echo(f"unknown command {cmd}; /help lists them")
             except (ValueError, OSError) as e:

@@ -17,7 +17,12 @@ def _cmd_train(args) -> int:
 
         data = config.to_dict()
         if section not in data or name not in data[section]:
-            raise SystemExit(f"--set {override!r}: unknown key {key!r}; see `rhea train --help` for the keys")
+            from rhea.training.errors import TrainConfigError
+
+            owners = [s for s, keys in data.items() if isinstance(keys, dict) and (name or section) in keys]
+            hint = (f"did you mean {owners[0]}.{name or section}? " if owners else "") + "`rhea train --help` lists the keys"
+            raise TrainConfigError(f"--set {override!r}: unknown key {key!r} (keys are SECTION.KEY, sections "
+                                   f"{sorted(data)}); {hint}")
         data[section][name] = yaml.safe_load(value)
         config = TrainConfig.from_dict(data)
     if args.model:

@@ -206,8 +206,12 @@ def test_missing_and_corrupted_files_raise(tmp_path):
 def test_corrupted_adapter_raises(tmp_path):
     tiny_rhea().save_pretrained(tmp_path / "m")
     (tmp_path / "m" / "generate" / "adapter_model.safetensors").write_bytes(b"junk")
-    with pytest.raises(CheckpointError, match="adapters"):
+    with pytest.raises(CheckpointError, match="the 'generate' LoRA adapter in .*generate could not be loaded"):
         RheaForCausalLM.from_pretrained(tmp_path / "m", base_model=tiny_llama(len(tiny_tokenizer())))
+    tiny_rhea().save_pretrained(tmp_path / "c")
+    (tmp_path / "c" / "compress" / "adapter_model.safetensors").write_bytes(b"junk")
+    with pytest.raises(CheckpointError, match="the 'compress' LoRA adapter"):
+        RheaForCausalLM.from_pretrained(tmp_path / "c", base_model=tiny_llama(len(tiny_tokenizer())))
 
 
 @pytest.mark.parametrize(

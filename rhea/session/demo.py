@@ -1,0 +1,195 @@
+"""`rhea chat --demo` (what `make demo` runs): Rhea's mechanisms in one scripted conversation.
+
+A `ChatSession` under the ``rhea`` policy on the embedded model with its shipped adapters:
+nothing here re-implements a step of the policy, the demo only reads what the session decided.
+The script shows, turn by turn,
+
+* a global instruction ("call me Captain") captured into the instruction block;
+* the instruction at work: asked "what do you call me?", the model answers from the block
+  although the instruction's own turn was dropped from the history;
+* a revocation taking it out of the block;
+* a related turn (the model's own earlier answer) kept, raw or as `<mem>` latents, and used
+  by the follow-up that asks for it back, while the unrelated turns are dropped;
+* the tokens fed to the model against the full history.
+
+The 135M model follows few instructions; "call me X" is one it visibly does, and the check is
+printed either way. Each decision is printed with its margin to the nearest threshold, so a
+decision that hangs on a hair shows as such.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Step:
+    """One scripted user message and what it is there to show."""
+
+    user: str
+    shows: str
+
+
+NAME = "Captain"
+SCRIPT = (
+    Step(f"From now on, call me {NAME}.", "a global instruction: it goes into the instruction block"),
+    Step("What is the capital of Japan?", "a fact the last question asks back"),
+    Step("How many legs does a spider have?", "an unrelated turn"),
+    Step("What do you call me?", "the instruction at work: its own turn is dropped, the block still holds it"),
+    Step(f"Stop calling me {NAME}.", "a revocation: the instruction leaves the block"),
+    Step("Which city did you say is the capital of Japan?",
+         "the related turn is kept and used, the unrelated turns are dropped"),
+)
+INSTRUCTION, FACT, UNRELATED, PROBE, REVOKE, FOLLOW_UP = range(len(SCRIPT))
+#: a decision closer than this to a threshold is flagged: it could flip on another machine
+NARROW_MARGIN = 0.02
+
+
+def margin(score: float | None, tier: str, tau_low: float | None, tau_high: float | None) -> float | None:
+    """How far `score` is inside its tier: the distance to the nearest threshold that would change it.
+
+    >>> round(margin(0.5, "latent", 0.4, 0.7), 3)
+    0.1
+    >>> round(margin(0.1, "drop", 0.4, 0.7), 3)
+    0.3
+    """
+    if score is None or tau_low is None or tau_high is None:
+        return None
+    if tier == "drop":
+        return tau_low - score
+    if tier == "raw":
+        return score - tau_high
+    return min(score - tau_low, tau_high - score)
+
+
+def _answer_words(question: str, reply: str) -> list[str]:
+    """Capitalised words of `reply` that the question did not contain: what a follow-up asking
+    for the reply's content should repeat ("Osaka" in "The capital of Japan is called Osaka.").
+
+    >>> _answer_words("What is the capital of Japan?", "The capital of Japan is called Osaka.")
+    ['Osaka']
+    """
+    asked = {w.lower() for w in re.findall(r"[A-Za-z]+", question)}
+    words = re.findall(r"\b[A-Z][a-z]+\b", reply)
+    return [w for w in dict.fromkeys(words) if w.lower() not in asked and w not in ("The", "It", "I", "A", "In")]
+
+
+def _load(model_name: str, device: str):
+    from rhea.modeling.loading import load_rhea_model
+    from rhea.modeling.zoo import MODEL_ZOO, cache_dir
+
+    cached = (cache_dir() / "models" / model_name / "rhea_cache.json").is_file() if model_name in MODEL_ZOO else None
+    t0 = time.perf_counter()
+    model = load_rhea_model(model_name, device=device)
+    where = ("from the safetensors cache" if cached else "first load: GGUF dequantized and cached" if cached is False
+             else "from disk")
+    return model, time.perf_counter() - t0, where
+
+
+def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 32, echo: Callable[[str], None] = print,
+             device: str = "cpu", model=None) -> dict:
+    """Run the scripted conversation; print each turn's decisions and a closing checklist
+    through `echo`; return what was decided (the checks, per-turn tiers/scores/margins, tokens).
+
+    `model`: an already loaded `RheaForCausalLM` (then `model_name` and `device` only label it).
+    """
+    from rhea.session.chat import ChatSession
+    from rhea.session.repl import format_trace
+
+    t_start = time.perf_counter()
+    load_s, where = 0.0, "given"
+    if model is None:
+        model, load_s, where = _load(model_name, device)
+    model.eval()
+    echo(f"== rhea demo: {model_name}, policy rhea, loaded in {load_s:.1f}s ({where}) ==")
+    if not model.adapters_trained:
+        echo("NOTE: this model's compress/generate adapters are UNTRAINED: its scores and latents are noise.")
+    chat = ChatSession(model, policy="rhea", max_new_tokens=max_new_tokens)
+    policy = chat.policy
+    tau_low, tau_high = getattr(policy, "tau_low", None), getattr(policy, "tau_high", None)
+    if tau_low is not None:
+        echo(f"past turns scoring below tau_low={tau_low:.3f} are dropped, above tau_high={tau_high:.3f} kept as "
+             f"text, in between kept as {model.n_mem} <mem> latents (`rhea calibrate` fitted these thresholds)")
+    echo("")
+
+    turns, blocks = [], []
+    for i, step in enumerate(SCRIPT):
+        reply = chat.send(step.user)
+        plan, rec = chat.last_plan, chat.records[-1]
+        decisions = [{"turn": d.turn, "tier": d.tier, "score": d.score,
+                      "margin": margin(d.score, d.tier, tau_low, tau_high)} for d in plan.decisions.turns]
+        events = [e for r in plan.decisions.records if isinstance(r, dict) for e in r.get("im_events", [])]
+        blocks.append(list(plan.decisions.instructions))
+        fed = rec.content_tokens if rec.content_tokens is not None else rec.prompt_tokens
+        turns.append({"user": step.user, "reply": reply, "decisions": decisions, "instructions": blocks[-1],
+                      "im_events": [(e["action"], e["text"]) for e in events], "tokens": fed,
+                      "full_history_tokens": rec.full_history_tokens, "latent_slots": rec.latent_slots,
+                      "seconds": sum(rec.timings.get(k, 0.0) for k in ("plan_s", "prefill_s", "decode_s", "observe_s"))})
+        echo(f"[{i}] you>  {step.user}        ({step.shows})")
+        echo(f"    rhea> {reply}")
+        for action, text in turns[-1]["im_events"]:
+            echo(f"    instruction block: {'+ added' if action == 'add' else '- ' + action + 'd'} {text!r}")
+        echo("    instruction block now: " + (" | ".join(blocks[-1]) if blocks[-1] else "(empty)"))
+        if decisions:
+            echo("    past turns: " + "  ".join(
+                f"#{d['turn']} {d['tier']}" + (f" {d['score']:.2f}" if d["score"] is not None else "") for d in decisions))
+        echo(f"    tokens: {fed} fed ({rec.latent_slots} of them <mem> slots) vs {rec.full_history_tokens} with the "
+             f"full history; {turns[-1]['seconds']:.1f}s")
+        echo("")
+
+    checks = _checks(turns)
+    echo("what the demo showed:")
+    for c in checks:
+        echo(f"  [{'yes' if c['ok'] else 'NO '}] {c['what']}: {c['detail']}")
+    narrow = [(i, d) for i, t in enumerate(turns) for d in t["decisions"]
+              if d["margin"] is not None and d["margin"] < NARROW_MARGIN]
+    if narrow:
+        echo("  note: decisions within %.2f of a threshold (they could flip on other hardware): " % NARROW_MARGIN
+             + ", ".join(f"turn {i} on #{d['turn']} ({d['tier']}, margin {d['margin']:.3f})" for i, d in narrow))
+    echo("")
+    echo("/trace of the last turn:")
+    echo(format_trace(chat))
+    total = time.perf_counter() - t_start
+    echo(f"\ndemo finished in {total:.1f}s ({total - load_s:.1f}s after loading)")
+    return {"model": model_name, "load_s": load_s, "seconds": total, "tau_low": tau_low, "tau_high": tau_high,
+            "turns": turns, "checks": {c["name"]: c for c in checks}}
+
+
+def _tier(turn: dict, past: int) -> dict:
+    return next(d for d in turn["decisions"] if d["turn"] == past)
+
+
+def _fmt(d: dict) -> str:
+    score = f"score {d['score']:.3f}" if d["score"] is not None else "no score"
+    return f"#{d['turn']} {d['tier']} ({score}" + (f", margin {d['margin']:.3f})" if d["margin"] is not None else ")")
+
+
+def _checks(turns: list[dict]) -> list[dict]:
+    instruction = SCRIPT[INSTRUCTION].user
+    probe, follow = turns[PROBE], turns[FOLLOW_UP]
+    words = _answer_words(SCRIPT[FACT].user, turns[FACT]["reply"])
+    kept = _tier(follow, FACT)
+    dropped = [d for d in follow["decisions"] if d["turn"] != FACT]  # every other past turn is unrelated to it
+    fed = sum(t["tokens"] for t in turns)
+    full = sum(t["full_history_tokens"] for t in turns)
+    out = [
+        ("captured", "global instruction captured", instruction in turns[INSTRUCTION]["instructions"],
+         f"turn {INSTRUCTION} put {instruction!r} into the instruction block"),
+        ("obeyed", "instruction used from the block", NAME.lower() in probe["reply"].lower(),
+         f"turn {PROBE} replied {probe['reply']!r} with its instruction turn {_fmt(_tier(probe, INSTRUCTION))}"),
+        ("revoked", "instruction revoked", instruction in turns[REVOKE - 1]["instructions"]
+         and not any(instruction == b for b in turns[REVOKE]["instructions"]),
+         f"turn {REVOKE} emptied the block" if not turns[REVOKE]["instructions"]
+         else f"block after turn {REVOKE}: {turns[REVOKE]['instructions']}"),
+        ("related_kept", "related turn kept", kept["tier"] in ("raw", "latent"),
+         f"turn {FOLLOW_UP} kept {_fmt(kept)}, whose reply was {turns[FACT]['reply']!r}"),
+        ("related_used", "related turn used", bool(words) and any(w in follow["reply"] for w in words),
+         f"turn {FOLLOW_UP} replied {follow['reply']!r}; the kept reply's answer: {', '.join(words) or '(none found)'}"),
+        ("unrelated_dropped", "unrelated turns dropped", all(d["tier"] == "drop" for d in dropped),
+         f"turn {FOLLOW_UP}: " + ", ".join(_fmt(d) for d in dropped)),
+        ("tokens_saved", "tokens saved", fed < full,
+         f"{fed} tokens fed over {len(turns)} turns vs {full} with the full history ({1 - fed / full:.0%} fewer)"),
+    ]
+    return [{"name": n, "what": w, "ok": bool(ok), "detail": d} for n, w, ok, d in out]
