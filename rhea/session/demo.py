@@ -33,6 +33,8 @@ class Step:
 
 
 NAME = "Captain"
+# The policy settings the demo runs (see run_demo).
+DEMO_POLICY = {"scorer": "latent", "tier_mode": "threshold"}
 SCRIPT = (
     Step(f"From now on, call me {NAME}.", "a global instruction: it goes into the instruction block"),
     Step("What is the capital of Japan?", "a fact the last question asks back"),
@@ -106,12 +108,18 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 32, echo
     echo(f"== rhea demo: {model_name}, policy rhea, loaded in {load_s:.1f}s ({where}) ==")
     if not model.adapters_trained:
         echo("NOTE: this model's compress/generate adapters are UNTRAINED: its scores and latents are noise.")
-    chat = ChatSession(model, policy="rhea", max_new_tokens=max_new_tokens)
+    # The paper's HCR: the compressor's latent scores against the calibrated thresholds, so each decision
+    # has a margin to show. The library's default ranks turns by fused MiniLM + BM25 under a raw-turn budget
+    # (docs/quality.md, "Retrieval"); on a six-turn chat a budget keeps everything, so the demo would show nothing.
+    chat = ChatSession(model, policy="rhea", max_new_tokens=max_new_tokens, policy_kwargs=DEMO_POLICY)
     policy = chat.policy
     tau_low, tau_high = getattr(policy, "tau_low", None), getattr(policy, "tau_high", None)
     if tau_low is not None:
-        echo(f"past turns scoring below tau_low={tau_low:.3f} are dropped, above tau_high={tau_high:.3f} kept as "
-             f"text, in between kept as {model.n_mem} <mem> latents (`rhea calibrate` fitted these thresholds)")
+        latent = ("kept as {n} <mem> latents" if policy.latents_on else
+                  "kept as text too: the latent tier is off, the compressor has no recorded fidelity").format(n=model.n_mem)
+        echo(f"HCR as in the paper (scorer=latent, tier_mode=threshold; the default scorer is fused MiniLM + BM25):"
+             f" past turns scoring below tau_low={tau_low:.3f} are dropped, above tau_high={tau_high:.3f} kept as"
+             f" text, in between {latent} (`rhea calibrate` fitted these thresholds)")
     echo("")
 
     turns, blocks = [], []
