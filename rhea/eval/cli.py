@@ -75,7 +75,8 @@ def _cmd_bench(args) -> int:
     if args.data and len(suites) != 1:
         raise BenchError("--data names one suite's data file; run one --suite at a time with it")
     # per-suite options: {suite: {kwarg: value}}; an option for a suite not being run is an error
-    suite_options = {"instruction-retention": {"n_instructions": args.n_instructions, "n_revoke": args.n_revoke},
+    suite_options = {"instruction-retention": {"n_instructions": args.n_instructions, "n_revoke": args.n_revoke,
+                                               "schedule": args.schedule},
                      "state-tracking": {"n_keys": args.n_keys}}
     suite_kwargs_of: dict[str, dict] = {}
     for suite, options in suite_options.items():
@@ -148,6 +149,9 @@ def register(sub) -> None:
     bench.add_argument("--max-new-tokens", type=int, default=64)
     bench.add_argument("--n-instructions", type=int, default=None, help="instruction-retention: instructions per episode")
     bench.add_argument("--n-revoke", type=int, default=None, help="instruction-retention: how many are revoked mid-way")
+    bench.add_argument("--schedule", choices=("staggered", "upfront"), default=None,
+                       help="instruction-retention: give instructions at varied turns (staggered, the default) "
+                            "or all at turn 0 (upfront, the first design)")
     bench.add_argument("--n-keys", type=int, default=None,
                        help="state-tracking: keys (or people) tracked, all asked for by each probe")
     bench.add_argument("--tau-low", type=float, default=None, help="HCR drop threshold for the rhea policies")

@@ -42,7 +42,9 @@ def summary_rows(results: dict) -> list[dict]:
         agg, cost = data["aggregate"], data["cost"]
         row = {"policy": policy}
         if suite == "instruction-retention":
-            row.update({"IAR (0-10)": agg.get("iar"), "revoked still followed": agg.get("revoked_still_followed")})
+            row.update({"IAR (0-10)": agg.get("iar"), "IAR loose": agg.get("iar_loose"),
+                        "non-answers": agg.get("non_answers"),
+                        "revoked still followed": agg.get("revoked_still_followed")})
         elif suite == "state-tracking":
             row.update({"accuracy": agg.get("accuracy"), "JGA": agg.get("jga"), "stale rate": agg.get("stale_rate")})
         elif suite == "long-horizon":

@@ -80,7 +80,7 @@ def test_retention_scores_iar_by_turn_and_distance():
 
 def test_retention_revocation_is_tracked():
     suite = get_suite("instruction-retention", n_episodes=1, n_instructions=2, n_revoke=1,
-                      instructions=["no_comma", "lowercase"])
+                      instructions=["no_comma", "lowercase"], schedule="upfront")
     (episode,) = suite.generate(n_turns=6, seed=1)
     kinds = [t.kind for t in episode.turns]
     assert kinds == ["instruction", "query", "query", "revoke", "query", "query"]

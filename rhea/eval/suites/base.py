@@ -99,7 +99,7 @@ class Suite:
     name = "suite"
     default_turns = 20
 
-    def __init__(self, *, data: Any = None, n_episodes: int = 4):
+    def __init__(self, *, data: Any = None, n_episodes: int = 8):
         require_int("n_episodes", n_episodes, 1)
         self.data = data
         self.n_episodes = n_episodes

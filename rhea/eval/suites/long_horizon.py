@@ -49,7 +49,7 @@ class LongHorizonSuite(Suite):
     score_fields = ("judge_rating", "turn_number")
 
     def __init__(self, *, data: Sequence[loaders.MTBenchQuestion] | None = None,
-                 judge: Judge | TextGenerator | None = None, n_episodes: int = 4,
+                 judge: Judge | TextGenerator | None = None, n_episodes: int = 8,
                  n_facts: int = 2):
         super().__init__(data=list(data) if data is not None else builtin_questions(),
                          n_episodes=n_episodes)

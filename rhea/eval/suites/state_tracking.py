@@ -58,7 +58,7 @@ class StateTrackingSuite(Suite):
     score_fields = ("accuracy",)
 
     def __init__(self, *, data: dict | list | None = None, mode: str | None = None,
-                 n_episodes: int = 4, n_keys: int = 4, filler_ratio: float = 0.3):
+                 n_episodes: int = 8, n_keys: int = 4, filler_ratio: float = 0.3):
         super().__init__(data=data, n_episodes=n_episodes)
         inferred = "babi" if isinstance(data, list) else "kv"
         mode = mode or inferred
