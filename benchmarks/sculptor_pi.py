@@ -50,7 +50,8 @@ METHODS = ("plain", "sculptor")
 
 def episodes_by_updates(args) -> dict[int, list]:
     data = StateTrackingSuite.load(args.data) if args.data else None
-    suite = StateTrackingSuite(data=data, n_episodes=args.episodes, n_keys=args.n_keys, filler_ratio=0.0)
+    suite = StateTrackingSuite(data=data, n_episodes=args.episodes, n_keys=args.n_keys, filler_ratio=0.0,
+                               n_probes=1)
     # With no filler every body turn is an update: n_turns = updates + the probe.
     return {n: suite.generate(n_turns=n + 1, seed=args.seed) for n in args.updates}
 

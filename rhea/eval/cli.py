@@ -77,7 +77,7 @@ def _cmd_bench(args) -> int:
     # per-suite options: {suite: {kwarg: value}}; an option for a suite not being run is an error
     suite_options = {"instruction-retention": {"n_instructions": args.n_instructions, "n_revoke": args.n_revoke,
                                                "schedule": args.schedule},
-                     "state-tracking": {"n_keys": args.n_keys}}
+                     "state-tracking": {"n_keys": args.n_keys, "n_probes": args.n_probes}}
     suite_kwargs_of: dict[str, dict] = {}
     for suite, options in suite_options.items():
         given = {k: v for k, v in options.items() if v is not None}
@@ -153,7 +153,9 @@ def register(sub) -> None:
                        help="instruction-retention: give instructions at varied turns (staggered, the default) "
                             "or all at turn 0 (upfront, the first design)")
     bench.add_argument("--n-keys", type=int, default=None,
-                       help="state-tracking: keys (or people) tracked, all asked for by each probe")
+                       help="state-tracking: keys (or people) tracked; each probe asks for every key set so far")
+    bench.add_argument("--n-probes", type=int, default=None,
+                       help="state-tracking: probes per episode (the last turn and random earlier ones)")
     bench.add_argument("--tau-low", type=float, default=None, help="HCR drop threshold for the rhea policies")
     bench.add_argument("--tau-high", type=float, default=None, help="HCR raw-text threshold for the rhea policies")
     bench.add_argument("--judge-url", default=None, help="OpenAI-compatible endpoint for the long-horizon judge")

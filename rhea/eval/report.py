@@ -46,7 +46,8 @@ def summary_rows(results: dict) -> list[dict]:
                         "non-answers": agg.get("non_answers"),
                         "revoked still followed": agg.get("revoked_still_followed")})
         elif suite == "state-tracking":
-            row.update({"accuracy": agg.get("accuracy"), "JGA": agg.get("jga"), "stale rate": agg.get("stale_rate")})
+            row.update({"accuracy": agg.get("accuracy"), "JGA (final, exact)": agg.get("jga"),
+                        "probe JGA": agg.get("probe_jga"), "stale rate": agg.get("stale_rate")})
         elif suite == "long-horizon":
             row.update({"recall accuracy": agg.get("recall_accuracy"), "rule accuracy": agg.get("rule_accuracy"),
                         "judge (1-10)": agg.get("judge_mean")})

@@ -115,3 +115,79 @@ def test_per_rule_pass_rates_strict_loose_and_non_answers_are_reported():
 def test_suites_default_to_eight_episodes():
     for name in ("instruction-retention", "state-tracking", "long-horizon"):
         assert get_suite(name).n_episodes >= 8
+
+
+# ----------------------------------------------------------------------- state-tracking
+
+from rhea.eval.suites.state_tracking import exact_match, extract_values  # noqa: E402
+
+
+def test_one_line_cannot_answer_every_key():
+    """The committed Qwen sculptor reply: metal was read as '100, ..., tool: gold.' (right by
+    accident, since 'gold' is a metal); now each key gets only its own segment."""
+    reply = "metal: 100, instrument: sitar, city: Perth, tool: gold."
+    keys = ["metal", "instrument", "city", "tool"]
+    assert extract_values(reply, keys) == {"metal": "100", "instrument": "sitar",
+                                           "city": "Perth", "tool": "gold"}
+    suite = get_suite("state-tracking", n_episodes=1, n_keys=4, n_probes=1)
+    (episode,) = suite.generate(n_turns=8, seed=0)
+    probe = episode.turns[-1]
+    keys = list(probe.meta["answers"])
+    values = list(probe.meta["answers"].values())
+    # every value on one line, but shifted by one key: nothing is right
+    shifted = ", ".join(f"{k}: {values[(i + 1) % len(values)]}" for i, k in enumerate(keys))
+    assert episode.score_turn(probe, shifted)["accuracy"] == 0.0
+    right = ", ".join(f"{k}: {v}" for k, v in zip(keys, values)) + "."
+    score = episode.score_turn(probe, right)
+    assert score["accuracy"] == 1.0 and score["exact"] is True
+
+
+def test_exact_match_is_stricter_than_naming():
+    assert exact_match("Perth.", "Perth") and exact_match("the kitchen", "kitchen")
+    assert not exact_match("Perth, I think", "Perth") and not exact_match(None, "Perth")
+
+
+def test_several_probes_ask_what_the_user_said_so_far():
+    from rhea.memory.recognizer import InstructionRecognizer
+
+    suite = get_suite("state-tracking", n_episodes=4, n_keys=3, n_probes=3)
+    episodes = suite.generate(n_turns=16, seed=2)
+    recognize = InstructionRecognizer()
+    for episode in episodes:
+        probes = [t for t in episode.turns if t.kind == "probe"]
+        assert len(probes) == 3 and episode.turns[-1].kind == "probe"
+        assert [p.meta["final"] for p in probes] == [False, False, True]
+        assert len(episode.turns) == 16
+        seen: dict[str, str] = {}
+        for turn in episode.turns:  # each probe asks for the last value the user gave each key
+            if turn.kind == "update":
+                seen[turn.meta["key"]] = turn.meta["value"]
+            elif turn.kind == "probe":
+                assert turn.meta["answers"] == {k: seen[k] for k in turn.meta["answers"]}
+                assert set(turn.meta["answers"]) == set(seen)
+                assert "what did I last tell you" in turn.user
+                assert not recognize(turn.user).is_global
+    perfect = suite.aggregate(run(episodes, _answer_all))
+    assert perfect["n_probes"] == 12
+    assert (perfect["accuracy"], perfect["jga"], perfect["probe_jga"]) == (1.0, 1.0, 1.0)
+    assert perfect["accuracy_by_turns_since_update"]
+
+
+def _answer_all(turn):
+    if turn.kind != "probe":
+        return "Noted."
+    return "\n".join(f"{k}: {v}" for k, v in turn.meta["answers"].items())
+
+
+def test_jga_is_the_final_probe_exact_per_episode():
+    suite = get_suite("state-tracking", n_episodes=4, n_keys=2, n_probes=2, filler_ratio=0.0)
+    episodes = suite.generate(n_turns=8, seed=3)
+
+    def hedge_last(turn):  # right at the early probe, every key right but not exact at the end
+        if turn.kind == "probe" and turn.meta["final"]:
+            return "\n".join(f"{k}: {v}, I believe" for k, v in turn.meta["answers"].items())
+        return _answer_all(turn)
+
+    result = suite.aggregate(run(episodes, hedge_last))
+    assert result["accuracy"] == 1.0 and result["probe_jga"] == 1.0
+    assert result["jga"] == 0.0

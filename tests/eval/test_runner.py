@@ -49,7 +49,7 @@ def test_outputs_exist_and_parse(model, tmp_path):
 
 
 def test_resume_continues_from_the_last_finished_turn(model, tmp_path, monkeypatch):
-    full = run_suite(model, "state-tracking", ["rhea"], out=tmp_path / "a", n_turns=5, n_episodes=1,
+    full = run_suite(model, "state-tracking", ["rhea"], out=tmp_path / "a", n_turns=5, n_episodes=1, suite_kwargs={"n_keys": 2},
                      max_new_tokens=3, progress=False)
     # interrupt a second run after two turns: keep what a crash would leave behind
     sent = []
@@ -63,7 +63,7 @@ def test_resume_continues_from_the_last_finished_turn(model, tmp_path, monkeypat
 
     monkeypatch.setattr(ChatSession, "send", crash_after_two)
     with pytest.raises(KeyboardInterrupt):
-        run_suite(model, "state-tracking", ["rhea"], out=tmp_path / "b", n_turns=5, n_episodes=1,
+        run_suite(model, "state-tracking", ["rhea"], out=tmp_path / "b", n_turns=5, n_episodes=1, suite_kwargs={"n_keys": 2},
                   max_new_tokens=3, progress=False)
     state = tmp_path / "b" / "state" / "rhea" / "0"
     assert len((state / "rows.jsonl").read_text().splitlines()) == 2 and not (state / "done").exists()
@@ -75,7 +75,7 @@ def test_resume_continues_from_the_last_finished_turn(model, tmp_path, monkeypat
         return original(self, text, **kw)
 
     monkeypatch.setattr(ChatSession, "send", counting)
-    resumed = run_suite(model, "state-tracking", ["rhea"], out=tmp_path / "b", n_turns=5, n_episodes=1,
+    resumed = run_suite(model, "state-tracking", ["rhea"], out=tmp_path / "b", n_turns=5, n_episodes=1, suite_kwargs={"n_keys": 2},
                         max_new_tokens=3, progress=False)
     assert len(resumed_sends) == 3, "only the three unfinished turns run again"
     replies = lambda r: [t["reply"] for t in r["policies"]["rhea"]["turns"]]  # noqa: E731
@@ -83,7 +83,7 @@ def test_resume_continues_from_the_last_finished_turn(model, tmp_path, monkeypat
     assert (state / "done").exists()
     # a finished run resumes to the same results without generating anything
     resumed_sends.clear()
-    again = run_suite(model, "state-tracking", ["rhea"], out=tmp_path / "b", n_turns=5, n_episodes=1,
+    again = run_suite(model, "state-tracking", ["rhea"], out=tmp_path / "b", n_turns=5, n_episodes=1, suite_kwargs={"n_keys": 2},
                       max_new_tokens=3, progress=False)
     assert resumed_sends == [] and replies(again) == replies(full)
 
