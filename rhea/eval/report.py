@@ -1,5 +1,7 @@
 """What a benchmark run writes for people: ``results.json``, ``summary.md`` (a policy × metric
-table) and PNGs of IAR / tokens / latency against the turn index."""
+table, then each metric over episodes with a 95% bootstrap interval and the paired difference
+vs vanilla, from `rhea.eval.stats_report`) and PNGs of IAR / tokens / latency against the turn
+index, plus the suite metric by turn (and distance) with a 95% band over episodes."""
 from __future__ import annotations
 
 import json
@@ -17,12 +19,16 @@ def json_default(value: Any) -> Any:
 
 def write_outputs(results: dict, out: str | Path) -> list[Path]:
     """Write ``results.json``, ``summary.md`` and the PNGs for `results` into `out`."""
+    from rhea.eval import stats_report
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    results["statistics"] = stats_report.statistics(results)  # intervals over episodes, vs vanilla
     written = [out / "results.json", out / "summary.md"]
     written[0].write_text(json.dumps(results, indent=1, ensure_ascii=False, default=json_default))
     written[1].write_text(summary_markdown(results))
     written.extend(plot_results(results, out))
+    written.extend(stats_report.plot_bands(results, out))
     return written
 
 
@@ -98,6 +104,10 @@ def summary_markdown(results: dict) -> str:
         lines += ["", "Score warnings recorded by the policies (turns warned, last warning):"]
         lines += [f"- {p}: {len(w)}/{len(results['policies'][p]['turns'])} turns; {w[-1]}"
                   for p, w in warned.items() if w]
+    if results.get("statistics"):
+        from rhea.eval.stats_report import statistics_markdown
+
+        lines += ["", statistics_markdown(results["statistics"]).rstrip("\n")]
     lines += ["", "Columns: context tokens = text tokens + latent slots fed to the model for the turn (the rendered "
                   "prompt, chat template included); vs full history = the turn's content tokens (text + latent "
                   "slots, no template) / the content tokens of the whole history and query, summed over turns "

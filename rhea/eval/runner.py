@@ -10,7 +10,8 @@ decode). With `out=` it writes, as it goes:
                                     ``session/`` (the ChatSession after the last finished
                                     turn) and ``done`` once the episode is complete
 ``out/results.json``                every turn's row and each policy's aggregate metrics
-``out/summary.md``                  a policy × metric table
+``out/summary.md``                  a policy × metric table, then each metric over episodes with a
+                                    95% bootstrap interval and the paired difference vs vanilla
 ``out/*.png``                       IAR / tokens / latency against the turn index
 
 The run loop is here; what makes a run resumable (settings, rows, machines) is in
