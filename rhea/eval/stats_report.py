@@ -156,7 +156,7 @@ def statistics_markdown(stats: Mapping[str, Any]) -> str:
                              f"{r['episodes']} ep.)")
             lines.append(f"| {rule} | " + " | ".join(cells) + " |")
     if stats.get("non_answers"):
-        lines += ["", "Non-answers (empty, echo of the question, degenerate repetition) fail every rule: "
+        lines += ["", "Non-answers (empty, echo of the question, only a question, degenerate repetition) fail every rule: "
                   + "; ".join(f"{p} {v['count']}" + (f" ({', '.join(f'{k} {c}' for k, c in v['by_reason'].items())})"
                                                     if v["by_reason"] else "")
                               for p, v in stats["non_answers"].items() if v["count"] is not None)]

@@ -18,6 +18,9 @@ from .test_eval_suites import run
     ("I think so. " * 8, "repetition"),
     ("Start with a short story about why you want the job.", None),
     ("Letter.", None),
+    ("Why does a cover letter matter?", "question"),
+    ("**What is the purpose of a camera?**", "question"),
+    ("Is it for a job? Then start with why you want it.", None),
 ])
 def test_non_answer_reasons(reply, reason):
     assert non_answer(reply, "How do I write a good cover letter?") == reason

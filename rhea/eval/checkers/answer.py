@@ -11,7 +11,7 @@ Two readings of a rule, both reported by the instruction-retention suite:
   those with the markdown asterisks removed; the options rule uses IFEval's containment.
 
 A **non-answer** (`non_answer`) fails every rule in both readings: an empty reply (no letter
-or digit), an echo of the question, or degenerate repetition. Without the gate an empty reply
+or digit), an echo of the question, a reply that is only a question, or degenerate repetition. Without the gate an empty reply
 passes "do not use the words ..." and "no commas" for free.
 
 >>> non_answer("", "What is a lake?")
@@ -36,9 +36,10 @@ from typing import Iterable, Sequence
 
 from rhea.eval.checkers.format import CONSTRAINED_OPTIONS
 from rhea.eval.checkers.registry import InstructionSpec
+from rhea.eval.checkers.text import split_sentences
 
 #: The reasons `non_answer` gives.
-NON_ANSWER_REASONS = ("empty", "echo", "repetition")
+NON_ANSWER_REASONS = ("empty", "echo", "question", "repetition")
 
 
 def _words(text: str) -> list[str]:
@@ -46,12 +47,15 @@ def _words(text: str) -> list[str]:
 
 
 def non_answer(reply: str, question: str | None = None) -> str | None:
-    """Why `reply` is not an answer to `question` ('empty', 'echo', 'repetition'), or None.
+    """Why `reply` is not an answer to `question` ('empty', 'echo', 'question', 'repetition'),
+    or None.
 
     - empty: no letter or digit at all;
     - echo: at most three words longer than the question, and at least 80% of its word pairs
       are the question's (a restated question, not an answer: "Chess is a sport and a game."
       to "Is chess a sport or a game?" is an answer);
+    - question: the whole reply is one question ("Why does a cat purr?" to "Why do cats purr?",
+      or another question altogether), which answers nothing;
     - repetition: 12+ words of which fewer than 40% of the 3-grams are distinct, or one word
       making up more than half of 8+ words (a degenerate loop).
     """
@@ -69,6 +73,9 @@ def non_answer(reply: str, question: str | None = None) -> str | None:
                 said = list(zip(words, words[1:]))
                 if sum(p in pairs for p in said) / len(said) >= 0.8:
                     return "echo"
+    stripped = reply.strip().rstrip("*_`\"' ")
+    if stripped.endswith("?") and len(split_sentences(stripped)) == 1:
+        return "question"
     if len(words) >= 12:
         grams = list(zip(words, words[1:], words[2:]))
         if len(set(grams)) / len(grams) < 0.4:
