@@ -12,7 +12,7 @@ Table 3"), never typed or guessed.
 Rendered: Rhea Tables 1-5 with ours beside each row that has a counterpart policy, then the
 headline tables of Sculptor (Table 2), ACR (Table 1) and ACE (Table 1) as transcribed, each
 with the benchmark of ours that relates to it. Our cells show the mean over episodes and,
-when the run has two or more episodes, its 95% bootstrap interval (``rhea.eval.report``);
+when the run has two or more episodes, its 95% bootstrap interval (``rhea.eval.stats_report``);
 ``(n=1)`` marks a single episode, which gives no interval. Same idea, different data and
 judge:
 - Table 1 "Acc": ours has no GPT-4 judge offline; beside it our strict IAR, state-tracking
