@@ -56,6 +56,8 @@ def rescore(results: dict) -> dict:
             turn = episode.turns[row["turn_index"]]
             kept = {k: v for k, v in row.items() if k not in SCORE_KEYS}
             rows.append({**episode.score_turn(turn, row.get("reply", "")), **kept})
+        # the aggregate as first committed, kept once so a second re-score still compares with it
+        data.setdefault("aggregate_as_committed", data["aggregate"])
         data["turns"] = rows
         data["aggregate"] = suite.aggregate([_scores_only(r) for r in rows])
     return out
@@ -96,7 +98,8 @@ def main(argv=None) -> int:
                   "|---|" + "---|---|" * len(heads)]
         entry = {}
         for policy, data in new["policies"].items():
-            before = results["policies"][policy]["aggregate"]
+            before = results["policies"][policy].get("aggregate_as_committed",
+                                                     results["policies"][policy]["aggregate"])
             after = data["aggregate"]
             cells = []
             for h in heads:
@@ -112,7 +115,8 @@ def main(argv=None) -> int:
             lines += ["", "Per rule, committed (IFEval strict, no gate) → strict now / loose now (0-10):", "",
                       "| policy | " + " | ".join(rules) + " |", "|---|" + "---|" * len(rules)]
             for policy, data in new["policies"].items():
-                b = results["policies"][policy]["aggregate"].get("iar_by_instruction", {})
+                b = results["policies"][policy].get("aggregate_as_committed",
+                                                    results["policies"][policy]["aggregate"]).get("iar_by_instruction", {})
                 a = data["aggregate"]
                 lines.append(f"| {policy} | " + " | ".join(
                     f"{_fmt(b.get(r))} → {_fmt(a['iar_by_instruction'].get(r))} / "
