@@ -122,7 +122,7 @@ def _cmd_bench(args) -> int:
         run_suite(model, name, policies, n_turns=args.turns, seed=args.seed, n_episodes=args.episodes,
                   data=args.data, suite_kwargs=kwargs_of[name], max_new_tokens=args.max_new_tokens,
                   policy_kwargs=policy_kwargs, out=target, resume=not args.no_resume, progress=not args.quiet,
-                  model_name=args.model)
+                  model_name=args.model, batch_episodes=args.batch_episodes)
         print((target / "summary.md").read_text())
     return 0
 
@@ -147,6 +147,9 @@ def register(sub) -> None:
     bench.add_argument("--out", required=True, help="output directory (one sub-directory per suite with several)")
     bench.add_argument("--data", default=None, help="the suite's public data file (MT-Eval, IFEval, MT-Bench, ...)")
     bench.add_argument("--max-new-tokens", type=int, default=64)
+    bench.add_argument("--batch-episodes", type=int, default=1,
+                       help="advance this many episodes of a policy together, their turns generated as one batch "
+                            "(decoding K rows costs little more than one where it is memory-bound)")
     bench.add_argument("--n-instructions", type=int, default=None, help="instruction-retention: instructions per episode")
     bench.add_argument("--n-revoke", type=int, default=None, help="instruction-retention: how many are revoked mid-way")
     bench.add_argument("--schedule", choices=("staggered", "upfront"), default=None,

@@ -100,6 +100,7 @@ def run_suite(
     resume: bool = True,
     progress: bool = True,
     model_name: str | None = None,
+    batch_episodes: int = 1,
 ) -> dict:
     """Run `suite` for every policy in `policies` on `model`; return (and with `out`, write) the results.
 
@@ -107,6 +108,8 @@ def run_suite(
     `suite_kwargs`, its constructor options) or a built `Suite`.
     policy_kwargs: per-policy constructor options, e.g. ``{"rhea": {"tau_low": 0.3}}``.
     Greedy decoding, so a run is reproducible from its settings.
+    batch_episodes: advance up to this many not-yet-started episodes of a policy together, their
+    turns answered in one left-padded batch (`rhea.eval.batched`); 1 runs them one by one.
     """
     from rhea.policies import available_policies
     from rhea.session import ChatSession
@@ -118,6 +121,8 @@ def run_suite(
         suite = get_suite(suite, path=data, **kwargs)
     elif suite_kwargs or data or n_episodes is not None:
         raise BenchError("pass data / suite_kwargs / n_episodes only with a suite name, not a built Suite")
+    if isinstance(batch_episodes, bool) or not isinstance(batch_episodes, int) or batch_episodes < 1:
+        raise BenchError(f"batch_episodes={batch_episodes!r} must be an integer >= 1")
     policies = list(policies)
     if not policies:
         raise BenchError("policies is empty; name at least one (see rhea.policies.available_policies())")
@@ -152,8 +157,14 @@ def run_suite(
     try:
         for policy in policies:
             rows: list[dict] = []
+            batched = _run_fresh_batched(model, tokenizer, policy, episodes, out, bar, ChatSession, batch_episodes,
+                                         max_new_tokens=max_new_tokens, kwargs=policy_kwargs.get(policy, {}),
+                                         environment=environment)
             for number, episode in enumerate(episodes):
                 state = out / "state" / policy / str(number) if out is not None else None
+                if number in batched:
+                    rows.extend(batched[number])
+                    continue
                 rows.extend(_run_episode(model, tokenizer, policy, episode, state, bar, ChatSession,
                                          max_new_tokens=max_new_tokens, kwargs=policy_kwargs.get(policy, {}),
                                          environment=environment))
@@ -184,6 +195,23 @@ def _check_thresholds(model, policies: Sequence[str], policy_kwargs: Mapping[str
         low, high = kw.get("tau_low", getattr(cfg, "tau_low", None)), kw.get("tau_high", getattr(cfg, "tau_high", None))
         if low is not None and high is not None and float(low) > float(high):
             raise BenchError(f"policy {policy!r}: tau_low={low} is above tau_high={high}; pass tau_low <= tau_high")
+
+
+def _run_fresh_batched(model, tokenizer, policy, episodes, out, bar, session_cls, k: int, **kwargs) -> dict[int, list]:
+    """``{episode number: rows}`` for the episodes not started yet, run `k` at a time (none if k is 1)."""
+    if k <= 1:
+        return {}
+    from rhea.eval.batched import is_fresh, run_episodes_batched
+
+    states = {n: (out / "state" / policy / str(n) if out is not None else None) for n in range(len(episodes))}
+    fresh = [n for n in range(len(episodes)) if is_fresh(states[n])]
+    done: dict[int, list] = {}
+    for start in range(0, len(fresh), k):
+        group = fresh[start:start + k]
+        rows = run_episodes_batched(model, tokenizer, policy, [episodes[n] for n in group], [states[n] for n in group],
+                                    bar, session_cls, **kwargs)
+        done.update(zip(group, rows))
+    return done
 
 
 def _label(value: Any) -> Any:

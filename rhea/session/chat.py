@@ -53,6 +53,19 @@ class TurnTrace:
     turn: Turn
 
 
+@dataclass
+class StagedTurn:
+    """A planned turn not yet answered (`ChatSession.begin_turn`): the message, its plan and what
+    planning cost; `answered` is the policy's own answer when it made one (Sculptor's loop)."""
+
+    text: str
+    plan: ContextPlan
+    t_plan: float
+    work_before: dict[str, float]
+    work_planned: dict[str, float]
+    answered: str | None = None
+
+
 #: Called with the `TurnTrace` of every finished turn (see `ChatSession.add_observer`).
 TurnObserver = Callable[[TurnTrace], None]
 
@@ -218,30 +231,46 @@ class ChatSession:
         `text` is a str (bytes are decoded as UTF-8). Invalid UTF-8, unpaired surrogates and messages
         over `MAX_MESSAGE_CHARS` (`MessageError`) and blank messages are rejected before anything is recorded.
         """
+        staged = self.begin_turn(text)
+        if staged.answered is not None:  # the policy's own loop already answered (Sculptor): don't generate twice
+            if on_text is not None:
+                on_text(staged.answered)
+            gen = self._answered_generation(staged)
+        else:
+            gen = generate_from_plan(
+                self.model, staged.plan, max_new_tokens=self.max_new_tokens, adapter=self._adapter_for(staged.plan),
+                on_text=on_text, prefix_cache=self.prefix_cache, **self.generation_kwargs,
+            )
+        return self.end_turn(staged, gen)
+
+    def begin_turn(self, text: str) -> "StagedTurn":
+        """The first half of `send`: check `text` and plan the context (nothing recorded yet).
+
+        With `end_turn`, lets a caller generate the reply itself, e.g. several sessions' turns
+        in one batch (`rhea.session.batch.send_batch`).
+        """
         text = self._check_message(text)
         work_before = self.policy.counters()
         t0 = time.perf_counter()
         plan = self.policy.build(self.conversation, text)
         t_plan = time.perf_counter() - t0
-        work_planned = self.policy.counters()
-        answered = self.policy.planned_answer(plan)
-        if answered is not None:  # the policy's own loop already answered (Sculptor): don't generate twice
-            if on_text is not None:
-                on_text(answered)
-            gen = Generation(answered, prompt_tokens=plan.ledger.text_tokens, latent_slots=plan.ledger.latent_slots,
-                             new_tokens=len(self.tokenizer(answered, add_special_tokens=False)["input_ids"]),
-                             timings={"render_s": 0.0, "prefill_s": 0.0, "decode_s": 0.0})
-        else:
-            gen = generate_from_plan(
-                self.model, plan, max_new_tokens=self.max_new_tokens, adapter=self._adapter_for(plan),
-                on_text=on_text, prefix_cache=self.prefix_cache, **self.generation_kwargs,
-            )
-        turn = Turn(text, gen.text)
+        return StagedTurn(text, plan, t_plan, work_before, self.policy.counters(), self.policy.planned_answer(plan))
+
+    def _answered_generation(self, staged: "StagedTurn") -> Generation:
+        plan, answered = staged.plan, staged.answered
+        return Generation(answered, prompt_tokens=plan.ledger.text_tokens, latent_slots=plan.ledger.latent_slots,
+                          new_tokens=len(self.tokenizer(answered, add_special_tokens=False)["input_ids"]),
+                          timings={"render_s": 0.0, "prefill_s": 0.0, "decode_s": 0.0})
+
+    def end_turn(self, staged: "StagedTurn", gen: Generation) -> str:
+        """The second half of `send`: observe the reply `gen`, record the turn, notify observers."""
+        plan = staged.plan
+        turn = Turn(staged.text, gen.text)
         t1 = time.perf_counter()
         self.policy.observe(turn)  # Rhea compresses the new reply here, once
         t_observe = time.perf_counter() - t1
-        work = _work(work_before, self.policy.counters())  # e.g. compress_calls, compress_s (the whole turn)
-        work.update({f"plan_{k}": v for k, v in _work(work_before, work_planned).items()})  # ... in planning alone
+        work = _work(staged.work_before, self.policy.counters())  # e.g. compress_calls, compress_s (the whole turn)
+        work.update({f"plan_{k}": v for k, v in _work(staged.work_before, staged.work_planned).items()})  # ... in planning alone
         self.conversation.append(turn)
         tiers: dict[str, int] = {}
         for d in plan.decisions.turns:
@@ -251,7 +280,7 @@ class ChatSession:
             latent_slots=gen.latent_slots, new_tokens=gen.new_tokens,
             full_history_tokens=plan.ledger.full_history_tokens, tiers=tiers,
             content_tokens=plan.ledger.text_tokens + plan.ledger.latent_slots,
-            timings={"plan_s": t_plan, **gen.timings, "observe_s": t_observe, **work},
+            timings={"plan_s": staged.t_plan, **gen.timings, "observe_s": t_observe, **work},
         )
         self.records.append(record)
         self.last_plan, self.last_generation = plan, gen

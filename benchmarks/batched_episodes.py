@@ -1,0 +1,107 @@
+"""Speed-up from advancing K episodes of one policy together (`rhea bench --batch-episodes K`).
+
+    OMP_NUM_THREADS=1 python benchmarks/batched_episodes.py [--model smollm2-135m] [--episodes 8] \
+        [--turns 4] [--k 1,2,4,8] [--policies vanilla,rhea] [--max-new-tokens 32] \
+        [--out benchmarks/results/batched_episodes]
+
+Runs the instruction-retention suite (3 instructions, 1 revoked) for each policy with every
+K, timing the whole run (wall clock) and checking the replies against K=1's. Writes
+``<out>.json`` and ``<out>.png`` (seconds per episode-turn and speed-up against K). Greedy
+decoding; a different K may change a reply in the last bits of the logits (padding changes
+the reduction order), which the JSON counts.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--episodes", type=int, default=8)
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--k", default="1,2,4,8")
+    parser.add_argument("--policies", default="vanilla,rhea")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/batched_episodes"))
+    args = parser.parse_args(argv)
+    ks = [int(k) for k in args.k.split(",")]
+    if 1 not in ks or any(k < 1 for k in ks):
+        parser.error("--k must list integers >= 1 and include 1 (the baseline)")
+
+    import torch
+
+    from rhea.eval.runner import run_suite
+    from rhea.modeling.loading import load_rhea_model
+
+    model = load_rhea_model(args.model, device=args.device).eval()
+    rows = []
+    for policy in args.policies.split(","):
+        replies_k1 = None
+        for k in sorted(ks):
+            t0 = time.perf_counter()
+            result = run_suite(model, "instruction-retention", [policy], n_turns=args.turns, n_episodes=args.episodes,
+                               suite_kwargs={"n_instructions": 3, "n_revoke": 1}, max_new_tokens=args.max_new_tokens,
+                               progress=False, batch_episodes=k, model_name=args.model)
+            wall = time.perf_counter() - t0
+            turns = result["policies"][policy]["turns"]
+            replies = [r["reply"] for r in turns]
+            if k == 1:
+                replies_k1 = replies
+            same = sum(a == b for a, b in zip(replies, replies_k1))
+            rows.append({"policy": policy, "k": k, "wall_s": wall, "episode_turns": len(turns),
+                         "s_per_episode_turn": wall / len(turns),
+                         "new_tokens": sum(r.get("new_tokens") or 0 for r in turns),
+                         "iar": result["policies"][policy]["aggregate"]["iar"],
+                         "replies_same_as_k1": same})
+            print(json.dumps(rows[-1]), flush=True)
+    for row in rows:
+        base = next(r for r in rows if r["policy"] == row["policy"] and r["k"] == 1)
+        row["speedup_vs_k1"] = base["wall_s"] / row["wall_s"]
+    meta = {"model": args.model, "device": args.device, "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "machine": platform.machine(), "episodes": args.episodes, "turns": args.turns,
+            "max_new_tokens": args.max_new_tokens, "suite": "instruction-retention (3 instructions, 1 revoked)",
+            "command": "python benchmarks/batched_episodes.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    plot(rows, meta, args.out.with_suffix(".png"))
+    return 0
+
+
+def plot(rows, meta, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for policy in dict.fromkeys(r["policy"] for r in rows):
+        mine = [r for r in rows if r["policy"] == policy]
+        a.plot([r["k"] for r in mine], [r["s_per_episode_turn"] for r in mine], marker="o", label=policy)
+        b.plot([r["k"] for r in mine], [r["speedup_vs_k1"] for r in mine], marker="o", label=policy)
+    a.set_xlabel("episodes per batch (K)")
+    a.set_ylabel("wall seconds per episode-turn")
+    b.set_xlabel("episodes per batch (K)")
+    b.set_ylabel("speed-up over K=1")
+    for ax in (a, b):
+        ax.set_xscale("log", base=2)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{meta['model']} on {meta['device']} ({meta['threads']} thread(s)), {meta['episodes']} episodes x "
+                 f"{meta['turns']} turns, {meta['max_new_tokens']} new tokens", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""Episodes in a batch: K sessions' turns generated together give the replies one-by-one gives,
+write the same checkpoints, and resume."""
+import json
+
+import pytest
+
+from rhea.eval.runner import BenchError, run_suite
+from rhea.session import ChatSession
+from rhea.session.batch import BatchError, send_batch
+from rhea.testing import tiny_rhea
+
+MESSAGES = [["hello", "tell me more about it please"], ["a much longer opening message with many words", "ok"],
+            ["From now on, answer in French.", "why is the sky blue?"]]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_rhea().eval()
+
+
+@pytest.mark.parametrize("policy", ["vanilla", "rhea", "recent-k"])
+def test_a_batch_answers_like_one_by_one(model, policy):
+    one = [ChatSession(model, policy=policy, max_new_tokens=4, reuse_prefix_cache=False) for _ in MESSAGES]
+    many = [ChatSession(model, policy=policy, max_new_tokens=4) for _ in MESSAGES]
+    for t in range(2):
+        expected = [s.send(m[t]) for s, m in zip(one, MESSAGES)]
+        got = send_batch(many, [m[t] for m in MESSAGES])
+        assert got == expected
+    for a, b in zip(one, many):
+        assert [t.assistant for t in a.conversation] == [t.assistant for t in b.conversation]
+        assert [r.prompt_tokens for r in a.records] == [r.prompt_tokens for r in b.records]
+        assert [r.latent_slots for r in a.records] == [r.latent_slots for r in b.records]
+        assert all(r.timings["batch_rows"] == 3.0 for r in b.records)
+
+
+def test_a_row_that_overflows_fails_alone(model):
+    chats = [ChatSession(model, policy="vanilla", max_new_tokens=4) for _ in range(2)]
+    limit = model.max_context
+    too_long = " ".join(["word"] * (limit or 10_000))
+    out = send_batch(chats, ["hi", too_long])
+    assert isinstance(out[0], str) and type(out[1]).__name__ == "ContextOverflowError"
+    assert len(chats[0].conversation) == 1 and len(chats[1].conversation) == 0
+
+
+def test_sessions_must_share_settings(model):
+    a = ChatSession(model, policy="vanilla", max_new_tokens=4)
+    b = ChatSession(model, policy="vanilla", max_new_tokens=5)
+    with pytest.raises(BatchError, match="share the model"):
+        send_batch([a, b], ["x", "y"])
+    with pytest.raises(BatchError, match="one text per session"):
+        send_batch([a], ["x", "y"])
+
+
+def test_run_suite_in_batches_matches_one_by_one_and_resumes(model, tmp_path):
+    settings = dict(n_turns=4, n_episodes=5, max_new_tokens=3, progress=False,
+                    suite_kwargs={"n_instructions": 2, "n_revoke": 1})
+    one = run_suite(model, "instruction-retention", ["vanilla", "rhea"], out=tmp_path / "one", **settings)
+    many = run_suite(model, "instruction-retention", ["vanilla", "rhea"], out=tmp_path / "many", batch_episodes=2,
+                     **settings)
+    for policy in ("vanilla", "rhea"):
+        a, b = one["policies"][policy], many["policies"][policy]
+        assert [r["reply"] for r in a["turns"]] == [r["reply"] for r in b["turns"]]
+        assert [r["episode_id"] for r in a["turns"]] == [r["episode_id"] for r in b["turns"]]
+        assert a["aggregate"]["iar"] == b["aggregate"]["iar"]
+        assert {r.get("batch_rows") for r in b["turns"]} == {2.0, 1.0}  # 5 episodes: 2 + 2 + 1
+        for n in range(5):
+            state = tmp_path / "many" / "state" / policy / str(n)
+            assert (state / "done").is_file() and (state / "session").is_dir()
+            assert len((state / "rows.jsonl").read_text().splitlines()) == 4
+    saved = json.loads((tmp_path / "many" / "results.json").read_text())
+    assert saved["statistics"]["n_episodes"] == 5
+    again = run_suite(model, "instruction-retention", ["vanilla", "rhea"], out=tmp_path / "many",
+                      batch_episodes=2, **settings)
+    assert [r["reply"] for r in again["policies"]["rhea"]["turns"]] == [
+        r["reply"] for r in many["policies"]["rhea"]["turns"]]
+    with pytest.raises(BenchError, match="batch_episodes=0"):
+        run_suite(model, "efficiency", ["vanilla"], batch_episodes=0, progress=False)
