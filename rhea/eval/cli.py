@@ -91,12 +91,14 @@ def _cmd_bench(args) -> int:
     if taus:
         policy_kwargs = {p: dict(taus) for p in policies if set(taus) <= set(policy_class(p).thresholds)}
     judge = None
+    if args.judge_url and args.judge_local:
+        raise BenchError("--judge-url and --judge-local both name a judge; pass one")
     if args.judge_url:
         from rhea.eval.judge import Judge
         from rhea.backends.llm import OpenAICompatibleGenerator
 
         judge = Judge(OpenAICompatibleGenerator(args.judge_url, model=args.judge_model))
-    elif "long-horizon" in suites:
+    elif "long-horizon" in suites and not args.judge_local:
         print("rhea bench: no judge configured (--judge-url URL --judge-model NAME, any OpenAI-compatible "
               "endpoint): long-horizon quality ratings are skipped; its recall and reference checks still run.",
               file=sys.stderr)
@@ -112,6 +114,13 @@ def _cmd_bench(args) -> int:
     from rhea.modeling.loading import load_rhea_model
 
     model = load_rhea_model(args.model, device=args.device)
+    if args.judge_local and "long-horizon" in suites:
+        from rhea.backends.llm import HFGenerator
+        from rhea.eval.judge import Judge
+
+        # the judge runs the plain base model (adapters disabled); the same model when it is the one benched
+        judge_model = model if args.judge_local == args.model else load_rhea_model(args.judge_local, device=args.device)
+        kwargs_of["long-horizon"]["judge"] = Judge(HFGenerator(judge_model))
     if not getattr(model, "adapters_trained", False):
         print(f"rhea bench: note: {args.model}'s compress/generate adapters are untrained; latent tiers carry noise.",
               file=sys.stderr)
@@ -163,6 +172,10 @@ def register(sub) -> None:
     bench.add_argument("--tau-high", type=float, default=None, help="HCR raw-text threshold for the rhea policies")
     bench.add_argument("--judge-url", default=None, help="OpenAI-compatible endpoint for the long-horizon judge")
     bench.add_argument("--judge-model", default="gpt-4", help="model name to ask the judge endpoint for")
+    bench.add_argument("--judge-local", default=None, metavar="MODEL",
+                       help="judge long-horizon replies offline with a local model (zoo name or path, adapters "
+                            "disabled), e.g. qwen2.5-coder-1.5b; see benchmarks/judge_agreement.py for how far to "
+                            "trust it")
     bench.add_argument("--no-resume", action="store_true", help="start over even if --out holds a run")
     bench.add_argument("--quiet", action="store_true", help="no progress bar")
     bench.set_defaults(func=_cmd_bench)

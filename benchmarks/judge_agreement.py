@@ -1,0 +1,105 @@
+"""How far to trust a judge: does it rate MT-Bench's reference answers above mismatched ones?
+
+    OMP_NUM_THREADS=1 python benchmarks/judge_agreement.py --data ../shared/data/mt_bench \
+        --judge-local smollm2-135m [--n 30] [--max-new-tokens 256] --out benchmarks/results/judge_agreement_smollm2
+    python benchmarks/judge_agreement.py --data ../shared/data/mt_bench --judge-url URL --judge-model NAME ...
+
+For each MT-Bench question that has a GPT-4 reference answer (``reference_answer_gpt-4.jsonl``,
+30 questions: math, reasoning, coding), the judge rates with FastChat's ``single-v1`` prompt
+(no reference shown, as for open questions) (a) the question's own reference answer and (b)
+the reference answer of another question (the next one in the list): a wrong answer in the
+right register. Agreement is the share of questions where (a) is rated strictly above (b),
+with a 95% bootstrap interval over questions; a rating that cannot be parsed counts as
+disagreement. Mean ratings and parse failures are reported too. Writes ``<out>.json`` and
+``<out>.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", required=True, type=Path, help="folder with question.jsonl and "
+                        "reference_answer_gpt-4.jsonl (FastChat's MT-Bench)")
+    parser.add_argument("--judge-local", default=None, help="zoo name or path of a local judge model")
+    parser.add_argument("--judge-url", default=None, help="OpenAI-compatible endpoint of the judge")
+    parser.add_argument("--judge-model", default="gpt-4")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--n", type=int, default=30, help="questions to use (of the 30 with references)")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--out", type=Path, required=True, help="output path without extension")
+    args = parser.parse_args(argv)
+    if bool(args.judge_local) == bool(args.judge_url):
+        parser.error("pass exactly one of --judge-local MODEL and --judge-url URL")
+    questions_path, references_path = args.data / "question.jsonl", args.data / "reference_answer_gpt-4.jsonl"
+    for path in (questions_path, references_path):
+        if not path.is_file():
+            parser.error(f"{path} is missing; --data must be FastChat's mt_bench folder")
+
+    from rhea.eval.judge import Judge
+    from rhea.eval.loaders import load_mt_bench_questions
+    from rhea.eval.stats import bootstrap_ci
+
+    questions = [q for q in load_mt_bench_questions(questions_path, references_path) if q.reference][: args.n]
+    if len(questions) < 2:
+        parser.error("fewer than 2 questions with reference answers; nothing to compare")
+    if args.judge_local:
+        from rhea.backends.llm import HFGenerator
+        from rhea.modeling.loading import load_rhea_model
+
+        generator = HFGenerator(load_rhea_model(args.judge_local, device=args.device))
+        judge_name = f"local:{args.judge_local}"
+    else:
+        from rhea.backends.llm import OpenAICompatibleGenerator
+
+        generator = OpenAICompatibleGenerator(args.judge_url, model=args.judge_model)
+        judge_name = f"{args.judge_url}:{args.judge_model}"
+    judge = Judge(generator, max_new_tokens=args.max_new_tokens)
+    rows, started = [], time.perf_counter()
+    for i, q in enumerate(questions):
+        wrong = questions[(i + 1) % len(questions)]
+        good = judge.rate(q.turns[0], q.reference[0])
+        bad = judge.rate(q.turns[0], wrong.reference[0])
+        rows.append({"question_id": q.question_id, "category": q.category, "mismatched_with": wrong.question_id,
+                     "reference_rating": good.rating, "mismatched_rating": bad.rating,
+                     "agree": good.rating is not None and bad.rating is not None and good.rating > bad.rating,
+                     "tie": good.rating is not None and good.rating == bad.rating,
+                     "reference_raw": good.raw[:400], "mismatched_raw": bad.raw[:400]})
+        print(json.dumps({k: rows[-1][k] for k in ("question_id", "reference_rating", "mismatched_rating")}),
+              flush=True)
+    agreement = bootstrap_ci([float(r["agree"]) for r in rows])
+    rated = [r for r in rows if r["reference_rating"] is not None and r["mismatched_rating"] is not None]
+    summary = {
+        "judge": judge_name, "questions": len(rows), "agreement": agreement.to_dict(),
+        "ties": sum(r["tie"] for r in rows),
+        "unparsed_ratings": sum((r["reference_rating"] is None) + (r["mismatched_rating"] is None) for r in rows),
+        "mean_reference_rating": (sum(r["reference_rating"] for r in rated) / len(rated)) if rated else None,
+        "mean_mismatched_rating": (sum(r["mismatched_rating"] for r in rated) / len(rated)) if rated else None,
+        "judge_max_new_tokens": args.max_new_tokens, "wall_s": time.perf_counter() - started,
+        "command": "python benchmarks/judge_agreement.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
+    lines = [f"# Judge agreement: {judge_name}", "",
+             f"{len(rows)} MT-Bench questions with GPT-4 reference answers; the judge (FastChat single-v1, no "
+             "reference shown) rates the question's reference answer and another question's reference answer.", "",
+             f"- agreement (reference rated strictly above the mismatched answer): **{agreement.format()}** "
+             "(95% bootstrap interval over questions; chance for a judge that rates at random on 10 levels ≈ 0.45)",
+             f"- ties: {summary['ties']}; unparsed ratings: {summary['unparsed_ratings']} of {2 * len(rows)}",
+             f"- mean rating, reference: {summary['mean_reference_rating']}; mismatched: "
+             f"{summary['mean_mismatched_rating']}", "", f"Reproduce: `{summary['command']}`", ""]
+    args.out.with_suffix(".md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

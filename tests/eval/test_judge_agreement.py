@@ -1,0 +1,60 @@
+"""benchmarks/judge_agreement.py on a scripted judge and tiny MT-Bench files the test writes."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from rhea.backends.llm import ScriptedGenerator
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "judge_agreement.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("judge_agreement", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_agreement_counts_reference_above_mismatch(tmp_path, monkeypatch):
+    data = tmp_path / "mt_bench"
+    data.mkdir()
+    questions = [{"question_id": 100 + i, "category": "math", "turns": [f"What is {i}+{i}?", "And doubled?"]}
+                 for i in range(4)]
+    (data / "question.jsonl").write_text("\n".join(json.dumps(q) for q in questions))
+    (data / "reference_answer_gpt-4.jsonl").write_text("\n".join(json.dumps(
+        {"question_id": 100 + i, "choices": [{"index": 0, "turns": [str(2 * i), str(4 * i)]}]}) for i in range(4)))
+    # (reference, mismatched) per question: agree, tie, disagree, unparsed
+    replies = ["[[9]]", "[[2]]", "[[5]]", "[[5]]", "[[3]]", "[[7]]", "no rating", "[[1]]"]
+    import rhea.backends.llm as llm
+
+    monkeypatch.setattr(llm, "OpenAICompatibleGenerator", lambda url, model: ScriptedGenerator(replies))
+    module = _load()
+    assert module.main(["--data", str(data), "--judge-url", "http://judge", "--out", str(tmp_path / "agree")]) == 0
+    summary = json.loads((tmp_path / "agree.json").read_text())["summary"]
+    assert summary["questions"] == 4 and summary["agreement"]["mean"] == 0.25
+    assert summary["ties"] == 1 and summary["unparsed_ratings"] == 1
+    assert "agreement" in (tmp_path / "agree.md").read_text()
+    with pytest.raises(SystemExit):
+        module.main(["--data", str(data), "--out", str(tmp_path / "x")])  # no judge named
+
+
+def test_bench_judges_long_horizon_with_a_local_model(tmp_path, monkeypatch, capsys):
+    import rhea.modeling.loading as loading
+    from rhea.cli import main
+    from rhea.testing import tiny_rhea
+
+    model, loaded = tiny_rhea(), []
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name, **kw: loaded.append(name) or model)
+    code = main(["bench", "--suite", "long-horizon", "--policies", "vanilla", "--turns", "5", "--episodes", "1",
+                 "--max-new-tokens", "2", "--model", "tiny", "--judge-local", "tiny", "--out", str(tmp_path),
+                 "--quiet"])
+    assert code == 0 and loaded == ["tiny"]  # the benched model is reused as the judge
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["config"]["suite_kwargs"]["judge"] == "Judge"
+    rows = [r for r in saved["policies"]["vanilla"]["turns"] if r["kind"] == "query"]
+    assert rows and all(r.get("judge") in ("ok", "error") for r in rows)  # asked, not skipped
+    assert main(["bench", "--suite", "long-horizon", "--model", "tiny", "--judge-local", "tiny",
+                 "--judge-url", "http://x", "--out", str(tmp_path / "b")]) == 1
+    assert "pass one" in capsys.readouterr().err
