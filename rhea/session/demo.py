@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from rhea.constants import DEFAULT_POLICY
+
 
 @dataclass(frozen=True)
 class Step:
@@ -105,13 +107,13 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 32, echo
     if model is None:
         model, load_s, where = _load(model_name, device)
     model.eval()
-    echo(f"== rhea demo: {model_name}, policy rhea, loaded in {load_s:.1f}s ({where}) ==")
+    echo(f"== rhea demo: {model_name}, policy {DEFAULT_POLICY}, loaded in {load_s:.1f}s ({where}) ==")
     if not model.adapters_trained:
         echo("NOTE: this model's compress/generate adapters are UNTRAINED: its scores and latents are noise.")
     # The paper's HCR: the compressor's latent scores against the calibrated thresholds, so each decision
     # has a margin to show. The library's default ranks turns by fused MiniLM + BM25 under a raw-turn budget
     # (docs/quality.md, "Retrieval"); on a six-turn chat a budget keeps everything, so the demo would show nothing.
-    chat = ChatSession(model, policy="rhea", max_new_tokens=max_new_tokens, policy_kwargs=DEMO_POLICY)
+    chat = ChatSession(model, policy=DEFAULT_POLICY, max_new_tokens=max_new_tokens, policy_kwargs=DEMO_POLICY)
     policy = chat.policy
     tau_low, tau_high = getattr(policy, "tau_low", None), getattr(policy, "tau_high", None)
     if tau_low is not None:

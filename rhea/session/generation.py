@@ -149,7 +149,8 @@ def _overflow_advice(plan: ContextPlan, tokenizer, n_prompt: int, max_new_tokens
         return (f"{head}, and no past turn is in it: the message itself is {query_tokens} tokens. Split the message "
                 f"into parts of under {max(limit - max_new_tokens - (n_prompt - query_tokens), 1)} tokens each "
                 "(or lower max_new_tokens).")
-    if plan.policy in ("vanilla", "rhea-all-raw", ""):
+    if len(kept) == len(plan.decisions.turns) and all(d.tier == "raw" for d in kept):
+        # the policy kept the whole history as text: only one that drops or compresses turns helps
         return (f"{head}; {len(kept)} past turns are in it. Use a policy that drops or compresses history "
                 "(e.g. 'rhea' or 'recent-k'), or lower max_new_tokens.")
     return (f"{head}; policy {plan.policy!r} kept {len(kept)} past turns in it. Lower max_new_tokens, or make the "

@@ -148,21 +148,45 @@ def repl(chat: ChatSession, lines: Iterable[str], write: Callable[[str], None],
     return chat
 
 
+#: `rhea chat` options that go to the policy's constructor (each applies to the policies whose
+#: constructor takes it: the policy classes say so themselves).
+POLICY_OPTIONS = ("tau_low", "tau_high", "scorer", "tier_mode", "max_raw", "max_latent", "latent_tier")
+
+
+def policy_options(args) -> dict:
+    """The policy options given on the command line, checked against the policy before any model loads.
+
+    An option the chosen policy does not take is a named error, not silently dropped.
+    """
+    import inspect
+
+    from rhea.errors import RheaConfigError
+    from rhea.policies import policy_class
+
+    given = {k: getattr(args, k, None) for k in POLICY_OPTIONS}
+    given = {k: v for k, v in given.items() if v is not None}
+    accepted = inspect.signature(policy_class(args.policy).__init__).parameters
+    unknown = [k for k in given if k not in accepted]
+    if unknown:
+        flags = ", ".join("--" + k.replace("_", "-") for k in unknown)
+        raise RheaConfigError(f"{flags} do(es) not apply to policy {args.policy!r}: drop {flags}, or choose a policy "
+                              "that takes it (`rhea chat --policy rhea`)")
+    return given
+
+
 def run_repl(args) -> int:
     from rhea.modeling.loading import load_rhea_model
 
+    kwargs = policy_options(args)
     model = load_rhea_model(args.model, device=args.device)
-    kwargs = {k: getattr(args, k, None) for k in ("tau_low", "tau_high", "scorer", "tier_mode", "max_raw", "max_latent",
-                                                   "latent_tier")}
-    kwargs = {k: v for k, v in kwargs.items() if v is not None}
-    if not args.policy.startswith("rhea"):
-        kwargs = {k: v for k, v in kwargs.items() if k in ("tau_low", "tau_high")}
     chat = ChatSession(model, policy=args.policy, max_new_tokens=args.max_new_tokens, policy_kwargs=kwargs)
     print(f"rhea chat on {args.model} (policy {args.policy}); /help for commands", file=sys.stderr)
-    if args.policy.startswith("rhea"):
+    if callable(getattr(chat.policy, "retrieval_mode", None)):
         from rhea.memory.scoring import mode_line
 
-        print(mode_line(dataclasses.replace(model.config, **kwargs)), file=sys.stderr)
+        config_fields = {f.name for f in dataclasses.fields(model.config)}
+        print(mode_line(dataclasses.replace(model.config, **{k: v for k, v in kwargs.items() if k in config_fields})),
+              file=sys.stderr)
     if not model.adapters_trained:
         print("note: this model's compress/generate adapters are untrained", file=sys.stderr)
 

@@ -181,3 +181,21 @@ def test_tokens_plot_label_fits_the_figure():
         box = fig.axes[0].yaxis.label.get_window_extent(fig.canvas.get_renderer())
         assert box.y0 >= 0 and box.y1 <= fig.bbox.height and box.x0 >= 0, (label, box)
         plt.close(fig)
+
+
+# ---------------------------------------------------------------- rhea chat's policy options
+def test_a_policy_option_the_policy_does_not_take_is_refused_before_loading(monkeypatch):
+    from rhea.errors import RheaConfigError
+    from rhea.session import repl as repl_mod
+
+    def no_load(*a, **k):  # validation must come first: loading would be wasted work
+        raise AssertionError("the model was loaded before the options were checked")
+
+    monkeypatch.setattr("rhea.modeling.loading.load_rhea_model", no_load)
+    args = build_parser().parse_args(["chat", "--policy", "vanilla", "--scorer", "bm25"])
+    with pytest.raises(RheaConfigError, match=r"--scorer do\(es\) not apply to policy 'vanilla'"):
+        repl_mod.run_repl(args)
+    args = build_parser().parse_args(["chat", "--policy", "rhea", "--scorer", "bm25", "--max-raw", "3"])
+    assert repl_mod.policy_options(args) == {"scorer": "bm25", "max_raw": 3}
+    args = build_parser().parse_args(["chat", "--policy", "recent-k"])
+    assert repl_mod.policy_options(args) == {}

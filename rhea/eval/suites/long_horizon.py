@@ -30,7 +30,7 @@ from rhea.eval.judge import REFERENCE_CATEGORIES, Judge
 from rhea.eval.suites.base import (Suite, SuiteConfigError, SuiteTurn, mean, require_int,
                                    value_matches)
 from rhea.eval.suites.builtin import CHAINED_QUESTIONS, PLANTED_FACTS
-from rhea.llm import TextGenerator
+from rhea.backends.llm import TextGenerator
 
 #: References up to this many characters are short enough to match by rule.
 SHORT_REFERENCE_CHARS = 40
