@@ -67,7 +67,8 @@ def test_runs_on_top_of_the_rhea_plan():
     from rhea.testing import tiny_rhea
 
     model = tiny_rhea()
-    base = RheaPolicy(model, tau_low=-2.0, tau_high=2.0, recognizer=None, use_im=False)  # every reply latent
+    base = RheaPolicy(model, tau_low=-2.0, tau_high=2.0, recognizer=None, use_im=False,  # every reply latent
+                      scorer="latent", tier_mode="threshold", latent_tier="on")
     conv = Conversation([Turn("the city is paris", "yes paris"), Turn("the color is blue", "blue it is")])
     gen = ScriptedGenerator([route("noise_filter")])
     policy = ACRPolicy(gen, base_policy=base, tau=0.9)
