@@ -1,7 +1,10 @@
 """The errors the instruction checkers raise."""
 from __future__ import annotations
 
-class InstructionError(ValueError):
+from rhea.errors import RheaError
+
+
+class InstructionError(RheaError, ValueError):
     """Base class for bad instruction ids or parameters."""
 
 

@@ -18,6 +18,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from rhea.errors import RheaError
 from rhea.eval.checkers import InstructionSpec
 
 #: Turn kinds: a global instruction, its revocation, an ordinary question, small talk that
@@ -26,7 +27,7 @@ from rhea.eval.checkers import InstructionSpec
 TURN_KINDS = ("instruction", "revoke", "query", "filler", "update", "probe")
 
 
-class SuiteConfigError(ValueError):
+class SuiteConfigError(RheaError, ValueError):
     """A suite parameter or data set that cannot build episodes."""
 
 

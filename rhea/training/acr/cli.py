@@ -35,11 +35,12 @@ def _cmd_train_acr(args) -> int:
         key, _, value = override.partition("=")
         data[key] = yaml.safe_load(value)
     config = TGSEConfig.from_dict(data)
+    tasks, teacher = load_tasks(args), teacher_from_spec(args.teacher)  # bad input fails before the model loads
     if args.fresh:
         clear_output(config)
     base, tokenizer = load_base_model(config.base_model)
     controller = ACRController(base, tokenizer, lora_r=config.lora_r, lora_alpha=config.lora_alpha)
-    loop = TGSE(config, controller, teacher_from_spec(args.teacher), load_tasks(args))
+    loop = TGSE(config, controller, teacher, tasks)
     result = loop.run(resume=True, max_iterations=args.max_iterations)
     print(json.dumps({"iterations_run": result.iterations_run, "pools": result.pools, "stopped": result.stopped,
                       "seconds": round(result.seconds, 1), "adapters": f"{result.output_dir}/adapters"}))

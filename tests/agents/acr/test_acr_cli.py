@@ -7,3 +7,20 @@ def test_train_acr_is_a_rhea_command():
 
     args = build_parser().parse_args(["train-acr", "--tasks", "4", "--set", "iterations=1", "--max-iterations", "1"])
     assert args.command == "train-acr" and args.tasks == 4 and args.set == ["iterations=1"]
+
+
+def test_bad_tasks_file_and_teacher_fail_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    import rhea.modeling
+    from rhea.cli import main
+
+    def no_load(*a, **k):
+        raise AssertionError("the model loaded before the arguments were checked")
+
+    monkeypatch.setattr(rhea.modeling, "load_base_model", no_load)
+    bad = tmp_path / "tasks.jsonl"
+    bad.write_text("not json\n")
+    out = f"output_dir={tmp_path / 'run'}"
+    assert main(["train-acr", "--tasks-file", str(bad), "--set", out]) == 1
+    assert "--tasks-file" in capsys.readouterr().err
+    assert main(["train-acr", "--teacher", "gpt", "--set", out]) == 1
+    assert "teacher='gpt'" in capsys.readouterr().err
