@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from rhea.context.errors import require_text
-from rhea.memory.recognizer import match_rules
+from rhea.errors import require_text
+from rhea.memory.recognizer import QUOTED, match_rules, strip_quotes
 
 _LANGUAGES = (
     "english|french|spanish|german|japanese|italian|portuguese|dutch|korean|swedish|chinese|mandarin|"
@@ -54,7 +54,6 @@ _REPLACEMENT = re.compile(
     r"(?:always|never|call me|refer to me|use|answer|respond|reply|write|switch to|keep|start|end|speak|talk)\b",
     re.IGNORECASE,
 )
-_QUOTED = re.compile(r"(?<!\w)'[^'\n]*'(?!\w)|\"[^\"\n]*\"|“[^”\n]*”")
 _REVOKE_ALL = re.compile(r"\b(?:all|every)\b(?:\s+[\w']+){0,2}\s+(?:instructions?|rules?|requirements?|constraints?)\b", re.IGNORECASE)
 _STOPWORDS = set(
     "a an the to of in on for with and or but is are be been it this that those these my your you me i "
@@ -65,7 +64,7 @@ _STOPWORDS = set(
 )
 
 
-_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?]['\"”]))\s+(?=\S)")
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?]['\"”’]))\s+(?=\S)")
 
 
 def _blank_quote(m: re.Match) -> str:
@@ -91,7 +90,7 @@ def split_directives(text: str) -> list[str]:
     # Find sentence boundaries on a copy with quoted spans blanked (same length), so the
     # periods inside "'My answer is yes.', 'No.'" do not end a sentence; a quote's last mark
     # is kept, so "... 'My answer is maybe.' From now on, ..." still does.
-    masked = _QUOTED.sub(_blank_quote, text)
+    masked = QUOTED.sub(_blank_quote, text)
     starts = [0] + [m.end() for m in _SENTENCE_END.finditer(masked)]
     sentences = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
     cued = [i for i, sent in enumerate(sentences) if (rule := match_rules(sent)) and rule[0] == "add"]
@@ -281,7 +280,7 @@ class InstructionalMemory:
             if not self.revoke(text, reason=f"revoked by the user at turn {turn} ({decision.source})", turn=turn):
                 self.add(text, turn, source_message=text)
                 self.history[-1].reason += "; a revocation that matched nothing is kept as a standing instruction"
-            elif _REPLACEMENT.search(_QUOTED.sub("''", text)):
+            elif _REPLACEMENT.search(strip_quotes(text)):
                 self.add(text, turn, source_message=text)
                 self.history[-1].reason += "; the revocation also sets a replacement, kept as a standing instruction"
         return self.history[start:]

@@ -207,9 +207,10 @@ _COMPILED_REVOKE = _compile(REVOKE_PATTERNS)
 _COMPILED_ONE_OFF = _compile(ONE_OFF_PATTERNS)
 _COMPILED_WEAK_ADD = _compile(WEAK_ADD_PATTERNS)
 _COMPILED_WEAK_REVOKE = re.compile(WEAK_REVOKE, re.IGNORECASE)
-# Quoted spans are content, not directives: "what does 'from now on' mean?". An apostrophe
-# inside a word (don't) cannot open a quote.
-_QUOTED = re.compile(r"(?<!\w)'[^'\n]*'(?!\w)|\"[^\"\n]*\"|“[^”\n]*”|‘[^’\n]*’(?!\w)")
+#: A quoted span ('...', "...", “...”, ‘...’). Quoted text is content, not a directive: "what does
+#: 'from now on' mean?". An apostrophe inside a word (don't) cannot open a quote. The instructional
+#: memory masks the same spans when it splits and reads messages.
+QUOTED = re.compile(r"(?<!\w)'[^'\n]*'(?!\w)|\"[^\"\n]*\"|“[^”\n]*”|‘[^’\n]*’(?!\w)")
 
 
 def strip_quotes(text: str) -> str:
@@ -218,7 +219,7 @@ def strip_quotes(text: str) -> str:
     >>> strip_quotes("What does 'from now on' mean? Don't worry.")
     "What does '' mean? Don't worry."
     """
-    return _QUOTED.sub("''", text)
+    return QUOTED.sub("''", text)
 
 
 def match_rules(text: str) -> tuple[str, str] | None:

@@ -121,6 +121,7 @@ def test_update_applies_recognizer_decisions():
     ("Forget the JSON rule, use YAML.", True),
     ("Forget the Captain thing.", False),
     ("You no longer need to call me 'Captain, and use my name'.", False),  # quoted text names no replacement
+    ("You no longer need to call me ‘Captain, and use my name’.", False),  # typographic quotes too
 ])
 def test_revocation_with_a_replacement_keeps_the_replacement(message, kept):
     from rhea.memory import InstructionRecognizer
@@ -169,6 +170,14 @@ def test_split_keeps_context_with_its_instruction(message, n):
 
     parts = split_directives(message)
     assert len(parts) == n and " ".join(parts) == message.strip()
+
+
+def test_split_masks_the_recognizers_quoted_spans_typographic_ones_included():
+    from rhea.memory.instructional import split_directives
+
+    message = "From now on, end every reply with ‘That is all. Bye.’ From now on, keep it under 50 words."
+    assert split_directives(message) == ["From now on, end every reply with ‘That is all. Bye.’",
+                                         "From now on, keep it under 50 words."]
 
 
 def test_entries_keep_provenance_and_survive_save_load():
