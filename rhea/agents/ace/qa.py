@@ -7,11 +7,11 @@
 from __future__ import annotations
 
 import json
-import string
 from dataclasses import dataclass
 from pathlib import Path
 
 from rhea.eval.loaders import DataFormatError, load_babi
+from rhea.eval.suites.base import normalize_answer
 
 
 @dataclass(frozen=True)
@@ -71,18 +71,12 @@ def hotpot_items(path: str | Path) -> list[QAItem]:
     return items
 
 
-def normalize(text: str) -> list[str]:
-    """Lower-cased words without punctuation or articles (SQuAD-style normalisation)."""
-    text = "".join(ch for ch in text.lower() if ch not in string.punctuation)
-    return [w for w in text.split() if w not in ("a", "an", "the")]
-
-
 def is_correct(prediction: str, gold: str) -> bool:
     """The normalised gold answer occurs as a whole-word span of the prediction."""
-    pred, want = normalize(prediction), normalize(gold)
+    pred, want = normalize_answer(prediction).split(), normalize_answer(gold).split()
     if not want:
         return False
     return any(pred[i:i + len(want)] == want for i in range(len(pred) - len(want) + 1))
 
 
-__all__ = ["QAItem", "babi_items", "hotpot_items", "is_correct", "normalize"]
+__all__ = ["QAItem", "babi_items", "hotpot_items", "is_correct"]

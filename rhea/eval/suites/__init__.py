@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rhea.eval.suites.base import (TURN_KINDS, Episode, Suite, SuiteConfigError, SuiteTurn,
-                                   summarize_numeric, value_matches)
+                                   normalize_answer, summarize_numeric, value_matches)
 from rhea.eval.suites.efficiency import EfficiencySuite
 from rhea.eval.suites.instruction_retention import InstructionRetentionSuite, RetentionData
 from rhea.eval.suites.long_horizon import LongHorizonSuite
@@ -42,4 +42,4 @@ def get_suite(name: str, *, path: str | None = None, **kwargs: Any) -> Suite:
 __all__ = ["TURN_KINDS", "Episode", "Suite", "SuiteConfigError", "SuiteTurn",
            "UnknownSuiteError", "EfficiencySuite", "InstructionRetentionSuite",
            "LongHorizonSuite", "RetentionData", "StateTrackingSuite", "get_suite",
-           "list_suites", "summarize_numeric", "value_matches"]
+           "list_suites", "normalize_answer", "summarize_numeric", "value_matches"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import re
 import statistics
+import string
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -201,7 +202,20 @@ def fill_turns(rng: random.Random, pool: Sequence[str], n: int) -> list[str]:
     return out
 
 
+def normalize_answer(text: str) -> str:
+    """Lower case, no punctuation, no articles, single spaces: SQuAD's answer normalisation, for
+    exact-match scoring (`rhea.training.acr.rewards.exact_match`, ACE's `is_correct`).
+
+    >>> normalize_answer("  The Rugby! ")
+    'rugby'
+    """
+    text = text.lower().translate(str.maketrans("", "", string.punctuation))
+    return " ".join(w for w in text.split() if w not in ("a", "an", "the"))
+
+
 def _normalize(text: str) -> str:
+    # For mentions, not exact match: punctuation becomes a space ("kitchen/garden" names both)
+    # and articles stay, so a multi-word value is found as written.
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 

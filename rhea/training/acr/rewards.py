@@ -1,23 +1,13 @@
 """TGSE's rewards: how the solver's answer is scored against a drift task's gold answer."""
 from __future__ import annotations
 
-import string
 from typing import Callable
 
 from rhea.agents.acr.errors import ACRConfigError
 from rhea.agents.acr.tasks import DriftTask
+from rhea.eval.suites.base import normalize_answer, value_matches
 
 REWARDS = ("exact_match", "value_match")
-
-
-def normalize_answer(text: str) -> str:
-    """Lower case, no punctuation, no articles, single spaces (SQuAD-style).
-
-    >>> normalize_answer("  The Rugby! ")
-    'rugby'
-    """
-    text = text.lower().translate(str.maketrans("", "", string.punctuation))
-    return " ".join(w for w in text.split() if w not in ("a", "an", "the"))
 
 
 def exact_match(answer: str, task: DriftTask) -> float:
@@ -32,8 +22,6 @@ def exact_match(answer: str, task: DriftTask) -> float:
 
 def value_match(answer: str, task: DriftTask) -> float:
     """1.0 when the answer names the gold value and no confusable candidate (lenient)."""
-    from rhea.eval.suites.base import value_matches
-
     return float(value_matches(answer, task.answer, task.candidates))
 
 

@@ -1,4 +1,5 @@
 """bAbI / HotpotQA items and the answer check (inline fixtures, no shared data)."""
+import dataclasses
 import json
 
 import pytest
@@ -47,3 +48,16 @@ def test_hotpot_items(tmp_path):
 ])
 def test_is_correct(pred, gold, ok):
     assert is_correct(pred, gold) is ok
+
+
+@pytest.mark.parametrize("gold,prediction", [("The Rugby!", "rugby"), ("New York", "new york."),
+                                             ("an apple", "Apple"), ("U.S.", "us")])
+def test_ace_and_tgse_score_answers_with_one_normalisation(gold, prediction):
+    """ACE's span check and TGSE's exact-match reward read answers the same way (SQuAD's normalisation)."""
+    from rhea.agents.acr.tasks import drift_tasks
+    from rhea.eval.suites import normalize_answer
+    from rhea.training.acr.rewards import exact_match
+
+    task = dataclasses.replace(drift_tasks(1)[0], answer=gold)
+    assert normalize_answer(gold) == normalize_answer(prediction)
+    assert is_correct(prediction, gold) and exact_match(prediction, task) == 1.0
