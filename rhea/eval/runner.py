@@ -39,12 +39,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from rhea.constants import BENCH_POLICIES
-from rhea.errors import RheaError
+from rhea.errors import RheaConfigError, RheaError
 from rhea.eval import checkpoint
 from rhea.eval.checkpoint import BenchError, check_config, environments_of, read_rows, record_environment
 from rhea.eval.report import json_default, write_outputs  # noqa: F401 (write_outputs: part of this module's API)
 from rhea.eval.suites import Suite, get_suite
 from rhea.eval.suites.base import mean
+from rhea.modeling.config import check_thresholds
 
 RESULTS_FORMAT = "rhea-bench/1"
 #: Policies that run offline on any RheaForCausalLM with no extra data or endpoint.
@@ -193,8 +194,11 @@ def _check_thresholds(model, policies: Sequence[str], policy_kwargs: Mapping[str
         if not {"tau_low", "tau_high"} <= set(policy_class(policy).thresholds) or not {"tau_low", "tau_high"} & set(kw):
             continue
         low, high = kw.get("tau_low", getattr(cfg, "tau_low", None)), kw.get("tau_high", getattr(cfg, "tau_high", None))
-        if low is not None and high is not None and float(low) > float(high):
-            raise BenchError(f"policy {policy!r}: tau_low={low} is above tau_high={high}; pass tau_low <= tau_high")
+        if low is not None and high is not None:
+            try:
+                check_thresholds(float(low), float(high))
+            except RheaConfigError as e:
+                raise BenchError(f"policy {policy!r}: {e}") from None
 
 
 def _run_fresh_batched(model, tokenizer, policy, episodes, out, bar, session_cls, k: int, **kwargs) -> dict[int, list]:

@@ -7,10 +7,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from rhea.constants import TIERS
 from rhea.context.conversation import Turn
 
-TIER_NAMES = TIERS  # index = rhea_kernels tier code (kept for old imports)
 CENTERING_MODES = ("fixed", "running", "none")
 
 
@@ -106,7 +104,7 @@ class EpisodicMemory:
         return turn_scores(vq[None], vk[None], center=None if center is None else center.to(vq.device))[0].cpu()
 
     def score_and_tiers(self, query: str | torch.Tensor, tau_low: float, tau_high: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Scores ``[T]`` and int8 tiers ``[T]`` (0 drop, 1 latent, 2 raw; `TIER_NAMES`) in one fused kernel call."""
+        """Scores ``[T]`` and int8 tiers ``[T]`` (0 drop, 1 latent, 2 raw: `rhea.constants.TIERS`) in one fused kernel call."""
         from rhea_kernels import turn_scores_and_tiers
 
         if not self.entries:

@@ -44,7 +44,7 @@ import torch
 from rhea.errors import RheaConfigError
 from rhea.modeling.config import (  # noqa: F401  (re-exported: the scorer settings live with RheaConfig)
     COMPONENTS, FIDELITY_MIN_CONTROL_GAP, FIDELITY_MIN_TOKEN_ACC, FUSIONS, LATENT_TIER_MODES, SCORERS, TIER_MODES,
-    fidelity_passes, latent_tier_active)
+    check_thresholds, fidelity_passes, latent_tier_active)
 
 
 def components_of(scorer: str, fusion_components: Sequence[str]) -> tuple[str, ...]:
@@ -121,8 +121,7 @@ class TierRule:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise RheaConfigError(f"{name}={v!r} must be an int >= 0")
-        if not self.tau_low <= self.tau_high:
-            raise RheaConfigError(f"tau_low={self.tau_low} must be <= tau_high={self.tau_high}")
+        check_thresholds(self.tau_low, self.tau_high)
         if not self.dense_floor <= self.dense_high:
             raise RheaConfigError(f"dense_floor={self.dense_floor} must be <= dense_high={self.dense_high}")
 

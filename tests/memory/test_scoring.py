@@ -80,6 +80,20 @@ def test_bad_rules():
         TierRule(max_raw=-1)
     with pytest.raises(RheaConfigError, match="dense_floor"):
         TierRule(dense_floor=0.7, dense_high=0.6)
+    with pytest.raises(RheaConfigError, match="tau_low=0.9 must be <= tau_high=0.2"):  # RheaConfig's own check
+        TierRule(tau_low=0.9, tau_high=0.2)
+
+
+def test_tier_names_are_indexed_by_the_kernels_tier_codes():
+    """rhea_kernels cannot import rhea, so its codes (0 drop, 1 latent, 2 raw) and rhea.constants.TIERS
+    are written twice; this holds them together."""
+    from rhea.constants import TIERS
+    from rhea_kernels.reference import DROP, LATENT, RAW, score_tiers
+
+    assert (TIERS[DROP], TIERS[LATENT], TIERS[RAW]) == ("drop", "latent", "raw")
+    s = torch.tensor([0.1, 0.6, 0.9])
+    codes = score_tiers(s, 0.5, 0.8).tolist()
+    assert [TIERS[c] for c in codes] == assign_tiers(s, {"latent": s}, TierRule("threshold", tau_low=0.5, tau_high=0.8))
 
 
 def test_latent_tier_follows_fidelity_unless_forced():

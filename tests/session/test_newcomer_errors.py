@@ -133,7 +133,7 @@ def test_bench_thresholds_without_a_rhea_policy_are_refused(tmp_path, capsys):
 def test_run_suite_checks_thresholds_before_writing_config(model, tmp_path):
     from rhea.eval.runner import BenchError, run_suite
 
-    with pytest.raises(BenchError, match="tau_low=0.9 is above tau_high=0.2"):
+    with pytest.raises(BenchError, match="policy .rhea.: tau_low=0.9 must be <= tau_high=0.2"):
         run_suite(model, "efficiency", ["rhea"], n_turns=2, n_episodes=1, max_new_tokens=2, progress=False,
                   policy_kwargs={"rhea": {"tau_low": 0.9, "tau_high": 0.2}}, out=tmp_path / "run")
     assert not (tmp_path / "run" / "config.json").exists()
