@@ -38,9 +38,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -50,19 +48,10 @@ from rhea.modeling import zoo as zoo_mod  # noqa: E402
 from rhea.errors import CorruptModelFileError, RheaError  # noqa: E402
 
 MANIFEST = "manifest.json"
-_CHUNK = 8 << 20
 
 
 class StagingError(RheaError, ValueError):
     """Bad `stage_model.py` arguments: unknown folder, no manifest, a piece size out of range."""
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(_CHUNK):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _piece_name(i: int) -> str:
@@ -147,7 +136,7 @@ def status(staged: Path, hash_pieces: bool = True) -> dict:
         path = staged / piece["name"]
         if not path.is_file():
             report["missing"].append(piece["name"])
-        elif path.stat().st_size != piece["size"] or (hash_pieces and _sha256_file(path) != piece["sha256"]):
+        elif path.stat().st_size != piece["size"] or (hash_pieces and zoo_mod.sha256_of([path])[1] != piece["sha256"]):
             report["corrupt"].append(piece["name"])
         else:
             report["present"].append(piece["name"])
@@ -189,27 +178,15 @@ def assemble(staged: Path, out: Path | None = None, install: bool = True, conver
                            f"{'...' if len(report['missing']) > 5 else ''}) and {len(report['corrupt'])} corrupt "
                            f"({', '.join(report['corrupt'][:5])}); send {report['next']} next and re-run status")
     target = out or default_target(manifest)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}-", suffix=".partial", dir=target.parent)
-    tmp = Path(tmp_name)
-    h, total = hashlib.sha256(), 0
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for piece in manifest["pieces"]:
-                with open(staged / piece["name"], "rb") as src:
-                    while block := src.read(_CHUNK):
-                        f.write(block)
-                        h.update(block)
-                        total += len(block)
-        digest = h.hexdigest()
-        if digest != manifest["sha256"] or total != manifest["size"]:
+
+    def check(size: int, digest: str, tmp: Path) -> None:
+        if digest != manifest["sha256"] or size != manifest["size"]:
             raise CorruptModelFileError(
-                f"the GGUF assembled from {staged} has {total} bytes and SHA-256 {digest}; expected {manifest['size']} "
+                f"the GGUF assembled from {staged} has {size} bytes and SHA-256 {digest}; expected {manifest['size']} "
                 f"bytes and {manifest['sha256']} ({manifest['sha256_source']}). Nothing was installed; "
                 f"re-send the pieces `status --staged {staged}` reports and assemble again")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    total, digest = zoo_mod.concatenate_checked([staged / p["name"] for p in manifest["pieces"]], target, check)
     result = {"model": manifest["model"], "gguf": str(target), "bytes": total, "sha256": digest,
               "sha256_source": manifest["sha256_source"], "converted": None}
     zoo = zoo_mod.get_model(manifest["model"])

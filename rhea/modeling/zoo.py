@@ -29,6 +29,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Sequence
 
 from rhea.errors import CheckpointError, CorruptModelFileError, MissingModelPackageError, UnknownModelError
 
@@ -76,6 +77,31 @@ def sha256_of(paths: list[Path], chunk: int = _CHUNK) -> tuple[int, str]:
                 h.update(block)
                 total += len(block)
     return total, h.hexdigest()
+
+
+def concatenate_checked(paths: Sequence[Path], target: Path, check: Callable[[int, str, Path], None]) -> tuple[int, str]:
+    """Concatenate `paths` into `target`: streamed, hashed while written, ``check(size, sha256, tmp)``
+    on the finished temporary file (it raises to refuse), then renamed into place. A refused or failed
+    write leaves neither `target` nor a partial file. Returns (size, SHA-256 hex).
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}-", suffix=".partial", dir=target.parent)
+    tmp = Path(tmp_name)
+    h, total = hashlib.sha256(), 0
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for path in paths:
+                with open(path, "rb") as fh:
+                    while block := fh.read(_CHUNK):
+                        out.write(block)
+                        h.update(block)
+                        total += len(block)
+        digest = h.hexdigest()
+        check(total, digest, tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return total, digest
 
 
 @dataclass(frozen=True)
@@ -173,22 +199,8 @@ class SplitGGUF:
         """Concatenate the parts into `target` (streamed, hashed while written), checked, atomically renamed."""
         target = target or self.assembled_path()
         parts = self.part_paths(model_name)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}-", suffix=".partial", dir=target.parent)
-        tmp = Path(tmp_name)
-        h, total = hashlib.sha256(), 0
-        try:
-            with os.fdopen(fd, "wb") as out:
-                for part in parts:
-                    with open(part, "rb") as fh:
-                        while block := fh.read(_CHUNK):
-                            out.write(block)
-                            h.update(block)
-                            total += len(block)
-            self._check(total, h.hexdigest(), "the GGUF assembled from the part packages", model_name, tmp)
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+        total, _ = concatenate_checked(parts, target, lambda size, digest, tmp: self._check(
+            size, digest, "the GGUF assembled from the part packages", model_name, tmp))
         logger.info("assembled %s (%d bytes) from %d parts", target, total, len(parts))
         return target
 
