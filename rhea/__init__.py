@@ -34,6 +34,7 @@ MOVED = {
     "rhea.models_cli": "rhea.modeling.zoo_cli",
     "rhea.generation": "rhea.session.generation",
     "rhea.context.policies": "rhea.policies",
+    "rhea.eval.batched": "rhea.eval.episodes",
 }
 
 __all__ = ["__version__", *_LAZY]

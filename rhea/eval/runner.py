@@ -14,7 +14,8 @@ decode). With `out=` it writes, as it goes:
                                     95% bootstrap interval and the paired difference vs vanilla
 ``out/*.png``                       IAR / tokens / latency against the turn index
 
-The run loop is here; what makes a run resumable (settings, rows, machines) is in
+The suite loop is here; the turn loop of an episode (one by one, or K episodes in a batch) is in
+`rhea.eval.episodes`, what makes a run resumable (settings, rows, machines) in
 `rhea.eval.checkpoint`, what it writes for people (markdown, plots) in `rhea.eval.report`.
 Timings come from the session's turn observer (`ChatSession.add_observer`).
 
@@ -32,16 +33,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from rhea.constants import BENCH_POLICIES
-from rhea.errors import RheaConfigError, RheaError
+from rhea.errors import RheaConfigError
 from rhea.eval import checkpoint
-from rhea.eval.checkpoint import BenchError, check_config, environments_of, read_rows, record_environment
+from rhea.eval.checkpoint import BenchError, check_config, environments_of
+from rhea.eval.episodes import run_episode, run_fresh_batched
 from rhea.eval.report import json_default, write_outputs  # noqa: F401 (write_outputs: part of this module's API)
 from rhea.eval.suites import Suite, get_suite
 from rhea.eval.suites.base import mean
@@ -56,32 +57,6 @@ COST_FIELDS = ("context_tokens", "text_tokens", "latent_slots", "new_tokens", "f
 #: The headline metric of each suite (first column of its summary table).
 HEADLINE = {"instruction-retention": "iar", "state-tracking": "accuracy",
             "long-horizon": "recall_accuracy", "efficiency": None}
-
-
-def _cost_row(record) -> dict:
-    """Tokens and the latency split of one finished turn, from its `TurnRecord`."""
-    t = record.timings
-    plan_s = float(t.get("plan_s", 0.0))
-    compresses = "compress_s" in t  # a policy that compresses reports it in its counters
-    row = {
-        "context_tokens": record.prompt_tokens, "latent_slots": record.latent_slots,
-        "text_tokens": record.prompt_tokens - record.latent_slots, "new_tokens": record.new_tokens,
-        "full_history_tokens": record.full_history_tokens, "content_tokens": record.content_tokens,
-        "compress_s": float(t.get("compress_s", 0.0)),
-        "score_s": max(plan_s - float(t.get("plan_compress_s", 0.0)), 0.0) if compresses else 0.0,
-        "plan_s": plan_s, "render_s": float(t.get("render_s", 0.0)),
-        "prefill_s": float(t.get("prefill_s", 0.0)), "decode_s": float(t.get("decode_s", 0.0)),
-        "observe_s": float(t.get("observe_s", 0.0)), "tiers": dict(record.tiers),
-    }
-    row["latency_s"] = plan_s + row["render_s"] + row["prefill_s"] + row["decode_s"] + row["observe_s"]
-    return row
-
-
-def _decision_trace(plan) -> dict:
-    if plan is None:
-        return {}
-    view = plan.to_dict()
-    return {"decisions": view["decisions"], "ledger": view["ledger"]}
 
 
 def run_suite(
@@ -110,7 +85,7 @@ def run_suite(
     policy_kwargs: per-policy constructor options, e.g. ``{"rhea": {"tau_low": 0.3}}``.
     Greedy decoding, so a run is reproducible from its settings.
     batch_episodes: advance up to this many not-yet-started episodes of a policy together, their
-    turns answered in one left-padded batch (`rhea.eval.batched`); 1 runs them one by one.
+    turns answered in one left-padded batch (`rhea.eval.episodes`); 1 runs them one by one.
     """
     from rhea.policies import available_policies
     from rhea.session import ChatSession
@@ -158,7 +133,7 @@ def run_suite(
     try:
         for policy in policies:
             rows: list[dict] = []
-            batched = _run_fresh_batched(model, tokenizer, policy, episodes, out, bar, ChatSession, batch_episodes,
+            batched = run_fresh_batched(model, tokenizer, policy, episodes, out, bar, ChatSession, batch_episodes,
                                          max_new_tokens=max_new_tokens, kwargs=policy_kwargs.get(policy, {}),
                                          environment=environment)
             for number, episode in enumerate(episodes):
@@ -166,7 +141,7 @@ def run_suite(
                 if number in batched:
                     rows.extend(batched[number])
                     continue
-                rows.extend(_run_episode(model, tokenizer, policy, episode, state, bar, ChatSession,
+                rows.extend(run_episode(model, tokenizer, policy, episode, state, bar, ChatSession,
                                          max_new_tokens=max_new_tokens, kwargs=policy_kwargs.get(policy, {}),
                                          environment=environment))
             results["policies"][policy] = {"aggregate": suite.aggregate([_scores_only(r) for r in rows]),
@@ -201,23 +176,6 @@ def _check_thresholds(model, policies: Sequence[str], policy_kwargs: Mapping[str
                 raise BenchError(f"policy {policy!r}: {e}") from None
 
 
-def _run_fresh_batched(model, tokenizer, policy, episodes, out, bar, session_cls, k: int, **kwargs) -> dict[int, list]:
-    """``{episode number: rows}`` for the episodes not started yet, run `k` at a time (none if k is 1)."""
-    if k <= 1:
-        return {}
-    from rhea.eval.batched import is_fresh, run_episodes_batched
-
-    states = {n: (out / "state" / policy / str(n) if out is not None else None) for n in range(len(episodes))}
-    fresh = [n for n in range(len(episodes)) if is_fresh(states[n])]
-    done: dict[int, list] = {}
-    for start in range(0, len(fresh), k):
-        group = fresh[start:start + k]
-        rows = run_episodes_batched(model, tokenizer, policy, [episodes[n] for n in group], [states[n] for n in group],
-                                    bar, session_cls, **kwargs)
-        done.update(zip(group, rows))
-    return done
-
-
 def _label(value: Any) -> Any:
     """`value` if JSON can hold it, else its type's name (a judge, a generator) for config.json."""
     try:
@@ -230,56 +188,6 @@ def _label(value: Any) -> Any:
 def _scores_only(row: dict) -> dict:
     """What the suite's `aggregate` reads: the suite's scores plus the numeric cost fields."""
     return {k: v for k, v in row.items() if k not in ("decisions", "ledger", "user", "reply", "tiers", "error")}
-
-
-def _run_episode(model, tokenizer, policy: str, episode, state: Path | None, bar, session_cls, *,
-                 max_new_tokens: int, kwargs: dict, environment: dict | None = None) -> list[dict]:
-    rows = read_rows(state / "rows.jsonl") if state is not None else []
-    done = state is not None and (state / "done").is_file()
-    if done or len(rows) == len(episode.turns):
-        bar.update(len(episode.turns))
-        return rows[: len(episode.turns)]
-    session = None
-    if rows and state is not None and (state / "session").is_dir():
-        session = session_cls.load(state / "session", model, policy_kwargs=kwargs)
-        if len(session.conversation) != sum(1 for r in rows if "error" not in r):
-            session = None  # the session and the rows disagree (cut mid-write): redo the episode
-    if session is None:
-        rows = []
-        session = session_cls(model, tokenizer, policy, max_new_tokens=max_new_tokens, policy_kwargs=kwargs)
-        if state is not None:
-            shutil.rmtree(state, ignore_errors=True)
-            state.mkdir(parents=True)
-    bar.update(len(rows))
-    if state is not None and environment is not None:
-        record_environment(state, environment)
-    history = [(r["user"], r["reply"]) for r in rows if "error" not in r]
-    traces = []  # the session reports every finished turn here: its record (timings) and plan
-    session.add_observer(traces.append)
-    for turn in episode.turns[len(rows):]:
-        row: dict[str, Any] = {"policy": policy, "user": turn.user}
-        try:
-            reply = session.send(turn.user)
-        except RheaError as e:  # a policy's recorded failure (e.g. a context over the window): score it as a miss
-            reply, row["error"] = "", f"{type(e).__name__}: {e}"
-        else:
-            row.update(_cost_row(traces[-1].record))
-            row.update(_decision_trace(traces[-1].plan))
-        row["reply"] = reply
-        scores = episode.score_turn(turn, reply, history=history)
-        row = {**scores, **row, "policy": policy}
-        rows.append(row)
-        if "error" not in row:
-            history.append((turn.user, reply))
-        if state is not None:
-            if "error" not in row:
-                session.save(state / "session")
-            with open(state / "rows.jsonl", "a") as f:
-                f.write(json.dumps(row, ensure_ascii=False, default=json_default) + "\n")
-        bar.update(1)
-    if state is not None:
-        (state / "done").write_text("")
-    return rows
 
 
 def _cost_summary(rows: Sequence[dict]) -> dict:
