@@ -56,6 +56,16 @@ class Turn:
         return cls(data["user"], data["assistant"], dict(data.get("meta", {})))
 
 
+def turn_text(turn: Turn) -> str:
+    """What retrieval indexes a turn by: both sides, since either may hold what the query needs.
+
+    >>> print(turn_text(Turn("Where is the milk?", "In the hallway.")))
+    Where is the milk?
+    In the hallway.
+    """
+    return f"{turn.user}\n{turn.assistant}"
+
+
 class Conversation:
     """An ordered list of `Turn`s with an exact JSON round trip.
 

@@ -4,17 +4,12 @@ from __future__ import annotations
 from typing import Any
 
 from rhea.backends.retrieval import BM25Retriever
-from rhea.context.conversation import Conversation
+from rhea.context.conversation import Conversation, turn_text
 from rhea.context.plan import ContextPlan, TurnDecision
 from rhea.policies.assemble import SystemSource, assemble_plan
 from rhea.policies.base import ContextPolicy
 from rhea.policies.registry import register_policy
 from rhea.policies.validation import positive_int
-
-
-def turn_text(turn) -> str:
-    """What a turn is indexed by: both sides, since either may hold what the query needs."""
-    return f"{turn.user}\n{turn.assistant}"
 
 
 @register_policy("bm25")

@@ -21,7 +21,7 @@ import torch
 
 from rhea.backends.retrieval import BM25Retriever
 from rhea.constants import TIERS
-from rhea.context.conversation import Conversation, Turn
+from rhea.context.conversation import Conversation, Turn, turn_text
 from rhea.context.latent import Latent
 from rhea.context.plan import ContextPlan, TurnDecision
 from rhea.errors import RheaConfigError, require_text
@@ -33,7 +33,6 @@ from rhea.memory.scoring import (COMPONENTS, FUSIONS, TierRule, assign_tiers, co
 from rhea.modeling.config import check_thresholds
 from rhea.policies.assemble import assemble_plan
 from rhea.policies.base import ContextPolicy
-from rhea.policies.bm25 import turn_text
 from rhea.policies.registry import register_policy
 
 FIXED_TIERS = (None, *TIERS)

@@ -19,11 +19,10 @@ from typing import Any
 from rhea.agents.ace.orchestrator import ACE
 from rhea.agents.ace.retrievers import make_retriever
 from rhea.backends.embedding import Embedder
-from rhea.context.conversation import Conversation
+from rhea.context.conversation import Conversation, turn_text
 from rhea.context.plan import ContextPlan, TurnDecision
 from rhea.policies.assemble import SystemSource, assemble_plan
 from rhea.policies.base import ContextPolicy
-from rhea.policies.bm25 import turn_text
 from rhea.policies.registry import register_policy
 
 THOUGHTS_HEADER = "Working notes on the current question:"
