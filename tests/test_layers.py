@@ -17,7 +17,7 @@ LAYERS = [
     ["rhea.context", "rhea.calibration"],
     ["rhea.memory"],
     ["rhea.policies"],
-    ["rhea.session", "rhea.demo"],
+    ["rhea.session"],
     ["rhea.eval"],
     ["rhea.agents"],
     ["rhea.training"],
@@ -60,4 +60,4 @@ def test_no_package_imports_a_layer_above_its_own():
 
 def test_the_top_level_holds_few_modules():
     loose = sorted(p.name for p in ROOT.glob("*.py"))
-    assert set(loose) - {"__init__.py", "cli.py", "errors.py", "constants.py", "demo.py"} <= {"testing.py"}, loose
+    assert set(loose) - {"__init__.py", "cli.py", "errors.py", "constants.py"} <= {"testing.py"}, loose
