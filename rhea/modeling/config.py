@@ -10,6 +10,8 @@ from typing import Any, Mapping
 from rhea.errors import RheaConfigError
 
 CONFIG_NAME = "rhea_config.json"
+#: values of `RheaConfig.latent_injection`
+LATENT_INJECTIONS = ("raw", "norm", "projector")
 
 #: how the Rhea policy scores past turns, and how scores become tiers (see rhea.memory.scoring)
 SCORERS = ("latent", "bm25", "dense", "fused")
@@ -129,6 +131,10 @@ class RheaConfig:
     #: recorded at save time so loading onto a different base fails clearly
     base_hidden_size: int | None = None
     base_vocab_size: int | None = None
+    #: how latents enter the generate pass: "raw" (final hidden states as they are; adapters saved before this
+    #: option), "norm" (subtract a learned centre, rescale each slot to the token-embedding norm) or "projector"
+    #: ("norm" followed by a learned linear map into the embedding space, identity-initialised)
+    latent_injection: str = "raw"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -182,6 +188,8 @@ class RheaConfig:
                  and isinstance(f.get("control_gap"), (int, float)),
                  "fidelity must be None or {'reconstruction_token_acc': float, 'control_gap': float, 'measured_on': str, "
                  f"'n': int}}, got {f!r}")
+        need(self.latent_injection in LATENT_INJECTIONS,
+             f"latent_injection={self.latent_injection!r} must be one of {list(LATENT_INJECTIONS)}")
         if self.latent_center is not None:
             need(isinstance(self.latent_center, list) and len(self.latent_center) > 0,
                  "latent_center must be None or a non-empty list of floats (one per hidden unit)")

@@ -5,7 +5,7 @@ import os
 import shutil
 from pathlib import Path
 
-from rhea.modeling.rhea_model import MEM_WEIGHTS_NAME, TOKENIZER_DIR, RheaForCausalLM
+from rhea.modeling.rhea_model import INJECTOR_WEIGHTS_NAME, MEM_WEIGHTS_NAME, TOKENIZER_DIR, RheaForCausalLM
 
 _README = """# Exported Rhea model
 
@@ -18,6 +18,8 @@ Written by `rhea export {source} --out {out}`.
 * `compress/` — the **compress** LoRA adapter (PEFT format) for the same base model.
 * `mem_tokens.safetensors` — `mem_slot_embeds` (the {n_mem} compression read-out slots) and
   `mem_token_row` (the `<mem>` embedding row).
+* `latent_injector.safetensors` (when `latent_injection` is not "raw") — the centre/projector that maps
+  each latent into the embedding space before it fills a `<mem>` position.
 * `rhea_config.json` — the Rhea configuration (n_mem, thresholds, base model).
 
 Load everything back as a trainable Rhea model from the source instead:
@@ -108,6 +110,8 @@ def export_model(source: str | Path, out: str | Path, *, base_model=None) -> Pat
         shutil.copytree(directory / "compress", out / "compress")
         shutil.copy2(directory / MEM_WEIGHTS_NAME, out / MEM_WEIGHTS_NAME)
         shutil.copy2(directory / "rhea_config.json", out / "rhea_config.json")
+        if (directory / INJECTOR_WEIGHTS_NAME).is_file():
+            shutil.copy2(directory / INJECTOR_WEIGHTS_NAME, out / INJECTOR_WEIGHTS_NAME)
     peft_model = model.peft_model
     peft_model.base_model.set_adapter("generate")  # so deleting compress leaves a clean active adapter
     peft_model.delete_adapter("compress")

@@ -26,6 +26,7 @@ from rhea.modeling.config import CONFIG_NAME, RheaConfig
 
 ADAPTERS = ("compress", "generate")
 MEM_WEIGHTS_NAME = "mem_tokens.safetensors"
+INJECTOR_WEIGHTS_NAME = "latent_injector.safetensors"
 TOKENIZER_DIR = "tokenizer"
 
 
@@ -85,6 +86,59 @@ def _lora_config(config: RheaConfig):
     )
 
 
+class LatentInjector(nn.Module):
+    """Maps compress-side latents (final hidden states) into the generate pass's embedding space.
+
+    The final hidden states of a small LM carry a large component common to every position
+    (norm ~40 of ~50 on SmolLM2-135M, against token embeddings of norm ~3.2), so raw latents
+    enter the generate pass as one shared direction at an off-scale norm
+    (shared/design/FINDINGS.md). ``"norm"`` subtracts a learned centre and rescales each slot to
+    the mean token-embedding norm; ``"projector"`` then applies a learned linear map
+    (identity-initialised, as LLaVA/xRAG project into the embedding space).
+
+    >>> inj = LatentInjector(4, "projector", target_norm=2.0)
+    >>> out = inj(torch.tensor([[3.0, 0.0, 0.0, 4.0]]))
+    >>> [round(float(v), 3) for v in out[0]], round(float(out.norm()), 3)
+    ([1.2, 0.0, 0.0, 1.6], 2.0)
+    """
+
+    def __init__(self, hidden: int, mode: str, target_norm: float, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str | None = None):
+        super().__init__()
+        if mode not in ("norm", "projector"):
+            raise RheaConfigError(f"LatentInjector mode {mode!r} must be 'norm' or 'projector'")
+        self.mode = mode
+        self.center = nn.Parameter(torch.zeros(hidden, dtype=dtype, device=device))
+        self.register_buffer("target_norm", torch.tensor(float(target_norm), dtype=torch.float32, device=device))
+        self.proj = None
+        if mode == "projector":
+            self.proj = nn.Linear(hidden, hidden, dtype=dtype, device=device)
+            with torch.no_grad():
+                self.proj.weight.copy_(torch.eye(hidden, dtype=dtype))
+                self.proj.bias.zero_()
+
+    def forward(self, latents: torch.Tensor) -> torch.Tensor:
+        y = latents.float() - self.center.float()
+        y = y / y.norm(dim=-1, keepdim=True).clamp_min(1e-6) * self.target_norm
+        if self.proj is not None:
+            y = torch.nn.functional.linear(y, self.proj.weight.float(), self.proj.bias.float())
+        return y.to(latents.dtype)
+
+    @torch.no_grad()
+    def fit_center(self, latents: torch.Tensor) -> None:
+        """Set the centre to the mean of `latents` (``[..., hidden]``), e.g. of a few training texts."""
+        self.center.copy_(latents.reshape(-1, latents.shape[-1]).float().mean(0).to(self.center.dtype))
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+
+
+def _embedding_norm(base: nn.Module, vocab: int | None) -> float:
+    weight = base.get_input_embeddings().weight
+    rows = weight[:vocab] if vocab else weight
+    return float(rows.detach().float().norm(dim=-1).mean())
+
+
 class RheaForCausalLM(nn.Module):
     """A causal LM with a compress adapter, a generate adapter and `<mem>` latent slots.
 
@@ -109,6 +163,12 @@ class RheaForCausalLM(nn.Module):
         hidden = self.hidden_size
         # Trainable embeddings of the n compression read-out slots (saved by us, not PEFT).
         self.mem_slot_embeds = nn.Parameter(torch.zeros(config.n_mem, hidden, dtype=self.dtype, device=self.device))
+        # How latents enter the generate pass (None = raw hidden states, the pre-option behaviour).
+        self.latent_injector = None
+        if config.latent_injection != "raw":
+            self.latent_injector = LatentInjector(hidden, config.latent_injection,
+                                                  _embedding_norm(self.base_model, config.base_vocab_size),
+                                                  dtype=self.dtype, device=self.device)
         self.peft_model.set_requires_grad(list(ADAPTERS), True)
         self.anchor_attention_registered = False
 
@@ -213,6 +273,22 @@ class RheaForCausalLM(nn.Module):
         model = cls(peft_model, tokenizer, config, mem_id)
         with torch.no_grad():
             model.mem_slot_embeds.copy_(mem["mem_slot_embeds"].to(model.mem_slot_embeds.dtype))
+        if model.latent_injector is not None:
+            path = directory / INJECTOR_WEIGHTS_NAME
+            if not path.is_file():
+                raise CheckpointError(f"{directory / CONFIG_NAME} sets latent_injection={config.latent_injection!r} "
+                                      f"but {path.name} is missing; it was not fully written by save_pretrained()")
+            try:
+                state = load_file(str(path))
+            except Exception as e:
+                raise CheckpointError(f"{path} is corrupted or unreadable ({e})") from e
+            expected = model.latent_injector.state_dict()
+            bad = sorted(k for k in expected if k not in state or tuple(state[k].shape) != tuple(expected[k].shape))
+            if bad or set(state) - set(expected):
+                raise CheckpointError(f"{path}: tensors {bad or sorted(set(state) - set(expected))} do not match "
+                                      f"latent_injection={config.latent_injection!r} at hidden size {model.hidden_size}")
+            with torch.no_grad():
+                model.latent_injector.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()})
         model._apply_anchor_config()
         return model.eval()
 
@@ -234,6 +310,9 @@ class RheaForCausalLM(nn.Module):
             str(directory / MEM_WEIGHTS_NAME),
             metadata={"mem_token": MEM_TOKEN, "mem_token_id": str(self.mem_token_id)},
         )
+        if self.latent_injector is not None:
+            save_file(self.latent_injector.state(), str(directory / INJECTOR_WEIGHTS_NAME),
+                      metadata={"latent_injection": self.config.latent_injection})
         self.tokenizer.save_pretrained(directory / TOKENIZER_DIR)
         # Non-default adapter names go to subfolders; the <mem> rows are ours, never PEFT's
         # (save_embedding_layers="auto" could write the whole resized embedding matrix).
@@ -270,7 +349,7 @@ class RheaForCausalLM(nn.Module):
         return bool(self.config.extra.get("adapters_trained", False))
 
     def trainable_parameters(self) -> Iterator[nn.Parameter]:
-        """Both adapters' LoRA weights and the `<mem>` slot embeddings."""
+        """Both adapters' LoRA weights, the `<mem>` slot embeddings and the latent injector (if any)."""
         return (p for p in self.parameters() if p.requires_grad)
 
     # ------------------------------------------------------------------ adapters
@@ -339,6 +418,8 @@ class RheaForCausalLM(nn.Module):
                 f"latent_embeds have width {latent_embeds.shape[-1]} but the model's hidden size is {embeds.shape[-1]}"
             )
         rows = latent_embeds.reshape(-1, latent_embeds.shape[-1])
+        if self.latent_injector is not None:
+            rows = self.latent_injector(rows)
         if rows.shape[0] != n_slots:
             raise LatentMismatchError(
                 f"input_ids contain {n_slots} {MEM_TOKEN} placeholders but latent_embeds has {rows.shape[0]} rows; "

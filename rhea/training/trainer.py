@@ -59,7 +59,7 @@ def build_model(config: TrainConfig):
         return RheaForCausalLM.from_pretrained(m.init_from, base_model=m.base_model)
     base, tokenizer = load_base_model(m.base_model)
     rc = RheaConfig(n_mem=m.n_mem, lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
-                    target_modules=m.target_modules)
+                    target_modules=m.target_modules, latent_injection=m.latent_injection)
     return RheaForCausalLM.from_base(base, tokenizer, rc)
 
 

@@ -1,0 +1,151 @@
+"""Reconstruction of held-apart real replies from their latents: do the latents carry the reply?
+
+For each adapter directory: the first ``--chunk-tokens`` tokens of every held-apart reply (a
+fixed hash of the reply's source, `rhea.training.compressor.split_held_apart`, disjoint from what
+`scripts/train_compressor.py` trains on) are compressed, then reconstructed by the generate pass
+after ``<mem>×n + "Repeat the reply above word for word."``:
+
+* teacher-forced token accuracy (argmax = next true token), with the reply's OWN latents and,
+  as the control, with ANOTHER reply's latents; the gap own − control is what the latents carry
+  (the control's accuracy is what the generate pass guesses from the prompt and true prefix);
+* greedy decoding on the first ``--greedy-n`` replies: exact match of the whole chunk and the
+  share of tokens matched before the first error, own vs control.
+
+Means carry 95% normal intervals over the replies. Writes JSON + PNG; ``--write-fidelity``
+records the first adapter's numbers in its ``rhea_config.json`` (``"fidelity"``).
+
+    python benchmarks/reconstruction.py --data /work/shared/data \\
+        --adapters rhea/data/adapters/smollm2-135m --out benchmarks/results/reconstruction
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def held_apart_texts(tokenizer, data: str, chunk_tokens: int, n: int | None) -> list[str]:
+    from rhea.training.compressor import chunk_texts, load_reply_texts, split_held_apart
+
+    _, test = split_held_apart(load_reply_texts(data))
+    chunks = chunk_texts(tokenizer, test, max_tokens=chunk_tokens, first_only=True)
+    chunks.sort(key=lambda c: c.source)
+    return [c.text for c in chunks][: n or None]
+
+
+def measure(model, texts: list[str], greedy_n: int, batch_size: int = 8) -> dict:
+    from rhea.training.compressor import greedy_reconstruction, mean_ci, reconstruction_scores
+
+    t0 = time.perf_counter()
+    s = reconstruction_scores(model, texts, batch_size=batch_size)
+    out = {
+        "teacher_forced": {
+            "own": mean_ci(s["own"]), "control": mean_ci(s["control"]),
+            "gap": mean_ci([a - b for a, b in zip(s["own"], s["control"])]),
+            "tokens_per_reply": sum(s["n_tokens"]) / len(s["n_tokens"]),
+        },
+        "per_reply": {"own": s["own"], "control": s["control"]},
+    }
+    if greedy_n:
+        sub = texts[:greedy_n]
+        own = greedy_reconstruction(model, sub, batch_size=batch_size)
+        ctl = greedy_reconstruction(model, sub, batch_size=batch_size, control=True)
+        out["greedy"] = {
+            "exact_own": mean_ci([float(r["exact"]) for r in own]),
+            "exact_control": mean_ci([float(r["exact"]) for r in ctl]),
+            "prefix_own": mean_ci([r["prefix_share"] for r in own]),
+            "prefix_control": mean_ci([r["prefix_share"] for r in ctl]),
+            "examples": [{"target": t, "own": o["text"], "control": c["text"]} for t, o, c in zip(sub[:4], own, ctl)],
+        }
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    fig, ax = plt.subplots(figsize=(max(5, 2.2 * len(names)), 3.8))
+    for k, (key, label) in enumerate((("own", "own latents"), ("control", "another reply's latents"))):
+        vals = [results[n]["teacher_forced"][key] for n in names]
+        xs = [i + (k - 0.5) * 0.38 for i in range(len(names))]
+        ax.bar(xs, [v["mean"] for v in vals], width=0.38, label=label,
+               yerr=[[v["mean"] - v["lo"] for v in vals], [v["hi"] - v["mean"] for v in vals]], capsize=3)
+    ax.set_xticks(range(len(names)), [Path(n).name or n for n in names], fontsize=8)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("teacher-forced token accuracy")
+    ax.set_title("reconstruction of held-apart replies (95% CI)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="data directory in the shared/data layout")
+    p.add_argument("--adapters", nargs="+", required=True, help="save_pretrained directories to measure")
+    p.add_argument("--chunk-tokens", type=int, default=48)
+    p.add_argument("--n", type=int, default=None, help="held-apart replies (default: all)")
+    p.add_argument("--greedy-n", type=int, default=32)
+    p.add_argument("--out", default="benchmarks/results/reconstruction")
+    p.add_argument("--write-fidelity", action="store_true", help="record the first adapter's numbers in its rhea_config.json")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+
+    from rhea.errors import RheaError
+    from rhea.training.compressor import load_reply_texts
+
+    for d in args.adapters:
+        if not (Path(d) / "rhea_config.json").is_file():
+            print(f"error: {d} is not a save_pretrained directory (no rhea_config.json)", file=sys.stderr)
+            return 2
+    try:
+        load_reply_texts(args.data)
+    except RheaError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    from rhea.modeling import RheaForCausalLM
+
+    results, texts = {}, None
+    for d in args.adapters:
+        model = RheaForCausalLM.from_pretrained(d).eval()
+        if texts is None:
+            texts = held_apart_texts(model.tokenizer, args.data, args.chunk_tokens, args.n)
+        with torch.no_grad():
+            results[d] = measure(model, texts, args.greedy_n)
+        results[d]["latent_injection"] = model.config.latent_injection
+        tf = results[d]["teacher_forced"]
+        print(json.dumps({"adapters": d, "own": round(tf["own"]["mean"], 4), "control": round(tf["control"]["mean"], 4),
+                          "gap": round(tf["gap"]["mean"], 4), "gap_ci": [round(tf["gap"]["lo"], 4), round(tf["gap"]["hi"], 4)],
+                          "greedy": {k: round(v["mean"], 4) for k, v in results[d].get("greedy", {}).items() if k != "examples"}}),
+              flush=True)
+        del model
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"data": args.data, "split": "rhea.training.compressor.split_held_apart (share 0.2, sha256 of the source)",
+            "chunk_tokens": args.chunk_tokens, "n_replies": len(texts), "greedy_n": min(args.greedy_n, len(texts)),
+            "model": "SmolLM2-135M-Instruct"}
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    plot(results, out.with_suffix(".png"))
+    if args.write_fidelity:
+        first = args.adapters[0]
+        cfg_path = Path(first) / "rhea_config.json"
+        cfg = json.loads(cfg_path.read_text())
+        tf = results[first]["teacher_forced"]
+        cfg["fidelity"] = {"reconstruction_token_acc": round(tf["own"]["mean"], 4), "control_gap": round(tf["gap"]["mean"], 4),
+                           "measured_on": f"benchmarks/reconstruction.py: first {args.chunk_tokens} tokens of held-apart "
+                                          f"real replies (shared/data), teacher-forced", "n": len(texts)}
+        cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

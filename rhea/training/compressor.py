@@ -1,0 +1,270 @@
+"""Compressor pre-training and its measures: auto-encoding of real text through the latents.
+
+* `load_reply_texts` reads assistant replies / documents from a data directory laid out like
+  ``shared/data`` (UltraChat, MT-Bench GPT-4 reference answers, MT-Eval replies and documents).
+* `chunk_texts` cuts them into token chunks; `split_held_apart` keeps a disjoint split apart by a
+  hash of each chunk's *source* (so no chunk of a held-apart reply is ever trained on).
+* `autoencode_batch` renders ``user: <mem>×n + AUTOENCODE_PROMPT`` → ``assistant: text`` exactly as
+  `rhea.training.losses.autoencode_loss` does, with labels on the text only.
+* `reconstruction_scores` measures teacher-forced token accuracy of the reconstruction with each
+  text's own latents and with another text's latents (the control), and `greedy_reconstruction`
+  the greedy exact-prefix match; the gap own − control is what the latents carry beyond what the
+  generate pass guesses from the prompt and the teacher-forced prefix.
+
+>>> from rhea.testing import tiny_rhea
+>>> model = tiny_rhea()
+>>> scores = reconstruction_scores(model, ["the cat is blue", "paris is the capital of france"])
+>>> sorted(scores), len(scores["own"])
+(['control', 'n_tokens', 'own'], 2)
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from rhea.context import ContextPlan, Latent
+from rhea.training.errors import TrainingDataError
+from rhea.training.losses import AUTOENCODE_PROMPT
+
+#: files under a data directory that hold real replies / documents, and how to read them
+REPLY_SOURCES = (
+    "dialogue_corpora/ultrachat_200k_sample20.json",
+    "mt_bench/reference_answer_gpt-4.jsonl",
+    "mt_eval/raw_mt-bench_extended.jsonl",
+    "mt_eval/raw_documents.jsonl",
+)
+
+
+@dataclass(frozen=True)
+class TextChunk:
+    """A piece of real text to compress; `source` names the reply/document it was cut from."""
+
+    source: str
+    text: str
+
+
+def _records(path: Path) -> list:
+    raw = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        data = json.loads(raw)
+        return data if isinstance(data, list) else [data]
+    return [json.loads(line) for line in raw.splitlines() if line.strip()]
+
+
+def _replies_of(name: str, record: dict) -> list[str]:
+    if name.startswith("dialogue_corpora/ultrachat"):
+        return [m["content"] for m in record.get("messages", []) if m.get("role") == "assistant"]
+    if name.startswith("mt_bench/reference_answer"):
+        return [t for c in record.get("choices", []) for t in c.get("turns", [])]
+    if name.endswith("raw_mt-bench_extended.jsonl"):
+        return [t["sys"] for t in record.get("conversation", []) if isinstance(t.get("sys"), str)]
+    if name.endswith("raw_documents.jsonl"):
+        return [record["gen_resp"]] if isinstance(record.get("gen_resp"), str) else []
+    return []
+
+
+def load_reply_texts(data_dir: str | os.PathLike) -> list[TextChunk]:
+    """Every non-empty reply/document in the known files under `data_dir` (``source`` = file:record:index).
+
+    Raises `TrainingDataError` when `data_dir` holds none of `REPLY_SOURCES`.
+    """
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise TrainingDataError(f"data directory {root} does not exist; pass the folder holding e.g. "
+                                f"{REPLY_SOURCES[0]} (shared/data layout)")
+    out: list[TextChunk] = []
+    found = []
+    for name in REPLY_SOURCES:
+        path = root / name
+        if not path.is_file():
+            continue
+        found.append(name)
+        try:
+            records = _records(path)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise TrainingDataError(f"{path} is not valid JSON/JSONL ({e})") from e
+        for r, record in enumerate(records):
+            if not isinstance(record, dict):
+                continue
+            for k, text in enumerate(_replies_of(name, record)):
+                if isinstance(text, str) and text.strip():
+                    out.append(TextChunk(f"{name}:{r}:{k}", text.strip()))
+    if not found:
+        raise TrainingDataError(f"{root} holds none of {list(REPLY_SOURCES)}; pass a directory in the shared/data layout")
+    return out
+
+
+def chunk_texts(tokenizer, texts: Sequence[TextChunk], *, max_tokens: int = 48, min_tokens: int = 8,
+                first_only: bool = False) -> list[TextChunk]:
+    """Cut each text into consecutive pieces of `max_tokens` tokens (decoded back to text).
+
+    Pieces shorter than `min_tokens` are left out. ``first_only`` keeps each text's first piece.
+    """
+    if max_tokens < 1 or min_tokens < 1:
+        raise TrainingDataError(f"max_tokens={max_tokens} and min_tokens={min_tokens} must be >= 1")
+    out = []
+    for t in texts:
+        ids = tokenizer(t.text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        for start in range(0, len(ids), max_tokens):
+            piece = ids[start:start + max_tokens]
+            if len(piece) < min_tokens:
+                break
+            text = tokenizer.decode(piece).strip()
+            if text:
+                out.append(TextChunk(f"{t.source}@{start}", text))
+            if first_only:
+                break
+    return out
+
+
+def held_apart(source: str, share: float = 0.2, salt: str = "rhea-reconstruction") -> bool:
+    """Whether a source (a reply/document, not a chunk) belongs to the held-apart split: a fixed hash.
+
+    >>> held_apart("a:1:0") == held_apart("a:1:0")
+    True
+    """
+    root = source.split("@")[0]
+    h = int(hashlib.sha256(f"{salt}:{root}".encode()).hexdigest()[:8], 16)
+    return h / 0xFFFFFFFF < share
+
+
+def split_held_apart(items: Sequence[TextChunk], share: float = 0.2) -> tuple[list[TextChunk], list[TextChunk]]:
+    """(train, held_apart): every chunk of one reply/document falls on the same side."""
+    if not 0 < share < 1:
+        raise TrainingDataError(f"held-apart share={share} must be in (0, 1)")
+    train = [c for c in items if not held_apart(c.source, share)]
+    test = [c for c in items if held_apart(c.source, share)]
+    return train, test
+
+
+# ---------------------------------------------------------------------- batches
+def _autoencode_plans(model, text: str, i: int) -> tuple[ContextPlan, ContextPlan]:
+    placeholder = Latent(torch.zeros(model.n_mem, 1), i)
+    prompt = ContextPlan([{"role": "user", "content": [placeholder, "\n" + AUTOENCODE_PROMPT]}])
+    return prompt, ContextPlan(prompt.messages + [{"role": "assistant", "content": text}])
+
+
+def autoencode_batch(model, texts: Sequence[str]) -> dict:
+    """Left-padded ``input_ids``/``attention_mask``/``labels`` reconstructing each text after its `<mem>` block."""
+    from rhea.training.data import Sample, _encode_completion, collate
+
+    samples = []
+    for i, text in enumerate(texts):
+        prompt, full = _autoencode_plans(model, text, i)
+        ids, labels = _encode_completion(model.tokenizer, prompt, full, f"autoencode text {i}")
+        samples.append(Sample(ids, labels))
+    return collate(samples, model.tokenizer.pad_token_id)
+
+
+def autoencode_prompt_ids(model, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
+    """Left-padded prompt ids (up to the assistant header), attention mask, and each text's target ids."""
+    from rhea.training.data import IGNORE_INDEX
+
+    batch = autoencode_batch(model, texts)
+    prompts, targets = [], []
+    for row in range(len(texts)):
+        ids = batch["input_ids"][row][batch["attention_mask"][row].bool()].tolist()
+        labels = batch["labels"][row][batch["attention_mask"][row].bool()].tolist()
+        first = next(i for i, x in enumerate(labels) if x != IGNORE_INDEX)
+        prompts.append(ids[:first])
+        targets.append([x for x in labels[first:] if x != IGNORE_INDEX])
+    width = max(len(p) for p in prompts)
+    pad = model.tokenizer.pad_token_id
+    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, p in enumerate(prompts):
+        input_ids[row, width - len(p):] = torch.tensor(p)
+        mask[row, width - len(p):] = 1
+    return input_ids, mask, targets
+
+
+def control_order(n: int) -> list[int]:
+    """The control pairing: text i gets the latents of text (i + n//2) mod n (never its own for n >= 2).
+
+    >>> control_order(4)
+    [2, 3, 0, 1]
+    """
+    if n < 2:
+        raise TrainingDataError("the control needs at least 2 texts (another text's latents)")
+    shift = max(1, n // 2)
+    return [(i + shift) % n for i in range(n)]
+
+
+@torch.no_grad()
+def teacher_forced_accuracy(model, texts: Sequence[str], latents: torch.Tensor) -> tuple[list[float], list[int]]:
+    """Per text: share of reply tokens the generate pass predicts (argmax) given `latents` and the true prefix."""
+    batch = autoencode_batch(model, texts)
+    device = model.device
+    out = model(input_ids=batch["input_ids"].to(device), latent_embeds=latents.to(device),
+                attention_mask=batch["attention_mask"].to(device))
+    pred = out.logits[:, :-1].argmax(-1).cpu()
+    gold = batch["labels"][:, 1:]
+    keep = gold != -100
+    correct = ((pred == gold) & keep).sum(-1)
+    counts = keep.sum(-1)
+    return [float(c) / max(1, int(n)) for c, n in zip(correct, counts)], [int(n) for n in counts]
+
+
+@torch.no_grad()
+def reconstruction_scores(model, texts: Sequence[str], *, batch_size: int = 8) -> dict:
+    """Teacher-forced token accuracy per text with its own latents and with `control_order`'s latents."""
+    texts = list(texts)
+    latents = torch.cat([model.compress(texts[i:i + batch_size]) for i in range(0, len(texts), batch_size)])
+    perm = control_order(len(texts))
+    own, control, n_tokens = [], [], []
+    for i in range(0, len(texts), batch_size):
+        idx = list(range(i, min(i + batch_size, len(texts))))
+        a, n = teacher_forced_accuracy(model, [texts[j] for j in idx], latents[idx])
+        b, _ = teacher_forced_accuracy(model, [texts[j] for j in idx], latents[[perm[j] for j in idx]])
+        own += a
+        control += b
+        n_tokens += n
+    return {"own": own, "control": control, "n_tokens": n_tokens}
+
+
+@torch.no_grad()
+def greedy_reconstruction(model, texts: Sequence[str], *, batch_size: int = 8, control: bool = False) -> list[dict]:
+    """Greedy decoding of each text from its latents (or the control's): exact match and matched prefix share."""
+    texts = list(texts)
+    latents = torch.cat([model.compress(texts[i:i + batch_size]) for i in range(0, len(texts), batch_size)])
+    if control:
+        latents = latents[control_order(len(texts))]
+    rows = []
+    for i in range(0, len(texts), batch_size):
+        chunk = texts[i:i + batch_size]
+        input_ids, mask, targets = autoencode_prompt_ids(model, chunk)
+        width = max(len(t) for t in targets)
+        out = model.generate(input_ids.to(model.device), latent_embeds=latents[i:i + len(chunk)],
+                             attention_mask=mask.to(model.device), max_new_tokens=width, do_sample=False)
+        new = out[:, input_ids.shape[1]:].tolist()
+        for target, got in zip(targets, new):
+            got = got[: len(target)]
+            prefix = 0
+            for a, b in zip(target, got):
+                if a != b:
+                    break
+                prefix += 1
+            rows.append({"exact": prefix == len(target), "prefix_share": prefix / max(1, len(target)),
+                         "text": model.tokenizer.decode(got, skip_special_tokens=True)})
+    return rows
+
+
+def mean_ci(values: Sequence[float], z: float = 1.96) -> dict:
+    """Mean with a normal-approximation 95% interval over the items.
+
+    >>> mean_ci([0.0, 1.0, 0.0, 1.0])["mean"]
+    0.5
+    """
+    n = len(values)
+    if n == 0:
+        return {"mean": float("nan"), "lo": float("nan"), "hi": float("nan"), "n": 0}
+    m = sum(values) / n
+    var = sum((v - m) ** 2 for v in values) / max(1, n - 1)
+    half = z * (var / n) ** 0.5
+    return {"mean": m, "lo": m - half, "hi": m + half, "n": n}

@@ -1,0 +1,206 @@
+"""Compressor pre-training: auto-encode chunks of real replies through the `<mem>` latents (ICAE-style).
+
+The generate adapter is frozen by default (at a fresh start it is the plain base model), as
+ICAE freezes its decoder: the loss can then only fall through what the latents carry, so the
+generate side cannot learn to ignore them (shared/design/FINDINGS.md §2). Trains the compress
+LoRA, the `<mem>` read-out slots (initialised distinct) and the latent injector.
+
+Resumable: every ``--save-every`` steps ``OUT/checkpoint/`` holds the trainable weights, optimizer,
+scheduler, RNG and data position; re-running the same command continues from it. Every
+``--eval-every`` steps the reconstruction of held-apart chunks is measured (own latents vs
+another chunk's) into ``OUT/curve.jsonl`` and the adapters are written to ``OUT/latest/``
+(``save_pretrained``).
+
+    nice -n 10 env PYTHONPATH=$PWD OMP_NUM_THREADS=1 python scripts/train_compressor.py \\
+        --data /work/shared/data --out runs/compressor > runs/compressor.log 2>&1 &
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="data directory in the shared/data layout (real replies)")
+    p.add_argument("--out", default="runs/compressor")
+    p.add_argument("--base-model", default="smollm2-135m")
+    p.add_argument("--init-from", default=None, help="start from a save_pretrained directory instead of fresh adapters")
+    p.add_argument("--injection", default="norm", choices=["raw", "norm", "projector"])
+    p.add_argument("--n-mem", type=int, default=8)
+    p.add_argument("--lora-r", type=int, default=16)
+    p.add_argument("--lora-alpha", type=int, default=32)
+    p.add_argument("--targets", default="all-linear", help="'all-linear' or comma-separated module names")
+    p.add_argument("--chunk-tokens", type=int, default=48)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--max-steps", type=int, default=100000)
+    p.add_argument("--save-every", type=int, default=20)
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--eval-n", type=int, default=48)
+    p.add_argument("--train-generate", action="store_true", help="also train the generate adapter (off: ICAE-style frozen decoder)")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU")
+    p.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def build(args):
+    """(model, train chunks, eval texts)."""
+    from rhea.modeling import RheaConfig, RheaForCausalLM, load_base_model
+    from rhea.training.compressor import chunk_texts, load_reply_texts, split_held_apart
+
+    if args.init_from:
+        model = RheaForCausalLM.from_pretrained(args.init_from, base_model=args.base_model)
+    else:
+        base, tok = load_base_model(args.base_model)
+        targets = args.targets if args.targets == "all-linear" else args.targets.split(",")
+        rc = RheaConfig(n_mem=args.n_mem, lora_r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=0.0,
+                        target_modules=targets, latent_injection=args.injection)
+        model = RheaForCausalLM.from_base(base, tok, rc)
+    texts = load_reply_texts(args.data)
+    train_src, test_src = split_held_apart(texts)
+    train = chunk_texts(model.tokenizer, train_src, max_tokens=args.chunk_tokens)
+    test = chunk_texts(model.tokenizer, test_src, max_tokens=args.chunk_tokens, first_only=True)
+    rng = random.Random(1234)
+    rng.shuffle(test)
+    return model, train, [c.text for c in test[: args.eval_n]]
+
+
+def fresh_init(model, train, seed: int) -> None:
+    """Distinct `<mem>` read-out queries (embeddings of distinct random tokens) and the injector centre."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = model.config.base_vocab_size or model.base_model.get_input_embeddings().weight.shape[0]
+    rows = torch.randperm(vocab, generator=g)[: model.n_mem]
+    with torch.no_grad():
+        model.mem_slot_embeds.copy_(model.base_model.get_input_embeddings().weight[rows].to(model.mem_slot_embeds.dtype))
+        if model.latent_injector is not None:
+            lat = model.compress([c.text for c in train[:32]], batch_size=8)
+            model.latent_injector.fit_center(lat)
+
+
+def trainable(model, train_generate: bool):
+    for name, p in model.peft_model.named_parameters():
+        if "lora_" in name and ".generate." in name:
+            p.requires_grad_(train_generate)
+    return {n: p for n, p in model.named_parameters() if p.requires_grad}
+
+
+def save_checkpoint(out: Path, params: dict, opt, sched, step: int) -> None:
+    tmp = out / "checkpoint.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    torch.save({"params": {n: p.detach().cpu() for n, p in params.items()}, "opt": opt.state_dict(),
+                "sched": sched.state_dict(), "step": step, "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
+    final = out / "checkpoint"
+    old = out / "checkpoint.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from rhea.training.compressor import autoencode_batch, mean_ci, reconstruction_scores
+
+    model, train, eval_texts = build(args)
+    ckpt = out / "checkpoint" / "state.pt"
+    resuming = ckpt.is_file()
+    if not resuming and not args.init_from:
+        fresh_init(model, train, args.seed)
+    params = trainable(model, args.train_generate)
+    opt = torch.optim.AdamW(list(params.values()), lr=args.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
+    step = 0
+    if resuming:
+        state = torch.load(ckpt, weights_only=False)
+        with torch.no_grad():
+            for n, v in state["params"].items():
+                params[n].copy_(v)
+        opt.load_state_dict(state["opt"])
+        sched.load_state_dict(state["sched"])
+        step = state["step"]
+        torch.set_rng_state(state["torch_rng"])
+    (out / "args.json").write_text(json.dumps(vars(args), indent=2))
+    print(f"[compressor] {len(train)} train chunks, {len(eval_texts)} held-apart eval chunks, "
+          f"{sum(p.numel() for p in params.values())} trainable params, start step {step}", flush=True)
+    if args.grad_ckpt:
+        base = model.base_model
+        if hasattr(base, "activation_checkpointing_enable"):
+            base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        base.enable_input_require_grads() if hasattr(base, "enable_input_require_grads") else None
+
+    def evaluate(at: int, loss: float | None) -> None:
+        model.eval()
+        t = time.perf_counter()
+        s = reconstruction_scores(model, eval_texts)
+        own, ctl = mean_ci(s["own"]), mean_ci(s["control"])
+        gap = mean_ci([a - b for a, b in zip(s["own"], s["control"])])
+        row = {"step": at, "loss": loss, "own": own["mean"], "control": ctl["mean"], "gap": gap["mean"],
+               "gap_lo": gap["lo"], "gap_hi": gap["hi"], "n": own["n"], "eval_s": round(time.perf_counter() - t, 1)}
+        with open(out / "curve.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(f"[compressor] eval {row}", flush=True)
+        model.config.extra["adapters_trained"] = at > 0
+        model.config.extra["training"] = {"recipe": "scripts/train_compressor.py", "data": str(args.data),
+                                          "optimizer_steps": at, "chunk_tokens": args.chunk_tokens,
+                                          "train_generate": args.train_generate}
+        model.save_pretrained(out / "latest")
+        model.train()
+
+    if not resuming:
+        evaluate(0, None)
+    model.train()
+    per_epoch = len(train) // args.batch
+    window, t_last = [], time.perf_counter()
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if args.bf16 else torch.autocast("cpu", enabled=False)
+    while step < args.max_steps:
+        epoch, pos = divmod(step, per_epoch)
+        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch)).tolist()
+        texts = [train[i].text for i in order[pos * args.batch:(pos + 1) * args.batch]]
+        with autocast:
+            latents = model.compress(texts)
+            b = autoencode_batch(model, texts)
+            loss = model(input_ids=b["input_ids"], latent_embeds=latents, attention_mask=b["attention_mask"],
+                         labels=b["labels"]).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        window.append(float(loss.detach()))
+        now = time.perf_counter()
+        with open(out / "log.jsonl", "a") as f:
+            f.write(json.dumps({"step": step, "loss": round(window[-1], 4), "s": round(now - t_last, 2)}) + "\n")
+        t_last = now
+        if step % args.save_every == 0:
+            save_checkpoint(out, params, opt, sched, step)
+        if step % args.eval_every == 0:
+            evaluate(step, sum(window) / len(window))
+            window = []
+            t_last = time.perf_counter()
+    save_checkpoint(out, params, opt, sched, step)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

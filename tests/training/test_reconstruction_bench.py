@@ -1,0 +1,46 @@
+"""benchmarks/reconstruction.py: its measure on a tiny model, its input checks and the fidelity record."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from rhea.testing import tiny_rhea
+
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "reconstruction.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("rhea_reconstruction_bench", _PATH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_measure_reports_own_control_gap_and_greedy(bench):
+    model = tiny_rhea()
+    texts = ["the cat is blue", "paris is the capital", "one two three", "a dog said no"]
+    out = bench.measure(model, texts, greedy_n=2, batch_size=3)
+    tf = out["teacher_forced"]
+    assert tf["own"]["n"] == tf["control"]["n"] == tf["gap"]["n"] == 4
+    assert tf["gap"]["mean"] == pytest.approx(tf["own"]["mean"] - tf["control"]["mean"])
+    assert out["greedy"]["exact_own"]["n"] == 2 and len(out["greedy"]["examples"]) == 2
+
+
+def test_rejects_a_directory_that_is_not_an_adapter_dir(bench, tmp_path, capsys):
+    assert bench.main(["--data", str(tmp_path), "--adapters", str(tmp_path)]) == 2
+    assert "not a save_pretrained directory" in capsys.readouterr().err
+
+
+def test_rejects_a_data_directory_without_replies(bench, tmp_path, capsys):
+    tiny_rhea().save_pretrained(tmp_path / "a")
+    assert bench.main(["--data", str(tmp_path / "empty"), "--adapters", str(tmp_path / "a")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_plot_writes_a_png(bench, tmp_path):
+    ci = {"mean": 0.5, "lo": 0.4, "hi": 0.6, "n": 3}
+    bench.plot({"a": {"teacher_forced": {"own": ci, "control": ci}}}, tmp_path / "r.png")
+    assert (tmp_path / "r.png").stat().st_size > 0
+    json.dumps(ci)
