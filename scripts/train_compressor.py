@@ -50,7 +50,6 @@ def parse_args(argv=None):
     p.add_argument("--eval-n", type=int, default=48)
     p.add_argument("--train-generate", action="store_true", help="also train the generate adapter (off: ICAE-style frozen decoder)")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU")
-    p.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
@@ -141,13 +140,8 @@ def main(argv=None) -> None:
     (out / "args.json").write_text(json.dumps(vars(args), indent=2))
     print(f"[compressor] {len(train)} train chunks, {len(eval_texts)} held-apart eval chunks, "
           f"{sum(p.numel() for p in params.values())} trainable params, start step {step}", flush=True)
-    if args.grad_ckpt:
-        base = model.base_model
-        if hasattr(base, "activation_checkpointing_enable"):
-            base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        base.enable_input_require_grads() if hasattr(base, "enable_input_require_grads") else None
+    # No gradient checkpointing: its recomputation in backward runs under whichever LoRA adapter is
+    # active then, not the one of the forward (benchmarks/results/train_step_cost.json records the error).
 
     def evaluate(at: int, loss: float | None) -> None:
         model.eval()

@@ -44,3 +44,20 @@ def test_plot_writes_a_png(bench, tmp_path):
     bench.plot({"a": {"teacher_forced": {"own": ci, "control": ci}}}, tmp_path / "r.png")
     assert (tmp_path / "r.png").stat().st_size > 0
     json.dumps(ci)
+
+
+def test_compressor_curve_reads_a_run_and_keeps_the_last_record_per_step(tmp_path):
+    spec = importlib.util.spec_from_file_location("rhea_compressor_curve", _PATH.parent / "compressor_curve.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    run = tmp_path / "run"
+    run.mkdir()
+    assert mod.main(["--run", str(run), "--out", str(tmp_path / "c")]) == 2  # no curve yet
+    (run / "log.jsonl").write_text("".join(json.dumps({"step": s, "loss": 3.0 - s / 10, "s": 1.0}) + "\n" for s in (1, 2, 2, 3)))
+    rows = [{"step": s, "loss": 3.0, "own": 0.4 + s / 100, "control": 0.4, "gap": s / 100, "gap_lo": 0.0,
+             "gap_hi": s / 50, "n": 4} for s in (0, 50, 50)]
+    (run / "curve.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert mod.main(["--run", str(run), "--out", str(tmp_path / "c")]) == 0
+    out = json.loads((tmp_path / "c.json").read_text())
+    assert [r["step"] for r in out["curve"]] == [0, 50] and [r["step"] for r in out["loss"]] == [1, 2, 3]
+    assert (tmp_path / "c.png").stat().st_size > 0
