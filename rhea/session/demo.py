@@ -117,8 +117,8 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 32, echo
     policy = chat.policy
     tau_low, tau_high = getattr(policy, "tau_low", None), getattr(policy, "tau_high", None)
     if tau_low is not None:
-        latent = ("kept as {n} <mem> latents" if policy.latents_on else
-                  "kept as text too: the latent tier is off, the compressor has no recorded fidelity").format(n=model.n_mem)
+        latent = (f"kept as {model.n_mem} <mem> latents" if policy.latents_on else
+                  f"kept as text too ({policy.latent_tier_reason})")
         echo(f"HCR as in the paper (scorer=latent, tier_mode=threshold; the default scorer is fused MiniLM + BM25):"
              f" past turns scoring below tau_low={tau_low:.3f} are dropped, above tau_high={tau_high:.3f} kept as"
              f" text, in between {latent} (`rhea calibrate` fitted these thresholds)")
