@@ -1,0 +1,170 @@
+"""Held-apart fact recall through latents vs raw vs dropped (issue #22, build item 3).
+
+For a model (zoo name or Rhea directory) and the hand-written set `rhea/data/fact_recall.jsonl`
+(60 replies, 6 kinds, no names or templates of `rhea.training.synthetic`), each item's first
+reply is shown as raw text, as latents from the model's compress adapter, or dropped (and with
+``--fresh``, as latents from fresh untrained adapters on the same base); the follow-up question
+is answered greedily through the project's own path (`assemble_plan` -> `generate_from_plan`)
+and scored by normalised containment of an accepted answer (`rhea.eval.fact_recall`).
+
+Rows are appended to ``<out>.rows.jsonl`` as they finish; rerunning the same command resumes
+(items already answered are skipped). Writes ``<out>.json`` (accuracy per condition and kind
+with 95% Wilson intervals, paired latent-dropped / latent/raw with bootstrap intervals, the
+criterion latent >= 0.6 x raw and >= dropped + 0.25) and ``<out>.png``, and prints PASS/FAIL.
+
+    python benchmarks/fact_recall.py --model smollm2-135m --out benchmarks/results/fact_recall_smollm2
+    python benchmarks/fact_recall.py --model qwen2.5-coder-1.5b --limit 24 \
+        --out benchmarks/results/fact_recall_qwen
+    python benchmarks/fact_recall.py --summarise-only --out benchmarks/results/fact_recall_qwen
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from rhea.errors import RheaConfigError
+from rhea.eval.fact_recall import KINDS, answer_item, complete_rows, interleave_kinds, load_items, summarise
+
+
+def read_rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by a killed run: drop it, it is redone
+                pass
+    return rows
+
+
+def plot(summary: dict, title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    acc = summary["accuracy"]
+    conds = list(acc)
+    groups = ["all"] + [k for k in KINDS if any(k in acc[c]["per_kind"] for c in conds)]
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    w = 0.8 / max(1, len(conds))
+    for j, c in enumerate(conds):
+        vals, los, his = [], [], []
+        for g in groups:
+            d = acc[c] if g == "all" else acc[c]["per_kind"].get(g, {"accuracy": 0.0, "ci95": [0.0, 0.0]})
+            vals.append(100 * d["accuracy"])
+            los.append(100 * (d["accuracy"] - d["ci95"][0]))
+            his.append(100 * (d["ci95"][1] - d["accuracy"]))
+        xs = [i + (j - (len(conds) - 1) / 2) * w for i in range(len(groups))]
+        ax.bar(xs, vals, width=w, yerr=[los, his], capsize=2, label=f"{c} (n={acc[c]['n']})")
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("answers containing the fact (%)")
+    crit = summary["criterion"]
+    verdict = {True: "PASS", False: "FAIL", None: "n/a"}[crit["passed"]]
+    ax.set_title(f"{title} — criterion (latent ≥ 0.6×raw and ≥ dropped+0.25): {verdict}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="zoo name (smollm2-135m, qwen2.5-coder-1.5b) or a Rhea directory")
+    p.add_argument("--data", default=None, help="fact-recall JSONL (default: the shipped rhea/data/fact_recall.jsonl)")
+    p.add_argument("--limit", type=int, default=None, help="first N items, kinds interleaved (default: all)")
+    p.add_argument("--fresh", action="store_true", help="also latents from fresh untrained adapters (2nd model copy)")
+    p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", required=True, help="output stem: <out>.json, <out>.png, <out>.rows.jsonl")
+    p.add_argument("--summarise-only", action="store_true", help="no model: summarise <out>.rows.jsonl")
+    args = p.parse_args(argv)
+
+    items = interleave_kinds(load_items(args.data))  # validated before any model is loaded
+    if args.limit is not None:
+        if args.limit < 1:
+            raise RheaConfigError(f"--limit {args.limit} must be >= 1")
+        items = items[: args.limit]
+    if args.max_new_tokens < 1:
+        raise RheaConfigError(f"--max-new-tokens {args.max_new_tokens} must be >= 1")
+    if not args.summarise_only and not args.model:
+        raise RheaConfigError("--model is required unless --summarise-only")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows_path = out.with_name(out.name + ".rows.jsonl")
+    rows = read_rows(rows_path)
+    meta_path = out.with_suffix(".json")
+    seconds = 0.0
+
+    if not args.summarise_only:
+        import torch
+
+        from rhea.modeling.loading import load_rhea_model
+        from rhea.modeling.zoo import check_model_path
+
+        check_model_path(args.model)
+        torch.set_num_threads(args.threads)
+        conditions = ["raw", "latent", "dropped"] + (["latent_fresh"] if args.fresh else [])
+        done = {(r["id"], r["condition"]) for r in rows}
+        todo = [(it, c) for it in items for c in conditions if (it.id, c) not in done]
+        print(f"{len(items)} items x {len(conditions)} conditions; {len(todo)} answers to generate "
+              f"({len(rows)} rows already in {rows_path})", flush=True)
+        if todo:
+            model = load_rhea_model(args.model).eval()
+            fresh = None
+            if args.fresh:
+                from rhea.modeling import RheaForCausalLM
+                from rhea.modeling.loading import load_base_model
+
+                base, tok = load_base_model(args.model if not Path(args.model).is_dir()
+                                            else model.config.base_model_name_or_path, dtype=model.dtype)
+                fresh = RheaForCausalLM.from_base(base, tok).eval()
+            t0 = time.perf_counter()
+            with rows_path.open("a") as f:
+                for k, (it, c) in enumerate(todo):
+                    m = fresh if c == "latent_fresh" else model
+                    t = time.perf_counter()
+                    row = answer_item(m, it, c, max_new_tokens=args.max_new_tokens)
+                    row["seconds"] = round(time.perf_counter() - t, 2)
+                    rows.append(row)
+                    f.write(json.dumps(row) + "\n")
+                    f.flush()
+                    print(f"[{k + 1}/{len(todo)}] {it.id:12s} {c:13s} {'OK ' if row['correct'] else 'x  '} "
+                          f"{row['seconds']:6.1f}s  {row['answer'][:70]!r}", flush=True)
+            seconds = time.perf_counter() - t0
+
+    ids = {it.id for it in items} if args.limit is not None else None
+    used = complete_rows([r for r in rows if ids is None or r["id"] in ids])
+    if not used:
+        print(f"no rows in {rows_path}", file=sys.stderr)
+        return 2
+    summary = summarise(used)
+    prev = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    by_id = {it.id: it for it in load_items(args.data)}
+    result = {"model": args.model or prev.get("model"), "data": args.data or "rhea/data/fact_recall.jsonl",
+              "n_items": len({r["id"] for r in used}), "max_new_tokens": args.max_new_tokens,
+              "threads": args.threads, "seconds_this_run": round(seconds, 1),
+              "command": "python benchmarks/fact_recall.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              **summary, "rows": [{**r, "accepted": list(by_id[r["id"]].answers)} for r in used if r["id"] in by_id]}
+    meta_path.write_text(json.dumps(result, indent=2))
+    plot(summary, f"fact recall, {result['model']}, {result['n_items']} held-apart items", out.with_suffix(".png"))
+    acc = summary["accuracy"]
+    for c in acc:
+        a = acc[c]
+        print(f"{c:13s} {a['correct']:3d}/{a['n']:<3d} = {a['accuracy']:.3f}  95% CI [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}]")
+    for name, s in summary["paired"].items():
+        if s:
+            print(f"{name:22s} diff {s['diff']:+.3f} [{s['diff_ci'][0]:+.3f}, {s['diff_ci'][1]:+.3f}]  ratio {s['ratio']}")
+    crit = summary["criterion"]
+    print({True: "PASS", False: "FAIL", None: "N/A"}[crit["passed"]], "-", crit.get("rule", crit.get("reason")), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

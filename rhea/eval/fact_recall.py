@@ -1,0 +1,274 @@
+"""Held-apart fact recall: can the model answer from a reply it sees only as latents?
+
+The set (`rhea/data/fact_recall.jsonl`, written for the project by hand, sharing no names or
+templates with `rhea.training.synthetic`) holds natural, verbose assistant replies that each
+state one concrete fact (a number, a person's name, a place, a date or time, a code, a
+medicine or product) among other sentences. Each item is a three-turn dialogue:
+
+    user -> reply (states the fact)   |   filler user -> filler reply   |   follow-up question
+
+and the follow-up's answer is stated only in the first reply. The first reply is shown as raw
+text, as latents from the model's compress adapter, or dropped; the answer is generated
+greedily and scored correct when it contains one of the item's accepted answers (normalised:
+case, accents, punctuation and thousands separators ignored; digits and letters must not run on).
+
+Done-criterion of issue #22 (build item 3): accuracy with latents >= 0.6 x raw and >= dropped
++ 0.25, on point estimates (`criterion`).
+
+>>> is_correct("It opens with 8316, I think.", ["8316"])
+True
+>>> is_correct("It was 83160.", ["8316"])
+False
+>>> is_correct("Your slot is at 6.15pm", ["6:15"])
+True
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import unicodedata
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from rhea.errors import RheaError
+
+DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "fact_recall.jsonl"
+CONDITIONS = ("raw", "latent", "dropped", "latent_fresh")
+KINDS = ("number", "name", "place", "date", "code", "product")
+#: the criterion of issue #22: latent >= RATIO x raw and latent >= dropped + MARGIN
+RATIO, MARGIN = 0.6, 0.25
+_FIELDS = ("id", "kind", "user", "reply", "filler_user", "filler_reply", "question", "answers")
+
+
+class FactRecallDataError(RheaError, ValueError):
+    """A fact-recall file or item is malformed (missing field, unknown kind, answer not stated)."""
+
+
+@dataclass(frozen=True)
+class FactItem:
+    """One held-apart dialogue: the reply states the fact, the question asks for it."""
+
+    id: str
+    kind: str
+    user: str
+    reply: str
+    filler_user: str
+    filler_reply: str
+    question: str
+    answers: tuple[str, ...]
+
+    def turns(self) -> list[tuple[str, str]]:
+        """The two history turns ``[(user, reply), (filler_user, filler_reply)]``."""
+        return [(self.user, self.reply), (self.filler_user, self.filler_reply)]
+
+
+def normalise(text: str) -> str:
+    """Lower case, accents folded (``ø`` -> ``o``), thousands separators dropped, ``:``/``.``
+    between digits unified, other punctuation to spaces, whitespace collapsed."""
+    text = unicodedata.normalize("NFKD", text.replace("ø", "o").replace("Ø", "O"))
+    text = "".join(c for c in text if not unicodedata.combining(c)).lower()
+    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)
+    text = re.sub(r"(?<=\d)[:.](?=\d)", ":", text)
+    text = re.sub(r"[^\w:]+|_", " ", text)
+    return " ".join(text.split())
+
+
+def is_correct(answer: str, accepted: Iterable[str]) -> bool:
+    """Whether `answer` contains one of `accepted` after `normalise`, not run on into a longer
+    number or word (``8316`` is not found in ``83160``; ``6:15`` is found in ``6:15pm``)."""
+    text = normalise(answer)
+    for a in accepted:
+        a = normalise(a)
+        if not a:
+            continue
+        left = r"(?<!\d)" if a[0].isdigit() else r"(?<![a-z])"
+        right = r"(?![\d:])" if a[-1].isdigit() else r"(?![a-z])"
+        if re.search(left + re.escape(a) + right, text):
+            return True
+    return False
+
+
+def load_items(path: str | Path | None = None) -> list[FactItem]:
+    """Read and validate a fact-recall JSONL file (default: the shipped set)."""
+    path = Path(path) if path is not None else DEFAULT_PATH
+    if not path.is_file():
+        raise FactRecallDataError(f"fact-recall file {str(path)!r} does not exist; pass a JSONL file "
+                                  f"with one item per line (fields {', '.join(_FIELDS)})")
+    items, seen = [], set()
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise FactRecallDataError(f"{where}: not valid JSON ({e.msg}); each line must be one object") from None
+        if not isinstance(rec, dict):
+            raise FactRecallDataError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+        missing = [f for f in _FIELDS if f not in rec]
+        if missing:
+            raise FactRecallDataError(f"{where}: missing field(s) {missing}; every item needs {list(_FIELDS)}")
+        if rec["kind"] not in KINDS:
+            raise FactRecallDataError(f"{where}: kind {rec['kind']!r} is not one of {list(KINDS)}")
+        for f in _FIELDS[:-1]:
+            if not isinstance(rec[f], str) or not rec[f].strip():
+                raise FactRecallDataError(f"{where}: field {f!r} must be a non-empty string")
+        answers = rec["answers"]
+        if not isinstance(answers, list) or not answers or not all(isinstance(a, str) and a.strip() for a in answers):
+            raise FactRecallDataError(f"{where}: 'answers' must be a non-empty list of non-empty strings")
+        if rec["id"] in seen:
+            raise FactRecallDataError(f"{where}: duplicate id {rec['id']!r}")
+        seen.add(rec["id"])
+        if not is_correct(rec["reply"], answers):
+            raise FactRecallDataError(f"{where}: no accepted answer {answers} is stated in the reply; "
+                                      "the fact must be recoverable from the reply")
+        if is_correct(rec["filler_reply"] + " " + rec["question"] + " " + rec["user"], answers):
+            raise FactRecallDataError(f"{where}: an accepted answer appears outside the reply "
+                                      "(user turn, filler or question); it must be stated only in the reply")
+        items.append(FactItem(**{**{f: rec[f] for f in _FIELDS[:-1]}, "answers": tuple(answers)}))
+    if not items:
+        raise FactRecallDataError(f"{path}: no items")
+    return items
+
+
+def interleave_kinds(items: Sequence[FactItem]) -> list[FactItem]:
+    """Items reordered round-robin over kinds, so that any prefix spans the kinds."""
+    by_kind: dict[str, list[FactItem]] = {}
+    for it in items:
+        by_kind.setdefault(it.kind, []).append(it)
+    out, queues = [], list(by_kind.values())
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
+def plan_for(item: FactItem, condition: str, model):
+    """The `ContextPlan` for the item's question with its first reply raw, as latents from
+    `model`'s compress adapter, or dropped (the filler turn is always raw), built like the
+    session builds plans (`rhea.policies.assemble_plan`)."""
+    import torch
+
+    from rhea.context import Conversation, Latent, Turn, TurnDecision
+    from rhea.policies import assemble_plan
+
+    if condition not in CONDITIONS:
+        raise FactRecallDataError(f"condition {condition!r} is not one of {list(CONDITIONS)}")
+    history = Conversation([Turn(u, a) for u, a in item.turns()])
+    tier0 = {"raw": "raw", "dropped": "drop"}.get(condition, "latent")
+    decisions = [TurnDecision(0, tier0), TurnDecision(1, "raw")]
+    latents = {}
+    if tier0 == "latent":
+        with torch.no_grad():
+            latents[0] = Latent(model.compress([item.reply])[0], 0)
+    return assemble_plan(f"fact-recall-{condition}", history, item.question, decisions, latents=latents)
+
+
+def answer_item(model, item: FactItem, condition: str, *, max_new_tokens: int = 16) -> dict:
+    """Generate (greedily) the answer to `item` under `condition` and score it: one row."""
+    from rhea.session.generation import generate_from_plan
+
+    gen = generate_from_plan(model, plan_for(item, condition, model), max_new_tokens=max_new_tokens,
+                             do_sample=False)
+    return {"id": item.id, "kind": item.kind, "condition": condition, "answer": gen.text,
+            "correct": is_correct(gen.text, item.answers), "prompt_tokens": gen.prompt_tokens}
+
+
+# ----------------------------------------------------------------------------- statistics
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """95% Wilson score interval for k successes in n trials."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def _paired(rows: Sequence[Mapping[str, Any]], a: str, b: str) -> list[tuple[int, int]]:
+    res: dict[str, dict[str, bool]] = {}
+    for r in rows:
+        res.setdefault(r["id"], {})[r["condition"]] = bool(r["correct"])
+    return [(int(v[a]), int(v[b])) for v in res.values() if a in v and b in v]
+
+
+def paired_stats(rows: Sequence[Mapping[str, Any]], a: str, b: str, *, n_boot: int = 5000,
+                 seed: int = 0) -> dict | None:
+    """Difference acc(a) - acc(b) and ratio acc(a) / acc(b) over items answered under both, with
+    95% percentile bootstrap intervals over items (None when fewer than 2 paired items)."""
+    pairs = _paired(rows, a, b)
+    n = len(pairs)
+    if n < 2:
+        return None
+    rng = random.Random(seed)
+    diffs, ratios = [], []
+    for _ in range(n_boot):
+        s = [pairs[rng.randrange(n)] for _ in range(n)]
+        sa, sb = sum(x for x, _ in s), sum(y for _, y in s)
+        diffs.append((sa - sb) / n)
+        ratios.append(sa / sb if sb else math.inf)
+    diffs.sort()
+    ratios.sort()
+    lo, hi = int(0.025 * n_boot), int(0.975 * n_boot) - 1
+    ta, tb = sum(x for x, _ in pairs), sum(y for _, y in pairs)
+    fin = lambda v: v if math.isfinite(v) else None  # noqa: E731 - JSON has no infinity
+    return {"n": n, "diff": (ta - tb) / n, "diff_ci": [diffs[lo], diffs[hi]],
+            "ratio": fin(ta / tb) if tb else None, "ratio_ci": [fin(ratios[lo]), fin(ratios[hi])]}
+
+
+def complete_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The rows of items answered under every condition that appears in `rows` (a resumed,
+    unfinished run leaves its last item part-answered; summaries compare the same items)."""
+    conds = {r["condition"] for r in rows}
+    have: dict[str, set[str]] = {}
+    for r in rows:
+        have.setdefault(r["id"], set()).add(r["condition"])
+    keep = {i for i, c in have.items() if c == conds}
+    return [r for r in rows if r["id"] in keep]
+
+
+def summarise(rows: Sequence[Mapping[str, Any]]) -> dict:
+    """Per-condition and per-kind accuracy with Wilson intervals, paired latent-vs-dropped and
+    latent-vs-raw statistics, and the criterion's verdict."""
+    conds = [c for c in CONDITIONS if any(r["condition"] == c for r in rows)]
+    acc: dict[str, Any] = {}
+    for c in conds:
+        rc = [r for r in rows if r["condition"] == c]
+        k = sum(bool(r["correct"]) for r in rc)
+        per_kind = {}
+        for kind in KINDS:
+            rk = [r for r in rc if r["kind"] == kind]
+            if rk:
+                kk = sum(bool(r["correct"]) for r in rk)
+                per_kind[kind] = {"n": len(rk), "correct": kk, "accuracy": kk / len(rk), "ci95": list(wilson(kk, len(rk)))}
+        acc[c] = {"n": len(rc), "correct": k, "accuracy": k / len(rc), "ci95": list(wilson(k, len(rc))),
+                  "per_kind": per_kind}
+    paired = {}
+    for a, b in (("latent", "dropped"), ("latent", "raw"), ("raw", "dropped"), ("latent_fresh", "dropped")):
+        if a in conds and b in conds:
+            paired[f"{a}_vs_{b}"] = paired_stats(rows, a, b)
+    return {"accuracy": acc, "paired": paired, "criterion": criterion(acc)}
+
+
+def criterion(acc: Mapping[str, Mapping[str, Any]]) -> dict:
+    """Issue #22's done-criterion on point estimates: latent >= 0.6 x raw and >= dropped + 0.25.
+    ``passed`` is None when raw, latent or dropped was not measured."""
+    if not all(c in acc for c in ("raw", "latent", "dropped")):
+        return {"passed": None, "reason": "needs raw, latent and dropped"}
+    raw, lat, drop = (acc[c]["accuracy"] for c in ("raw", "latent", "dropped"))
+    ratio_ok, margin_ok = lat >= RATIO * raw, lat >= drop + MARGIN
+    return {"passed": bool(ratio_ok and margin_ok), "latent_ge_0.6_raw": bool(ratio_ok),
+            "latent_ge_dropped_plus_0.25": bool(margin_ok), "raw": raw, "latent": lat, "dropped": drop,
+            "rule": f"latent >= {RATIO} x raw and latent >= dropped + {MARGIN} (point estimates)"}
+
+
+def item_record(item: FactItem) -> dict:
+    """The item as a JSON-ready dict (answers as a list)."""
+    d = asdict(item)
+    d["answers"] = list(item.answers)
+    return d

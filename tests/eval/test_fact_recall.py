@@ -1,0 +1,209 @@
+"""Held-apart fact recall (`rhea.eval.fact_recall`, `benchmarks/fact_recall.py`): scorer, the
+shipped set and its independence from the training templates, statistics, the criterion, and the
+benchmark end to end on a tiny random model."""
+import importlib.util
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from rhea.errors import RheaError
+from rhea.eval import fact_recall as fr
+from rhea.training import synthetic
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fact_recall.py"
+
+
+def _item(**kw):
+    rec = {"id": "t-1", "kind": "code", "user": "what is the code ?", "reply": "the code is 4 and that is it .",
+           "filler_user": "what is blue ?", "filler_reply": "blue is a color .", "question": "what was the code ?",
+           "answers": ["4", "four"]}
+    rec.update(kw)
+    return rec
+
+
+def _write(path, recs):
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+# ----------------------------------------------------------------------------- scorer
+@pytest.mark.parametrize("answer,accepted,ok", [
+    ("The code is 8316.", ["8316"], True),
+    ("The code is 83160.", ["8316"], False),
+    ("It is 18316", ["8316"], False),
+    ("Your slot is at 6.15pm", ["6:15"], True),
+    ("at 16:15", ["6:15"], False),
+    ("It holds 1,250 people", ["1250"], True),
+    ("Head to TROMSØ for the lights", ["Tromso"], True),
+    ("Speak to Mr Achterberg-Smith", ["Achterberg"], True),
+    ("It was Ferreira Lowe", ["Ferreira-Lowe"], True),
+    ("Gate 47C", ["47C"], True),
+    ("Gate 47", ["47C"], False),
+    ("Room B2140", ["B214"], False),
+    ("the Stratos Pro", ["Stratos Pro 14"], False),
+    ("", ["x"], False),
+])
+def test_is_correct(answer, accepted, ok):
+    assert fr.is_correct(answer, accepted) is ok
+
+
+def test_normalise_folds_case_accents_and_separators():
+    assert fr.normalise("  Tromsø, 1,250 — 9.5 L; 3:40!") == "tromso 1250 9:5 l 3:40"
+
+
+# ----------------------------------------------------------------------------- the shipped set
+def test_shipped_set_has_enough_items_of_enough_kinds():
+    items = fr.load_items()
+    kinds = Counter(it.kind for it in items)
+    assert len(items) >= 60 and len(kinds) >= 5 and min(kinds.values()) >= 8
+    assert len({it.id for it in items}) == len(items)
+    for it in items:
+        words = len(it.reply.split())
+        assert 35 <= words <= 100, (it.id, words)  # 40-120 tokens of a real tokenizer
+        assert fr.is_correct(it.reply, it.answers)
+        assert not fr.is_correct(it.filler_reply + " " + it.question, it.answers)
+    # several distinct fillers and no repeated question
+    assert len({it.filler_user for it in items}) >= 8 and len({it.question for it in items}) == len(items)
+
+
+def test_shipped_set_shares_no_names_or_templates_with_the_training_generator():
+    """The guard: nothing of `rhea.training.synthetic` (its people, cities, pet names, jobs,
+    colours as answers, its question/intro/profile templates, its filler turns) is in the set."""
+    items = fr.load_items()
+    proper = set(synthetic.NAMES) | set(synthetic.HELD_OUT_NAMES) | set(synthetic.CITIES) | set(synthetic.PET_NAMES)
+    vocab = proper | set(synthetic.JOBS) | set(synthetic.PETS) | set(synthetic.COLORS)
+    fillers = {u for u, _ in synthetic.FILLER} | {a for _, a in synthetic.FILLER}
+    templates = [t for q, a in synthetic.QUESTIONS.values() for t in (q, a)] + synthetic.INTROS + synthetic.PROFILE
+    patterns = [re.compile(re.escape(t).replace(re.escape("{name}"), r"\w+").replace(re.escape("{city}"), r"\w+")
+                           .replace(re.escape("{job}"), r"\w+").replace(re.escape("{pet}"), r"\w+")
+                           .replace(re.escape("{pet_name}"), r"\w+").replace(re.escape("{color}"), r"\w+"))
+                for t in templates]
+    for it in items:
+        text = " ".join([it.user, it.reply, it.filler_user, it.filler_reply, it.question])
+        assert not (set(re.findall(r"\b[A-Z][a-z]+\b", text)) & proper), it.id
+        assert not any(fr.normalise(a) in {w.lower() for w in vocab} for a in it.answers), it.id
+        assert not any(a.lower() in vocab or fr.is_correct(a, vocab) for a in it.answers), it.id
+        assert it.filler_user not in fillers and it.filler_reply not in fillers
+        assert not any(p.search(s) for p in patterns for s in (it.user, it.reply, it.question)), it.id
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({"kind": "colour"}, "kind"),
+    ({"answers": []}, "answers"),
+    ({"answers": ["7"]}, "not.*stated|no accepted answer"),
+    ({"question": "was the code 4 ?"}, "outside the reply"),
+    ({"reply": "  "}, "non-empty"),
+])
+def test_load_items_rejects_bad_items(tmp_path, bad, match):
+    with pytest.raises(fr.FactRecallDataError, match=match):
+        fr.load_items(_write(tmp_path / "x.jsonl", [_item(**bad)]))
+
+
+def test_load_items_rejects_missing_file_bad_json_and_duplicates(tmp_path):
+    with pytest.raises(fr.FactRecallDataError, match="does not exist"):
+        fr.load_items(tmp_path / "nope.jsonl")
+    (tmp_path / "b.jsonl").write_text("{not json\n")
+    with pytest.raises(fr.FactRecallDataError, match="not valid JSON"):
+        fr.load_items(tmp_path / "b.jsonl")
+    with pytest.raises(fr.FactRecallDataError, match="missing field"):
+        fr.load_items(_write(tmp_path / "m.jsonl", [{"id": "a"}]))
+    with pytest.raises(fr.FactRecallDataError, match="duplicate id"):
+        fr.load_items(_write(tmp_path / "d.jsonl", [_item(), _item()]))
+    assert issubclass(fr.FactRecallDataError, RheaError)
+
+
+def test_interleave_kinds_spans_kinds_in_any_prefix():
+    items = fr.interleave_kinds(fr.load_items())
+    assert len({it.kind for it in items[:6]}) == 6
+
+
+# ----------------------------------------------------------------------------- statistics
+def _rows(spec):
+    """spec: {condition: [correct per item]} -> rows."""
+    return [{"id": f"i{k}", "kind": fr.KINDS[k % 6], "condition": c, "correct": bool(v), "answer": ""}
+            for c, vals in spec.items() for k, v in enumerate(vals)]
+
+
+def test_wilson_interval():
+    lo, hi = fr.wilson(5, 10)
+    assert lo == pytest.approx(0.2366, abs=1e-3) and hi == pytest.approx(0.7634, abs=1e-3)
+    assert fr.wilson(0, 20)[0] == 0.0 and fr.wilson(20, 20)[1] == 1.0
+
+
+def test_criterion_pass_and_fail():
+    ok = fr.summarise(_rows({"raw": [1] * 10, "latent": [1] * 7 + [0] * 3, "dropped": [1] * 2 + [0] * 8}))
+    assert ok["criterion"]["passed"] is True
+    assert ok["accuracy"]["latent"]["accuracy"] == 0.7
+    p = ok["paired"]["latent_vs_dropped"]
+    assert p["n"] == 10 and p["diff"] == pytest.approx(0.5) and p["diff_ci"][0] <= 0.5 <= p["diff_ci"][1]
+    assert ok["paired"]["latent_vs_raw"]["ratio"] == pytest.approx(0.7)
+    # latent well above dropped but under 0.6 x raw
+    low = fr.summarise(_rows({"raw": [1] * 10, "latent": [1] * 5 + [0] * 5, "dropped": [0] * 10}))
+    assert low["criterion"]["passed"] is False and low["criterion"]["latent_ge_0.6_raw"] is False
+    # latent at 0.6 x raw but within 0.25 of dropped
+    near = fr.summarise(_rows({"raw": [1] * 10, "latent": [1] * 8 + [0] * 2, "dropped": [1] * 6 + [0] * 4}))
+    assert near["criterion"]["passed"] is False and near["criterion"]["latent_ge_dropped_plus_0.25"] is False
+    assert fr.summarise(_rows({"raw": [1, 0]}))["criterion"]["passed"] is None
+
+
+def test_complete_rows_drops_part_answered_items():
+    rows = _rows({"raw": [1, 1], "latent": [1, 0], "dropped": [0]})
+    assert {r["id"] for r in fr.complete_rows(rows)} == {"i0"}
+
+
+# ----------------------------------------------------------------------------- on a tiny model
+def test_plans_put_the_reply_in_the_right_form():
+    from rhea.testing import tiny_rhea
+
+    model = tiny_rhea()
+    item = fr.FactItem(**{**_item(), "answers": ("4",)})
+    raw, lat, drop = (fr.plan_for(item, c, model) for c in ("raw", "latent", "dropped"))
+    assert item.reply in str(raw.messages) and item.reply not in str(lat.messages) + str(drop.messages)
+    assert len(lat.latents()) == 1 and not drop.latents() and not raw.latents()
+    assert all(item.filler_reply in str(p.messages) and item.question in str(p.messages) for p in (raw, lat, drop))
+    with pytest.raises(fr.FactRecallDataError):
+        fr.plan_for(item, "sideways", model)
+    row = fr.answer_item(model, item, "latent", max_new_tokens=3)
+    assert row["condition"] == "latent" and isinstance(row["correct"], bool) and row["prompt_tokens"] > 0
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("fact_recall_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_end_to_end_on_a_tiny_model_and_resumes(tmp_path, capsys, monkeypatch):
+    import rhea.modeling.loading as loading
+    import rhea.modeling.zoo as zoo
+    from rhea.testing import tiny_rhea
+
+    loaded = []
+    monkeypatch.setattr(zoo, "check_model_path", lambda name: None)
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name: loaded.append(name) or tiny_rhea())
+    data = _write(tmp_path / "set.jsonl", [_item(id="a"), _item(id="b", kind="number"), _item(id="c", kind="date")])
+    out = tmp_path / "res" / "fr"
+    argv = ["--model", "tiny", "--data", str(data), "--max-new-tokens", "2", "--out", str(out)]
+    assert _bench().main(argv) == 0
+    res = json.loads(out.with_suffix(".json").read_text())
+    assert res["n_items"] == 3 and set(res["accuracy"]) == {"raw", "latent", "dropped"}
+    assert res["criterion"]["passed"] in (True, False) and out.with_suffix(".png").stat().st_size > 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].split()[0] in ("PASS", "FAIL")
+    n_rows = len((tmp_path / "res" / "fr.rows.jsonl").read_text().splitlines())
+    assert n_rows == 9
+    assert _bench().main(argv) == 0  # resumes: nothing left to answer, no model loaded
+    assert loaded == ["tiny"]
+    assert "0 answers to generate" in capsys.readouterr().out
+    assert len((tmp_path / "res" / "fr.rows.jsonl").read_text().splitlines()) == n_rows
+
+
+def test_benchmark_validates_before_loading(tmp_path):
+    with pytest.raises(fr.FactRecallDataError):
+        _bench().main(["--model", "nope", "--data", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "o")])
+    with pytest.raises(RheaError):
+        _bench().main(["--model", "no-such-model", "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o.json").exists()
