@@ -79,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", help="zoo name (smollm2-135m, qwen2.5-coder-1.5b) or a Rhea directory")
     p.add_argument("--data", default=None, help="fact-recall JSONL (default: the shipped rhea/data/fact_recall.jsonl)")
     p.add_argument("--limit", type=int, default=None, help="first N items, kinds interleaved (default: all)")
+    p.add_argument("--conditions", default="raw,latent,dropped",
+                   help="comma-separated subset of raw,latent,dropped (default: all three)")
     p.add_argument("--fresh", action="store_true", help="also latents from fresh untrained adapters (2nd model copy)")
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--threads", type=int, default=1)
@@ -93,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         items = items[: args.limit]
     if args.max_new_tokens < 1:
         raise RheaConfigError(f"--max-new-tokens {args.max_new_tokens} must be >= 1")
+    conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
+    if not conditions or any(c not in ("raw", "latent", "dropped") for c in conditions):
+        raise RheaConfigError(f"--conditions {args.conditions!r} must be a comma-separated subset of raw,latent,dropped")
     if not args.summarise_only and not args.model:
         raise RheaConfigError("--model is required unless --summarise-only")
     out = Path(args.out)
@@ -110,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
 
         check_model_path(args.model)
         torch.set_num_threads(args.threads)
-        conditions = ["raw", "latent", "dropped"] + (["latent_fresh"] if args.fresh else [])
+        conditions = conditions + (["latent_fresh"] if args.fresh else [])
         done = {(r["id"], r["condition"]) for r in rows}
         todo = [(it, c) for it in items for c in conditions if (it.id, c) not in done]
         print(f"{len(items)} items x {len(conditions)} conditions; {len(todo)} answers to generate "

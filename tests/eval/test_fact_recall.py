@@ -199,6 +199,11 @@ def test_benchmark_end_to_end_on_a_tiny_model_and_resumes(tmp_path, capsys, monk
     assert loaded == ["tiny"]
     assert "0 answers to generate" in capsys.readouterr().out
     assert len((tmp_path / "res" / "fr.rows.jsonl").read_text().splitlines()) == n_rows
+    # a raw-only run of the same items: accuracy for raw, no verdict without latent and dropped
+    assert _bench().main(argv[:-1] + [str(tmp_path / "raw"), "--conditions", "raw", "--limit", "2"]) == 0
+    raw_only = json.loads((tmp_path / "raw.json").read_text())
+    assert list(raw_only["accuracy"]) == ["raw"] and raw_only["n_items"] == 2
+    assert raw_only["criterion"]["passed"] is None and "N/A" in capsys.readouterr().out
 
 
 def test_benchmark_validates_before_loading(tmp_path):
@@ -206,4 +211,6 @@ def test_benchmark_validates_before_loading(tmp_path):
         _bench().main(["--model", "nope", "--data", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "o")])
     with pytest.raises(RheaError):
         _bench().main(["--model", "no-such-model", "--out", str(tmp_path / "o")])
+    with pytest.raises(RheaError, match="--conditions"):
+        _bench().main(["--model", "nope", "--conditions", "raw,sideways", "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o.json").exists()
