@@ -58,8 +58,8 @@ def plot(summary: dict, title: str, path: Path) -> None:
         for g in groups:
             d = acc[c] if g == "all" else acc[c]["per_kind"].get(g, {"accuracy": 0.0, "ci95": [0.0, 0.0]})
             vals.append(100 * d["accuracy"])
-            los.append(100 * (d["accuracy"] - d["ci95"][0]))
-            his.append(100 * (d["ci95"][1] - d["accuracy"]))
+            los.append(max(0.0, 100 * (d["accuracy"] - d["ci95"][0])))
+            his.append(max(0.0, 100 * (d["ci95"][1] - d["accuracy"])))
         xs = [i + (j - (len(conds) - 1) / 2) * w for i in range(len(groups))]
         ax.bar(xs, vals, width=w, yerr=[los, his], capsize=2, label=f"{c} (n={acc[c]['n']})")
     ax.set_xticks(range(len(groups)), groups)

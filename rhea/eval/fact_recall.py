@@ -187,7 +187,7 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     d = 1 + z * z / n
     c = (p + z * z / (2 * n)) / d
     h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (max(0.0, c - h), min(1.0, c + h))
+    return (0.0 if k == 0 else max(0.0, c - h), 1.0 if k == n else min(1.0, c + h))
 
 
 def _paired(rows: Sequence[Mapping[str, Any]], a: str, b: str) -> list[tuple[int, int]]:

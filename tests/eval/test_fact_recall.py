@@ -128,6 +128,7 @@ def _rows(spec):
 
 
 def test_wilson_interval():
+    assert all(fr.wilson(k, n)[0] <= k / n <= fr.wilson(k, n)[1] for n in (1, 7, 24) for k in range(n + 1))
     lo, hi = fr.wilson(5, 10)
     assert lo == pytest.approx(0.2366, abs=1e-3) and hi == pytest.approx(0.7634, abs=1e-3)
     assert fr.wilson(0, 20)[0] == 0.0 and fr.wilson(20, 20)[1] == 1.0
