@@ -26,20 +26,8 @@ import time
 from pathlib import Path
 
 from rhea.errors import RheaConfigError
+from rhea.eval.checkpoint import read_rows  # a line cut by a killed run is redone
 from rhea.eval.fact_recall import KINDS, answer_item, complete_rows, interleave_kinds, load_items, summarise
-
-
-def read_rows(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut by a killed run: drop it, it is redone
-                pass
-    return rows
 
 
 def plot(summary: dict, title: str, path: Path) -> None:
