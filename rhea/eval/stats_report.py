@@ -45,7 +45,8 @@ def statistics(results: Mapping[str, Any], *, baseline: str = BASELINE, seed: in
 
     Returns ``{"unit": "episode", "n_episodes", "baseline", "metrics": [...],
     "policies": {policy: {"intervals": {metric: Interval dict},
-    "vs_baseline": {metric: Comparison dict}}}, "rules": {rule: {policy: {...}}}}``.
+    "vs_baseline": {metric: Comparison dict}, "not_compared": {metric: why}, only when some
+    metric could not be paired with the baseline}}, "rules": {rule: {policy: {...}}}}``.
     """
     suite_name = results["config"]["suite"]
     suite = _suite(suite_name)
@@ -55,7 +56,7 @@ def statistics(results: Mapping[str, Any], *, baseline: str = BASELINE, seed: in
                            "n_episodes": max((len(v) for v in per_policy.values()), default=0),
                            "metrics": list(metrics), "policies": {}, "rules": {}}
     for policy, per_episode in per_policy.items():
-        intervals, versus = {}, {}
+        intervals, versus, not_compared = {}, {}, {}
         for metric in metrics:
             values = metric_by_episode(per_episode, metric)
             if not values:
@@ -65,9 +66,11 @@ def statistics(results: Mapping[str, Any], *, baseline: str = BASELINE, seed: in
                 try:
                     versus[metric] = paired_comparison(
                         values, metric_by_episode(per_policy[baseline], metric), seed=seed).to_dict()
-                except StatsError:
-                    pass
+                except StatsError as e:  # e.g. no episode shared with the baseline: say so, do not drop it
+                    not_compared[metric] = str(e)
         out["policies"][policy] = {"intervals": intervals, "vs_baseline": versus}
+        if not_compared:
+            out["policies"][policy]["not_compared"] = not_compared
     if suite_name == "instruction-retention":
         out["rules"] = _rule_statistics(per_policy, seed)
         out["non_answers"] = {p: {"count": d["aggregate"].get("non_answers"),

@@ -46,7 +46,7 @@ class _Clock:
             self.first_token_at = time.perf_counter()
 
     def end(self) -> None:
-        pass
+        """The streamer protocol's end of generation: nothing to note (the clock only marks the first token)."""
 
 
 def generate_batch(model, plans: Sequence, *, max_new_tokens: int = 128, adapter: str = "generate",

@@ -115,3 +115,14 @@ def test_episode_metrics_per_episode_for_state_tracking():
                if t.kind == "probe" else "Noted.")
     per = episode_metrics(suite, rows)
     assert len(per) == 3 and all(m["accuracy"] == 1.0 and m["jga"] == 1.0 for m in per.values())
+
+
+def test_a_metric_that_cannot_be_paired_with_the_baseline_says_why():
+    results = _retention_results()
+    for row in results["policies"]["good"]["turns"]:  # episodes the baseline never ran
+        row["episode_id"] = f"other-{row['episode_id']}"
+    stats = statistics(results)
+    good = stats["policies"]["good"]
+    assert good["vs_baseline"] == {} and good["intervals"]["iar"]["n"] == 8
+    assert "share no episode" in good["not_compared"]["iar"]
+    assert "not_compared" not in stats["policies"]["vanilla"]
