@@ -137,7 +137,7 @@ def _cmd_bench(args) -> int:
 
 
 def register(sub) -> None:
-    from rhea.modeling.loading import add_device_argument, add_threads_argument
+    from rhea.modeling.loading import add_device_argument, add_threads_argument, int_at_least
 
     bench = sub.add_parser(
         "bench", help="run evaluation suites for context policies; write results.json, summary.md and plots",
@@ -147,26 +147,26 @@ def register(sub) -> None:
     bench.add_argument("--policies", default="default",
                        help="comma list of policies, 'default' (vanilla,recent-k,bm25,summary,reply-soft-compress,"
                             "rhea) or 'all' (every registered policy)")
-    bench.add_argument("--turns", type=int, default=None, help="user turns per episode (default: the suite's)")
-    bench.add_argument("--episodes", type=int, default=None, help="episodes per suite (default: the suite's)")
+    bench.add_argument("--turns", type=int_at_least(1, "user turns per episode"), default=None, help="user turns per episode (default: the suite's)")
+    bench.add_argument("--episodes", type=int_at_least(1, "episodes per suite"), default=None, help="episodes per suite (default: the suite's)")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--model", default="smollm2-135m", help="model-zoo name, Rhea directory, or base model path")
     add_device_argument(bench)
     add_threads_argument(bench)
     bench.add_argument("--out", required=True, help="output directory (one sub-directory per suite with several)")
     bench.add_argument("--data", default=None, help="the suite's public data file (MT-Eval, IFEval, MT-Bench, ...)")
-    bench.add_argument("--max-new-tokens", type=int, default=64)
-    bench.add_argument("--batch-episodes", type=int, default=1,
+    bench.add_argument("--max-new-tokens", type=int_at_least(1, "reply length cap in tokens"), default=64)
+    bench.add_argument("--batch-episodes", type=int_at_least(1, "episodes generated together"), default=1,
                        help="advance this many episodes of a policy together, their turns generated as one batch "
                             "(decoding K rows costs little more than one where it is memory-bound)")
-    bench.add_argument("--n-instructions", type=int, default=None, help="instruction-retention: instructions per episode")
-    bench.add_argument("--n-revoke", type=int, default=None, help="instruction-retention: how many are revoked mid-way")
+    bench.add_argument("--n-instructions", type=int_at_least(1, "instructions per episode"), default=None, help="instruction-retention: instructions per episode")
+    bench.add_argument("--n-revoke", type=int_at_least(0, "instructions revoked per episode"), default=None, help="instruction-retention: how many are revoked mid-way")
     bench.add_argument("--schedule", choices=("staggered", "upfront"), default=None,
                        help="instruction-retention: give instructions at varied turns (staggered, the default) "
                             "or all at turn 0 (upfront, the first design)")
-    bench.add_argument("--n-keys", type=int, default=None,
+    bench.add_argument("--n-keys", type=int_at_least(1, "keys tracked"), default=None,
                        help="state-tracking: keys (or people) tracked; each probe asks for every key set so far")
-    bench.add_argument("--n-probes", type=int, default=None,
+    bench.add_argument("--n-probes", type=int_at_least(1, "probes per episode"), default=None,
                        help="state-tracking: probes per episode (the last turn and random earlier ones)")
     bench.add_argument("--tau-low", type=float, default=None, help="HCR drop threshold for the rhea policies")
     bench.add_argument("--tau-high", type=float, default=None, help="HCR raw-text threshold for the rhea policies")

@@ -78,16 +78,33 @@ def add_device_argument(parser) -> None:
                         help="where the model runs: auto (a CUDA GPU if torch sees one, else the CPU), cpu, cuda, cuda:N")
 
 
-def _thread_count(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        import argparse
+def int_at_least(minimum: int, meaning: str):
+    """An argparse ``type=`` that takes an int >= `minimum`, so a count like ``--turns 0`` is a usage
+    error before any model loads; `meaning` says what the number counts.
 
-        raise argparse.ArgumentTypeError(f"--threads {value!r} must be an int >= 1 (torch CPU threads)")
-    return n
+    >>> int_at_least(1, "user turns per episode")("3")
+    3
+    >>> int_at_least(0, "raw turns")("-1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '-1' must be an int >= 0 (raw turns)
+    """
+    import argparse
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            n = None
+        if n is None or n < minimum:
+            raise argparse.ArgumentTypeError(f"{value!r} must be an int >= {minimum} ({meaning})")
+        return n
+
+    parse.__name__ = f"int >= {minimum}"
+    return parse
+
+
+_thread_count = int_at_least(1, "torch CPU threads")
 
 
 def add_threads_argument(parser) -> None:

@@ -38,7 +38,7 @@ def retrieval_mode_line(model: str) -> str | None:
 
 def register(sub) -> None:
     from rhea.constants import DEFAULT_POLICY
-    from rhea.modeling.loading import add_device_argument, add_threads_argument
+    from rhea.modeling.loading import add_device_argument, add_threads_argument, int_at_least
 
     chat = sub.add_parser("chat", help="chat with a model under a context policy (or --demo)")
     chat.add_argument("--demo", action="store_true", help="run the scripted demo conversation and exit")
@@ -52,10 +52,10 @@ def register(sub) -> None:
                       help="how the rhea policy ranks past turns (default: the model's config)")
     chat.add_argument("--tier-mode", choices=["threshold", "budget"], default=None,
                       help="threshold (the paper's HCR) or budget (at most --max-raw raw and --max-latent latent turns)")
-    chat.add_argument("--max-raw", type=int, default=None)
-    chat.add_argument("--max-latent", type=int, default=None)
+    chat.add_argument("--max-raw", type=int_at_least(0, "turns kept as raw text"), default=None)
+    chat.add_argument("--max-latent", type=int_at_least(0, "turns kept as latents"), default=None)
     chat.add_argument("--latent-tier", choices=["auto", "on", "off"], default=None,
                       help="auto: latents only when the compressor's recorded fidelity meets the target; on: always")
-    chat.add_argument("--max-new-tokens", type=int, default=None, help="reply length cap (default 96; 32 with --demo)")
+    chat.add_argument("--max-new-tokens", type=int_at_least(1, "reply length cap in tokens"), default=None, help="reply length cap (default 96; 32 with --demo)")
     add_threads_argument(chat)
     chat.set_defaults(func=_cmd_chat)

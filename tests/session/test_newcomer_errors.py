@@ -199,3 +199,32 @@ def test_a_policy_option_the_policy_does_not_take_is_refused_before_loading(monk
     assert repl_mod.policy_options(args) == {"scorer": "bm25", "max_raw": 3}
     args = build_parser().parse_args(["chat", "--policy", "recent-k"])
     assert repl_mod.policy_options(args) == {}
+
+
+# ---------------------------------------------------------------- counts checked before any load
+@pytest.mark.parametrize("argv, flag, minimum", [
+    (["bench", "--suite", "efficiency", "--turns", "0"], "--turns", 1),
+    (["bench", "--suite", "efficiency", "--batch-episodes", "0"], "--batch-episodes", 1),
+    (["bench", "--suite", "efficiency", "--episodes", "-2"], "--episodes", 1),
+    (["bench", "--suite", "efficiency", "--max-new-tokens", "0"], "--max-new-tokens", 1),
+    (["bench", "--suite", "instruction-retention", "--n-revoke", "-1"], "--n-revoke", 0),
+    (["chat", "--max-raw", "-1"], "--max-raw", 0),
+    (["chat", "--max-latent", "x"], "--max-latent", 0),
+    (["chat", "--max-new-tokens", "0"], "--max-new-tokens", 1),
+])
+def test_a_count_out_of_range_is_a_usage_error_before_the_model_loads(argv, flag, minimum, tmp_path, capsys,
+                                                                       monkeypatch):
+    import rhea.modeling.loading as loading
+
+    def no_load(*a, **k):  # the parser must refuse first: reaching a load is the bug
+        raise AssertionError("a model was loaded for an invalid count")
+
+    monkeypatch.setattr(loading, "load_rhea_model", no_load)
+    out = tmp_path / "out"
+    extra = ["--out", str(out)] if argv[0] == "bench" else []
+    with pytest.raises(SystemExit) as e:
+        main(argv + extra)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}" in err and f"must be an int >= {minimum}" in err
+    assert not out.exists()
