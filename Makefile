@@ -33,7 +33,7 @@ test-fast: install
 	$(PY) -m pytest -q -n 2 -m "not integration and not slow"
 
 bench-kernels: install
-	$(PY) benchmarks/kernels.py
+	$(PY) benchmarks/kernel_ops.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info rhea_kernels/*.so

@@ -27,9 +27,6 @@ from pathlib import Path
 
 import torch
 
-# benchmarks/kernels.py would shadow the `kernels` package that transformers probes for
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 
 def held_apart_texts(tokenizer, data: str, chunk_tokens: int, n: int | None) -> list[str]:
     from rhea.training.compressor import chunk_texts, load_reply_texts, split_held_apart

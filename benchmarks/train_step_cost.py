@@ -19,9 +19,6 @@ from pathlib import Path
 
 import torch
 
-# benchmarks/kernels.py would shadow the `kernels` package that transformers probes for
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 BASE = {"chunk_tokens": 48, "batch": 4, "bf16": True, "grad_ckpt": False, "train_generate": False}
 VARIANTS = [
     {},

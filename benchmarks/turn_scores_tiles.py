@@ -56,7 +56,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("turn_scores_tiles.py needs a CUDA GPU (Triton kernels); on a CPU run "
-                         "benchmarks/kernels.py --device cpu instead")
+                         "benchmarks/kernel_ops.py --device cpu instead")
     import triton
     from triton.runtime.errors import OutOfResources
     from triton.testing import do_bench, do_bench_cudagraph

@@ -9,7 +9,7 @@
     rhea kernels time anchored_attention --shape 1,8,2,1024,64 --prefix 128 --backward
 
 `time` uses `torch.utils.benchmark.Timer.blocked_autorange` (median); the full comparison
-across providers and shapes is `benchmarks/kernels.py`. This module never imports `rhea`.
+across providers and shapes is `benchmarks/kernel_ops.py`. This module never imports `rhea`.
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from triton import knobs
 
-# (BLOCK_M, BLOCK_N) per kernel: plain FA2 choices, no autotune (see benchmarks/kernels.py).
+# (BLOCK_M, BLOCK_N) per kernel: plain FA2 choices, no autotune (see benchmarks/kernel_ops.py).
 FWD_BLOCKS = (64, 64)
 DKDV_BLOCKS = (32, 64)
 DQ_BLOCKS = (64, 32)

@@ -3,9 +3,9 @@
 Writes benchmarks/results/kernels_<device>.json (one row per provider x shape, plus ratios
 computed within this run) and kernels_<device>.png.
 
-    python benchmarks/kernels.py --device cpu              # CPU: N 1k-4k, D 64/128; C++ kernels
-    python benchmarks/kernels.py --device cpu --quick      # smaller shapes, D 64 only
-    python benchmarks/kernels.py --device cuda             # GPU: Triton kernels, N to 32k
+    python benchmarks/kernel_ops.py --device cpu              # CPU: N 1k-4k, D 64/128; C++ kernels
+    python benchmarks/kernel_ops.py --device cpu --quick      # smaller shapes, D 64 only
+    python benchmarks/kernel_ops.py --device cuda             # GPU: Triton kernels, N to 32k
 
 One `OpBench` per op (`BENCHES`: turn_scores, turn_scores_and_tiers, anchored_attention)
 runs on one shared loop (`run_bench`); `--only OP` measures one of them.
