@@ -4,9 +4,9 @@
 K episodes together, turn t of every episode answered in one batch
 (`rhea.session.batch.send_batch`), each with its own session (its own policy state, latents and
 plan). Both finish a turn the same way (`_finish_turn`): the row (the suite's scores, what the
-turn cost, what the policy decided), the saved session and the line in ``rows.jsonl``, so an
-episode interrupted mid-way resumes one by one whichever path started it. Batched rows also
-carry ``batch_rows``. `rhea.eval.runner.run_suite` chooses the path (``batch_episodes``).
+turn cost, what the policy decided), the saved session and the line in ``rows.jsonl``, and both
+resume an interrupted episode from that checkpoint (`_resume`), so either path continues what the
+other started; a batched resume keeps batching. Batched rows also carry ``batch_rows``. `rhea.eval.runner.run_suite` chooses the path (``batch_episodes``).
 
 >>> from rhea.testing import tiny_rhea
 >>> from rhea.eval.runner import run_suite
@@ -88,14 +88,13 @@ def _finish_turn(policy: str, episode, turn, reply: str, error: str | None, trac
     return row
 
 
-def run_episode(model, tokenizer, policy: str, episode, state: Path | None, bar, session_cls, *,
-                max_new_tokens: int, kwargs: dict, environment: dict | None = None) -> list[dict]:
-    """Rows of `episode` run one turn at a time, resumed from `state` where it stopped."""
+def _resume(model, tokenizer, policy: str, episode, state: Path | None, session_cls, *, max_new_tokens: int,
+            kwargs: dict, environment: dict | None):
+    """``(session, rows, finished)`` for `episode`: its checkpointed rows and saved session where `state`
+    holds a consistent pair, else a new session and an emptied checkpoint folder."""
     rows = read_rows(state / "rows.jsonl") if state is not None else []
-    done = state is not None and (state / "done").is_file()
-    if done or len(rows) == len(episode.turns):
-        bar.update(len(episode.turns))
-        return rows[: len(episode.turns)]
+    if (state is not None and (state / "done").is_file()) or len(rows) >= len(episode.turns):
+        return None, rows[: len(episode.turns)], True
     session = None
     if rows and state is not None and (state / "session").is_dir():
         session = session_cls.load(state / "session", model, policy_kwargs=kwargs)
@@ -107,6 +106,17 @@ def run_episode(model, tokenizer, policy: str, episode, state: Path | None, bar,
         _start_state(state, environment)
     elif state is not None and environment is not None:
         record_environment(state, environment)
+    return session, rows, False
+
+
+def run_episode(model, tokenizer, policy: str, episode, state: Path | None, bar, session_cls, *,
+                max_new_tokens: int, kwargs: dict, environment: dict | None = None) -> list[dict]:
+    """Rows of `episode` run one turn at a time, resumed from `state` where it stopped."""
+    session, rows, finished = _resume(model, tokenizer, policy, episode, state, session_cls,
+                                      max_new_tokens=max_new_tokens, kwargs=kwargs, environment=environment)
+    if finished:
+        bar.update(len(episode.turns))
+        return rows
     bar.update(len(rows))
     history = [(r["user"], r["reply"]) for r in rows if "error" not in r]
     traces = []  # the session reports every finished turn here: its record (timings) and plan
@@ -123,55 +133,65 @@ def run_episode(model, tokenizer, policy: str, episode, state: Path | None, bar,
     return rows
 
 
-def is_fresh(state: Path | None) -> bool:
-    """True when an episode's checkpoint holds nothing yet (so it can start in a batch)."""
-    return state is None or not ((state / "done").is_file() or (state / "rows.jsonl").is_file())
+def is_finished(state: Path | None) -> bool:
+    """True when an episode's checkpoint marks it complete."""
+    return state is not None and (state / "done").is_file()
 
 
 def run_episodes_batched(model, tokenizer, policy: str, episodes: Sequence, states: Sequence[Path | None], bar,
                          session_cls, *, max_new_tokens: int, kwargs: dict,
                          environment: dict | None = None) -> list[list[dict]]:
-    """Rows of every episode in `episodes`, all advanced together one turn index at a time."""
+    """Rows of every episode in `episodes`, advanced together one turn index at a time, each resumed
+    from its checkpoint where it stopped: at turn index t the episodes that still need turn t are
+    answered in one batch (episodes resumed at different turns join the batch as they catch up)."""
     from rhea.session.batch import send_batch
 
     if len({len(e.turns) for e in episodes}) > 1:
         raise ValueError("episodes run in one batch must have the same number of turns")
-    sessions, traces = [], []
-    for state in states:
-        session = session_cls(model, tokenizer, policy, max_new_tokens=max_new_tokens, policy_kwargs=kwargs)
+    sessions, traces, rows, histories, live = [], [], [], [], []
+    for k, (episode, state) in enumerate(zip(episodes, states)):
+        session, done_rows, finished = _resume(model, tokenizer, policy, episode, state, session_cls,
+                                               max_new_tokens=max_new_tokens, kwargs=kwargs, environment=environment)
+        bar.update(len(episode.turns) if finished else len(done_rows))
         seen: list = []
-        session.add_observer(seen.append)
+        if session is not None:
+            session.add_observer(seen.append)
+            live.append(k)
         sessions.append(session)
         traces.append(seen)
-        _start_state(state, environment)
-    rows: list[list[dict]] = [[] for _ in episodes]
-    histories: list[list[tuple[str, str]]] = [[] for _ in episodes]
-    for index in range(len(episodes[0].turns)):
-        turns = [e.turns[index] for e in episodes]
-        replies = send_batch(sessions, [t.user for t in turns])
-        for k, (episode, turn, reply) in enumerate(zip(episodes, turns, replies)):
+        rows.append(done_rows)
+        histories.append([(r["user"], r["reply"]) for r in done_rows if "error" not in r])
+    for index in range(min((len(rows[k]) for k in live), default=len(episodes[0].turns)), len(episodes[0].turns)):
+        group = [k for k in live if len(rows[k]) == index]
+        if not group:
+            continue
+        turns = {k: episodes[k].turns[index] for k in group}
+        replies = send_batch([sessions[k] for k in group], [turns[k].user for k in group])
+        for k, reply in zip(group, replies):
             if isinstance(reply, RheaError):  # a policy's recorded failure: scored as a miss, as one by one
-                rows[k].append(_finish_turn(policy, episode, turn, "", f"{type(reply).__name__}: {reply}", None,
-                                            histories[k], sessions[k], states[k], bar))
+                rows[k].append(_finish_turn(policy, episodes[k], turns[k], "", f"{type(reply).__name__}: {reply}",
+                                            None, histories[k], sessions[k], states[k], bar))
             else:
                 trace = traces[k][-1]
-                rows[k].append(_finish_turn(policy, episode, turn, reply, None, trace, histories[k], sessions[k],
-                                            states[k], bar, batch_rows=trace.record.timings.get("batch_rows", 1.0)))
-    for state in states:
-        if state is not None:
-            (state / "done").write_text("")
+                rows[k].append(_finish_turn(policy, episodes[k], turns[k], reply, None, trace, histories[k],
+                                            sessions[k], states[k], bar,
+                                            batch_rows=trace.record.timings.get("batch_rows", 1.0)))
+    for k in live:
+        if states[k] is not None:
+            (states[k] / "done").write_text("")
     return rows
 
 
-def run_fresh_batched(model, tokenizer, policy, episodes, out, bar, session_cls, k: int, **kwargs) -> dict[int, list]:
-    """``{episode number: rows}`` for the episodes not started yet, run `k` at a time (none if k is 1)."""
+def run_batched(model, tokenizer, policy, episodes, out, bar, session_cls, k: int, **kwargs) -> dict[int, list]:
+    """``{episode number: rows}`` for the episodes not finished yet, `k` at a time, each resumed where its
+    checkpoint stopped (none if k is 1: the runner then goes one by one)."""
     if k <= 1:
         return {}
     states = {n: (out / "state" / policy / str(n) if out is not None else None) for n in range(len(episodes))}
-    fresh = [n for n in range(len(episodes)) if is_fresh(states[n])]
+    todo = [n for n in range(len(episodes)) if not is_finished(states[n])]
     done: dict[int, list] = {}
-    for start in range(0, len(fresh), k):
-        group = fresh[start:start + k]
+    for start in range(0, len(todo), k):
+        group = todo[start:start + k]
         rows = run_episodes_batched(model, tokenizer, policy, [episodes[n] for n in group], [states[n] for n in group],
                                     bar, session_cls, **kwargs)
         done.update(zip(group, rows))

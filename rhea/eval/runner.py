@@ -42,7 +42,7 @@ from rhea.constants import BENCH_POLICIES
 from rhea.errors import RheaConfigError
 from rhea.eval import checkpoint
 from rhea.eval.checkpoint import BenchError, check_config, environments_of
-from rhea.eval.episodes import run_episode, run_fresh_batched
+from rhea.eval.episodes import run_batched, run_episode
 from rhea.eval.report import json_default, write_outputs  # noqa: F401 (write_outputs: part of this module's API)
 from rhea.eval.suites import Suite, get_suite
 from rhea.eval.suites.base import mean
@@ -84,8 +84,9 @@ def run_suite(
     `suite_kwargs`, its constructor options) or a built `Suite`.
     policy_kwargs: per-policy constructor options, e.g. ``{"rhea": {"tau_low": 0.3}}``.
     Greedy decoding, so a run is reproducible from its settings.
-    batch_episodes: advance up to this many not-yet-started episodes of a policy together, their
-    turns answered in one left-padded batch (`rhea.eval.episodes`); 1 runs them one by one.
+    batch_episodes: advance up to this many unfinished episodes of a policy together (each resumed
+    where its checkpoint stopped), their turns answered in one left-padded batch
+    (`rhea.eval.episodes`); 1 runs them one by one.
     """
     from rhea.policies import available_policies
     from rhea.session import ChatSession
@@ -133,7 +134,7 @@ def run_suite(
     try:
         for policy in policies:
             rows: list[dict] = []
-            batched = run_fresh_batched(model, tokenizer, policy, episodes, out, bar, ChatSession, batch_episodes,
+            batched = run_batched(model, tokenizer, policy, episodes, out, bar, ChatSession, batch_episodes,
                                          max_new_tokens=max_new_tokens, kwargs=policy_kwargs.get(policy, {}),
                                          environment=environment)
             for number, episode in enumerate(episodes):

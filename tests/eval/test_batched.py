@@ -75,3 +75,31 @@ def test_run_suite_in_batches_matches_one_by_one_and_resumes(model, tmp_path):
         r["reply"] for r in many["policies"]["rhea"]["turns"]]
     with pytest.raises(BenchError, match="batch_episodes=0"):
         run_suite(model, "efficiency", ["vanilla"], batch_episodes=0, progress=False)
+
+
+def test_an_interrupted_batched_run_resumes_in_a_batch(model, tmp_path):
+    """Episodes cut at different turns (a session that ended mid-run) continue together in one batch,
+    joining it as they catch up, and end with the replies of an uninterrupted run."""
+    settings = dict(n_turns=4, n_episodes=3, max_new_tokens=3, progress=False,
+                    suite_kwargs={"n_instructions": 2, "n_revoke": 1}, batch_episodes=3)
+    whole = run_suite(model, "instruction-retention", ["rhea"], out=tmp_path / "whole", **settings)
+    cut = tmp_path / "cut"
+    run_suite(model, "instruction-retention", ["rhea"], out=cut, **settings)
+    for n, keep in enumerate([1, 2, 4]):  # episode 2 finished; 0 and 1 stopped after 1 and 2 turns
+        state = cut / "state" / "rhea" / str(n)
+        lines = (state / "rows.jsonl").read_text().splitlines()[:keep]
+        (state / "rows.jsonl").write_text("".join(line + "\n" for line in lines))
+        if keep < 4:
+            (state / "done").unlink()
+            # the session saved after turn `keep`, as an interruption there leaves it
+            replay = ChatSession(model, policy="rhea", max_new_tokens=3)
+            for row in lines:
+                replay.send(json.loads(row)["user"])
+            replay.save(state / "session")
+    resumed = run_suite(model, "instruction-retention", ["rhea"], out=cut, **settings)
+    rows = resumed["policies"]["rhea"]["turns"]
+    assert [r["reply"] for r in rows] == [r["reply"] for r in whole["policies"]["rhea"]["turns"]]
+    # episode 0 ran turn 1 alone, then turns 2-3 beside episode 1: batching survived the resume
+    fresh = [r.get("batch_rows") for r in rows[:4]][1:]
+    assert fresh == [1.0, 2.0, 2.0]
+    assert all((cut / "state" / "rhea" / str(n) / "done").is_file() for n in range(3))
