@@ -43,7 +43,11 @@ def _cmd_train_acr(args) -> int:
     tasks, teacher = load_tasks(args, config), teacher_from_spec(args.teacher)  # bad input fails before the model loads
     if args.fresh:
         clear_output(config)
-    base, tokenizer = load_base_model(config.base_model)
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    base, tokenizer = load_base_model(config.base_model, dtype=torch.bfloat16 if device == "cuda" else None)
+    base.to(device)
     controller = ACRController(base, tokenizer, lora_r=config.lora_r, lora_alpha=config.lora_alpha)
     loop = TGSE(config, controller, teacher, tasks)
     result = loop.run(resume=True, max_iterations=args.max_iterations)
@@ -74,5 +78,6 @@ def register(sub) -> None:
     cmd.add_argument("--task-seed", type=int, default=0, help="seed of the generated tasks")
     cmd.add_argument("--tasks-file", help="JSONL of tasks (DriftTask.to_dict per line) instead of generated ones")
     cmd.add_argument("--max-iterations", type=int, help="run at most this many iterations now (resume later)")
+    cmd.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available; bf16 on cuda)")
     cmd.add_argument("--fresh", action="store_true", help="delete output_dir first instead of resuming")
     cmd.set_defaults(func=_cmd_train_acr)

@@ -8,6 +8,7 @@ def test_train_acr_is_a_rhea_command():
     args = build_parser().parse_args(["train-acr", "--tasks", "4", "--set", "iterations=1", "--max-iterations", "1"])
     assert args.command == "train-acr" and args.tasks == 4 and args.set == ["iterations=1"] and not args.cpu_demo
     assert build_parser().parse_args(["train-acr", "--cpu-demo"]).cpu_demo
+    assert build_parser().parse_args(["train-acr", "--device", "cpu"]).device == "cpu"
 
 
 def test_task_count_defaults_to_what_the_config_draws():
