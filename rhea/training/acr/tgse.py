@@ -144,7 +144,7 @@ class TGSE:
             raise ACRConfigError("task ids must be unique (they record which tasks were used)")
         self.config, self.controller, self.teacher = config, controller, teacher
         self.tasks = list(tasks)
-        self.solver = solver if solver is not None else controller.generator(None)
+        self.solver = solver if solver is not None else controller.generator(None, seed=config.seed)
         self.reward = reward or get_reward(config.reward)
         self.log = log
         self.out = Path(config.output_dir)
@@ -225,10 +225,10 @@ class TGSE:
         phase = cfg.phase(iteration)
         temp = cfg.temperature
         teacher_router = Router(self.teacher, max_new_tokens=cfg.router_max_new_tokens, temperature=temp)
-        student_router = Router(self.controller.generator(ROUTER, seed=cfg.seed * 7919 + iteration),
+        student_router = Router(self.controller.generator(ROUTER, seed=rng.randrange(2**31)),
                                 max_new_tokens=cfg.router_max_new_tokens, temperature=temp)
         use_teacher = phase == "I" or rng.random() < cfg.p_teacher(iteration)
-        refactor_gen = self.teacher if use_teacher else self.controller.generator(REFACTORER, seed=cfg.seed * 7919 + iteration)
+        refactor_gen = self.teacher if use_teacher else self.controller.generator(REFACTORER, seed=rng.randrange(2**31))
         refactorer = Refactorer(refactor_gen, deterministic=False, max_new_tokens=cfg.refactor_max_new_tokens,
                                 temperature=temp)
         decision = (teacher_router if phase == "I" else student_router).route(turns, task.task)

@@ -165,3 +165,20 @@ def test_corrective_instances_weigh_more_and_batches_hold_batch_size_samples(tmp
     assert weighted == pytest.approx(3 * base, rel=1e-5)
     losses = loop.train_module("refactorer", [make(n, "compressive") for n in range(7)], random.Random(0))
     assert len(losses) == 2 * 3  # 2 epochs x ceil(7 / 3) batches
+
+
+def test_phase_ii_the_students_none_stands_unless_teacher_router_fallback_is_on(tmp_path):
+    """Paper: the student router decides in Phase II; the teacher override is an opt-in of ours."""
+    import random
+
+    tasks = drift_tasks(1, kinds=("correction",), seed=5)  # FirstFactSolver fails on the raw history
+    student_none = json.dumps({"analysis": "fine", "drift_detected": False, "selected_operator": "none"})
+    for fallback, teacher_calls in ((False, 0), (True, 2)):
+        ctrl = tiny_controller()
+        loop = TGSE(config(tmp_path / str(fallback), teacher_router_fallback=fallback, p_teacher_start=1.0), ctrl,
+                    RuleTeacher(), tasks, solver=FirstFactSolver(), log=lambda *_: None)
+        ctrl.generator = lambda name, seed=None, _s=student_none: ScriptedGenerator([_s])  # the student router says none
+        [inst] = loop.run_task(tasks[0], 1, random.Random(0))
+        assert loop.teacher.calls == teacher_calls  # with the fallback: teacher routes, then refactors
+        assert inst.pool == ("corrective" if fallback else "regularization")
+        assert json.loads(inst.router_target)["selected_operator"] == ("fact_rectify" if fallback else "none")
