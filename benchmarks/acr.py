@@ -1,19 +1,44 @@
-"""ACR on multi-turn QA with drift: EM and tokens for NONE-only, prompt-only and TGSE-trained ACR.
+"""ACR on multi-turn QA with drift: EM (with 95% Wilson intervals) and tokens for the paper's settings.
 
 Tasks: `rhea.agents.acr.tasks.drift_tasks` (facts corrected mid-conversation, repeated
 rejected answers, and clean controls), built from the eval harness's key/value vocabulary.
-One controller model (the embedded SmolLM2-135M by default) carries the router and
-refactorer adapters; the solver is the same base model with adapters disabled. Settings:
+One controller model carries the router and refactorer LoRA adapters; the solver is the
+same base model with adapters disabled (the paper keeps its reasoner frozen). Settings, as
+in the paper's Tables 1-2 (§5.2, ablation §5.2.3):
 
-- ``none``: the raw history (what ACR's NONE leaves);
-- ``prompt-only``: router + refactorer prompted on the base model (adapters disabled);
-- ``trained``: the adapters after one short TGSE run (rule-based teacher, on training
-  tasks disjoint from the test tasks).
+- ``none``: the raw history (direct inference; what ACR's none leaves);
+- ``prompt-only``: router and refactorer prompted on the base model (Table 2 "Base");
+- ``w/o-router``: the base model routes, the trained refactorer refactors (Table 2 "w/o Router");
+- ``w/o-refactorer``: the trained router routes, the base model refactors (Table 2 "w/o Refactorer");
+- ``trained``: both trained adapters (Table 2 "Ours").
 
-Writes ``benchmarks/results/acr.json`` + ``acr.png`` and a router/refactorer trace
-(``acr_trace.json``). Run under the heavy lock:
+Every ACR setting runs the model-driven refactorer on every operator (no deterministic
+shortcuts). Because a router picks only the operators a task calls for, an *operator
+sweep* then forces each of the six operators in turn (router bypassed) on ``--sweep-n``
+test tasks, for the prompt-only and the trained refactorer, so a run shows every operator
+exercised. ``acr.json`` reports, per setting, the router's operator counts and, per
+operator, how often the refactorer ran and how its output was used (``refactorer``:
+inside ``<summary>``; ``fallback-raw``: the paper's raw-output fallback;
+``fallback-original``: empty output).
 
-    flock /tmp/rhea-heavy.lock nice -n 10 .venv/bin/python benchmarks/acr.py
+TGSE (`rhea.training.acr`) trains the adapters on training tasks disjoint from the test
+tasks: ``--setting cpu`` uses `TGSEConfig.cpu_demo()` (small, greedy), ``--setting paper``
+the paper's defaults (400 seed tasks + 200 per round, 18 rounds, r16/alpha32, 3 epochs,
+batch 4, patience 3, temperature 0.7). ``--adapters DIR`` evaluates adapters trained before
+instead of training. The teacher is the offline rule teacher (``--teacher rules``) or any
+OpenAI-compatible endpoint (``--teacher http://host:port/v1#model``; the paper uses GPT-5.2).
+
+Writes ``acr.json`` + ``acr.png`` and a router/refactorer trace (``acr_trace.json``) to
+``--out``. CPU smoke run (the 135M model cannot follow the JSON/<summary> formats, so its
+numbers only show the pipeline runs):
+
+    flock /tmp/rhea-heavy.lock nice -n 10 .venv/bin/python benchmarks/acr.py --n-test 2 --n-train 2 \\
+        --iterations 1 --sweep-n 1 --out benchmarks/results/acr-smoke
+
+GPU run on the capable model (docs/fidelity.md, ## ACR):
+
+    python benchmarks/acr.py --model qwen2.5-coder-1.5b --setting paper --n-test 200 --n-train 1200 \\
+        --iterations 6 --sweep-n 20 --out benchmarks/results/acr-qwen
 """
 from __future__ import annotations
 
@@ -23,43 +48,74 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+ACR_SETTINGS = ("prompt-only", "w/o-router", "w/o-refactorer", "trained")
 
 
-def evaluate(name, tasks, make_policy, solver, tokenizer, reward_fns, controller_gens, max_new_tokens, trace):
+class FixedRouter:
+    """A `TextGenerator` that always selects `operator` (the operator sweep bypasses the router)."""
+
+    prompt_tokens = completion_tokens = 0
+
+    def __init__(self, operator: str):
+        self.operator = operator
+
+    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None) -> str:
+        return json.dumps({"analysis": f"operator sweep: {self.operator} forced", "drift_detected": True,
+                           "selected_operator": self.operator})
+
+
+def _tokens(gens) -> int:
+    return sum(getattr(g, "prompt_tokens", 0) + getattr(g, "completion_tokens", 0) for g in gens)
+
+
+def evaluate(name, tasks, make_policy, solver, tokenizer, reward_fns, controller_gens, max_new_tokens, trace,
+             temperature=0.0):
     from rhea.policies import Vanilla
 
     rows = []
     for task in tasks:
-        gens_before = sum(g.prompt_tokens + g.completion_tokens for g in controller_gens)
+        before = _tokens(controller_gens)
         t0 = time.perf_counter()
         policy = make_policy(task) if make_policy else Vanilla(tokenizer=tokenizer)
         plan = policy.build(task.conversation, task.query)
-        answer = solver.generate(plan.text_messages(), max_new_tokens=max_new_tokens)
-        controller_tokens = sum(g.prompt_tokens + g.completion_tokens for g in controller_gens) - gens_before
+        answer = solver.generate(plan.text_messages(), max_new_tokens=max_new_tokens, temperature=temperature)
+        controller_tokens = _tokens(controller_gens) - before
         route = next((r for r in plan.decisions.records if r.get("event") == "acr_route"), None)
         refactor = next((r for r in plan.decisions.records if r.get("event") == "acr_refactor"), None)
         row = {"task_id": task.task_id, "kind": task.kind, "answer": answer, "gold": task.answer,
                **{k: fn(answer, task) for k, fn in reward_fns.items()},
                "context_tokens": plan.ledger.text_tokens, "full_history_tokens": plan.ledger.full_history_tokens,
                "controller_tokens": controller_tokens, "seconds": round(time.perf_counter() - t0, 2),
-               "operator": route["selected_operator"] if route else "NONE",
+               "operator": route["selected_operator"] if route else "none",
                "router_valid": route["fallback_reason"] is None if route else None,
                "refactor_source": refactor["source"] if refactor else None}
         rows.append(row)
-        if route is not None and len(trace) < 40:
+        if route is not None and len(trace) < 80:
             trace.append({"setting": name, "task_id": task.task_id, "kind": task.kind, "query": task.query,
                           "gold": task.answer, "answer": answer, "route": route, "refactor": refactor})
-        print(f"[acr bench] {name:11s} {task.task_id:18s} op={row['operator']:18s} em={row['em']:.0f} "
-              f"val={row['value']:.0f} ctx={row['context_tokens']} ctrl={controller_tokens} {answer!r}", flush=True)
+        print(f"[acr bench] {name:28s} {task.task_id:18s} op={row['operator']:18s} src={row['refactor_source']} "
+              f"em={row['em']:.0f} val={row['value']:.0f} ctx={row['context_tokens']} ctrl={controller_tokens} "
+              f"{answer!r}", flush=True)
+    return summarize(rows), rows
+
+
+def summarize(rows: list[dict]) -> dict:
+    from rhea.eval.fact_recall import wilson
+
     n = len(rows)
-    summary = {"n": n, "em": sum(r["em"] for r in rows) / n, "value_accuracy": sum(r["value"] for r in rows) / n,
+    em, val = sum(r["em"] for r in rows), sum(r["value"] for r in rows)
+    routed = [r for r in rows if r["router_valid"] is not None]
+    summary = {"n": n, "em": em / n, "em_ci95": list(wilson(int(em), n)), "value_accuracy": val / n,
+               "value_accuracy_ci95": list(wilson(int(val), n)),
                "context_tokens": sum(r["context_tokens"] for r in rows) / n,
                "controller_tokens": sum(r["controller_tokens"] for r in rows) / n,
-               "router_valid_rate": (sum(bool(r["router_valid"]) for r in rows if r["router_valid"] is not None)
-                                     / routed if (routed := sum(r["router_valid"] is not None for r in rows)) else None),
-               "operators": {}, "by_kind": {}}
+               "router_valid_rate": sum(bool(r["router_valid"]) for r in routed) / len(routed) if routed else None,
+               "operators": {}, "refactor_sources": {}, "by_kind": {}}
     for r in rows:
         summary["operators"][r["operator"]] = summary["operators"].get(r["operator"], 0) + 1
+        if r["refactor_source"] not in (None, "none"):
+            per_op = summary["refactor_sources"].setdefault(r["operator"], {})
+            per_op[r["refactor_source"]] = per_op.get(r["refactor_source"], 0) + 1
         k = summary["by_kind"].setdefault(r["kind"], {"n": 0, "em": 0.0, "value_accuracy": 0.0})
         k["n"] += 1
         k["em"] += r["em"]
@@ -67,7 +123,7 @@ def evaluate(name, tasks, make_policy, solver, tokenizer, reward_fns, controller
     for k in summary["by_kind"].values():
         k["em"] /= k["n"]
         k["value_accuracy"] /= k["n"]
-    return summary, rows
+    return summary
 
 
 def _fmt(value) -> str:
@@ -81,21 +137,22 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = list(results["settings"])
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    em = [results["settings"][n]["em"] for n in names]
-    val = [results["settings"][n]["value_accuracy"] for n in names]
-    xs = range(len(names))
-    axes[0].bar([x - 0.2 for x in xs], em, 0.4, label="EM")
-    axes[0].bar([x + 0.2 for x in xs], val, 0.4, label="value accuracy")
-    axes[0].set_xticks(list(xs), names)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    xs = list(range(len(names)))
+    for offset, key, label in ((-0.2, "em", "EM"), (0.2, "value_accuracy", "value accuracy")):
+        means = [results["settings"][n][key] for n in names]
+        cis = [results["settings"][n][f"{key}_ci95"] for n in names]
+        err = [[m - lo for m, (lo, hi) in zip(means, cis)], [hi - m for m, (lo, hi) in zip(means, cis)]]
+        axes[0].bar([x + offset for x in xs], means, 0.4, yerr=err, capsize=3, label=label)
+    axes[0].set_xticks(xs, names, rotation=20)
     axes[0].set_ylim(0, 1)
-    axes[0].set_title("answer quality")
+    axes[0].set_title("answer quality (95% Wilson intervals)")
     axes[0].legend()
     ctx = [results["settings"][n]["context_tokens"] for n in names]
     ctrl = [results["settings"][n]["controller_tokens"] for n in names]
     axes[1].bar(xs, ctx, label="solver context tokens")
     axes[1].bar(xs, ctrl, bottom=ctx, label="router+refactorer tokens")
-    axes[1].set_xticks(list(xs), names)
+    axes[1].set_xticks(xs, names, rotation=20)
     axes[1].set_title("tokens per question")
     axes[1].legend()
     fig.suptitle(f"ACR on drift QA ({results['model']}, {results['n_test']} test tasks)")
@@ -103,80 +160,135 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def tgse_config(args):
+    from rhea.training.acr import TGSEConfig
+
+    common = dict(output_dir=args.tgse_dir, base_model=args.model, reward=args.reward, seed=args.seed)
+    if args.setting == "paper":
+        cfg = TGSEConfig(**common)
+    else:
+        cfg = TGSEConfig.cpu_demo(**common, epochs=3, lr=1e-3, val_fraction=0.2, router_max_new_tokens=48,
+                                  refactor_max_new_tokens=args.refactor_tokens, solver_max_new_tokens=args.solver_tokens)
+    over = {}
+    if args.iterations is not None:
+        over["iterations"] = args.iterations
+        over["phase2_iterations"] = min(cfg.phase2_iterations, max(0, args.iterations - 1))
+    if args.n_train is not None and args.setting == "cpu":  # split the training tasks over the rounds
+        its = over.get("iterations", cfg.iterations)
+        over["seed_tasks"] = max(1, args.n_train // 2) if its > 1 else args.n_train
+        over["tasks_per_iteration"] = max(1, (args.n_train - over["seed_tasks"]) // max(1, its - 1))
+    return TGSEConfig.from_dict({**cfg.to_dict(), **over})
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m", help="model-zoo name or path (qwen2.5-coder-1.5b on a GPU)")
+    parser.add_argument("--setting", choices=("cpu", "paper"), default="cpu",
+                        help="TGSE config: cpu = TGSEConfig.cpu_demo(); paper = the paper's defaults")
     parser.add_argument("--n-test", type=int, default=12)
-    parser.add_argument("--n-train", type=int, default=24)
-    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--n-train", type=int, default=None,
+                        help="training tasks (default: cpu 24; paper: what the config draws, 3800)")
+    parser.add_argument("--iterations", type=int, default=None, help="TGSE rounds (default: cpu 4, paper 18)")
+    parser.add_argument("--sweep-n", type=int, default=4, help="test tasks per operator in the operator sweep (0: skip)")
+    parser.add_argument("--teacher", default="rules", help="'rules' or 'http(s)://host/v1#model'")
+    parser.add_argument("--adapters", default=None, help="evaluate these trained adapters (dir with router/ and "
+                        "refactorer/) instead of running TGSE")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--tgse-dir", default="/tmp/rhea-acr-bench-tgse")
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--reward", default="value_match", help="TGSE reward: exact_match or value_match (the "
-                        "135M model rarely answers with the bare value, so EM alone gives TGSE almost no signal)")
+    parser.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available)")
+    parser.add_argument("--reward", default="value_match", help="TGSE reward: exact_match (the paper's EM) or "
+                        "value_match (the 135M model rarely answers with the bare value, so EM gives TGSE almost no signal)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="decoding temperature at evaluation (default: cpu 0 = greedy, paper 0.7)")
     parser.add_argument("--solver-tokens", type=int, default=8)
+    parser.add_argument("--router-tokens", type=int, default=48)
+    parser.add_argument("--refactor-tokens", type=int, default=48)
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.n_train is None:
+        args.n_train = 24 if args.setting == "cpu" else None
 
     import torch
 
+    from rhea.agents.acr import ACRController, ACRPolicy
+    from rhea.agents.acr.operators import ACTIVE_OPERATORS
+    from rhea.agents.acr.tasks import drift_tasks
+    from rhea.modeling import load_base_model
+    from rhea.training.acr import TGSE, clear_output, exact_match, teacher_from_spec, value_match
+
+    cfg = tgse_config(args)  # bad settings fail before the model loads
+    teacher = teacher_from_spec(args.teacher)
+    n_train = args.n_train or cfg.seed_tasks + (cfg.iterations - 1) * cfg.tasks_per_iteration
+    temperature = args.temperature if args.temperature is not None else (0.7 if args.setting == "paper" else 0.0)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from rhea.agents.acr import ACRController, ACRPolicy
-    from rhea.agents.acr.tasks import drift_tasks
-    from rhea.agents.acr.teacher import RuleTeacher
-    from rhea.modeling import load_base_model
-    from rhea.training.acr import TGSE, TGSEConfig, clear_output, exact_match, value_match
-
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     t_start = time.perf_counter()
-    base, tok = load_base_model(args.model)
-    controller = ACRController(base, tok, lora_r=8, lora_alpha=16)
-    solver = controller.generator(None)
+    base, tok = load_base_model(args.model, dtype=torch.bfloat16 if device == "cuda" else None)
+    base.to(device)
+    controller = ACRController(base, tok, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha)
+    solver = controller.generator(None, seed=args.seed)
     test = drift_tasks(args.n_test, seed=1000)
-    train = drift_tasks(args.n_train, seed=1)
+    train = drift_tasks(n_train, seed=1)
     rewards = {"em": exact_match, "value": value_match}
-    budgets = {"router_max_new_tokens": 48, "refactor_max_new_tokens": 48}
-    results = {"model": args.model, "n_test": len(test), "solver_max_new_tokens": args.solver_tokens, **budgets, "settings": {},
-               "tgse": None, "rows": {}}
+    budgets = {"router_max_new_tokens": args.router_tokens, "refactor_max_new_tokens": args.refactor_tokens,
+               "temperature": temperature}
+    results = {"model": args.model, "device": device, "setting": args.setting, "n_test": len(test),
+               "n_train": len(train), "solver_max_new_tokens": args.solver_tokens, **budgets, "settings": {},
+               "operator_sweep": {}, "tgse": None, "rows": {}}
     trace: list[dict] = []
 
-    summary, rows = evaluate("none", test, None, solver, tok, rewards, [], args.solver_tokens, trace)
-    results["settings"]["none"], results["rows"]["none"] = summary, rows
+    def run(name, make_policy, gens):
+        summary, rows = evaluate(name, test if not name.startswith("sweep") else test[: args.sweep_n], make_policy,
+                                 solver, tok, rewards, gens, args.solver_tokens, trace, temperature)
+        results["rows"][name] = rows
+        return summary
 
-    prompt_gens = [controller.generator(None), controller.generator(None)]
+    def acr(router_gen, refactor_gen):
+        return lambda task: ACRPolicy(router=router_gen, refactorer=refactor_gen, task=task.task, tokenizer=tok,
+                                      **budgets)
 
-    def prompt_only(task):
-        return ACRPolicy(router=prompt_gens[0], refactorer=prompt_gens[1], task=task.task, tokenizer=tok, **budgets)
+    base_gens = [controller.generator(None, seed=args.seed), controller.generator(None, seed=args.seed + 1)]
+    results["settings"]["none"] = run("none", None, [])
+    results["settings"]["prompt-only"] = run("prompt-only", acr(*base_gens), base_gens)
 
-    summary, rows = evaluate("prompt-only", test, prompt_only, solver, tok, rewards, prompt_gens, args.solver_tokens, trace)
-    results["settings"]["prompt-only"], results["rows"]["prompt-only"] = summary, rows
+    if args.adapters:
+        controller.load_adapters(args.adapters)
+        results["tgse"] = {"adapters": args.adapters}
+    else:
+        clear_output(cfg)
+        t0 = time.perf_counter()
+        tgse = TGSE(cfg, controller, teacher, train, solver=solver)
+        out = tgse.run(resume=False)
+        results["tgse"] = {"config": cfg.to_dict(), "seconds": round(time.perf_counter() - t0, 1), "pools": out.pools,
+                           "stopped": out.stopped, "history": out.history, "teacher": args.teacher}
+        for pool, items in tgse.pools.items():  # a few verified TGSE instances for the trace
+            for inst in items[:2]:
+                trace.append({"setting": "tgse-pool", "pool": pool, "task_id": inst.task_id,
+                              "iteration": inst.iteration, "operator": inst.operator,
+                              "router_target": inst.router_target, "refactor_target": inst.refactor_target,
+                              "refactored_by": inst.refactored_by, "reward_raw": inst.reward_raw,
+                              "reward_refactored": inst.reward_refactored, "tokens_raw": inst.tokens_raw,
+                              "tokens_refactored": inst.tokens_refactored})
 
-    cfg = TGSEConfig(output_dir=args.tgse_dir, base_model=args.model, iterations=args.iterations,
-                     phase2_iterations=1, seed_tasks=max(1, args.n_train // 2),
-                     tasks_per_iteration=max(1, args.n_train // (2 * max(1, args.iterations - 1))),
-                     epochs=3, lr=1e-3, lora_r=8, lora_alpha=16, val_fraction=0.2, patience=2,
-                     router_max_new_tokens=48, refactor_max_new_tokens=48, solver_max_new_tokens=args.solver_tokens,
-                     reward=args.reward)
-    clear_output(cfg)
-    t0 = time.perf_counter()
-    tgse = TGSE(cfg, controller, RuleTeacher(), train, solver=solver)
-    out = tgse.run(resume=False)
-    results["tgse"] = {"config": cfg.to_dict(), "seconds": round(time.perf_counter() - t0, 1), "pools": out.pools,
-                       "stopped": out.stopped, "history": out.history, "teacher": "RuleTeacher (rules)"}
-    for pool, items in tgse.pools.items():  # a few verified TGSE instances for the trace
-        for inst in items[:2]:
-            trace.append({"setting": "tgse-pool", "pool": pool, "task_id": inst.task_id, "iteration": inst.iteration,
-                          "operator": inst.operator, "router_target": inst.router_target,
-                          "refactor_target": inst.refactor_target, "refactored_by": inst.refactored_by,
-                          "reward_raw": inst.reward_raw, "reward_refactored": inst.reward_refactored,
-                          "tokens_raw": inst.tokens_raw, "tokens_refactored": inst.tokens_refactored})
+    trained_router = controller.generator("router", seed=args.seed + 2)
+    trained_refactorer = controller.generator("refactorer", seed=args.seed + 3)
+    results["settings"]["w/o-router"] = run("w/o-router", acr(base_gens[0], trained_refactorer),
+                                            [base_gens[0], trained_refactorer])
+    results["settings"]["w/o-refactorer"] = run("w/o-refactorer", acr(trained_router, base_gens[1]),
+                                                [trained_router, base_gens[1]])
+    results["settings"]["trained"] = run("trained", acr(trained_router, trained_refactorer),
+                                         [trained_router, trained_refactorer])
 
-    trained_gens = [controller.generator("router"), controller.generator("refactorer")]
-
-    def trained(task):
-        return ACRPolicy(router=trained_gens[0], refactorer=trained_gens[1], task=task.task, tokenizer=tok, **budgets)
-
-    summary, rows = evaluate("trained", test, trained, solver, tok, rewards, trained_gens, args.solver_tokens, trace)
-    results["settings"]["trained"], results["rows"]["trained"] = summary, rows
+    if args.sweep_n > 0:  # every operator through the model-driven refactorer, router bypassed
+        for label, refactor_gen in (("prompt-only", base_gens[1]), ("trained", trained_refactorer)):
+            per_op = {}
+            for op in ACTIVE_OPERATORS:
+                per_op[op] = run(f"sweep/{label}/{op}", acr(FixedRouter(op), refactor_gen), [refactor_gen])
+            results["operator_sweep"][label] = per_op
+    results["refactorer_runs_per_operator"] = _runs_per_operator(results, ACTIVE_OPERATORS)
     results["seconds"] = round(time.perf_counter() - t_start, 1)
 
     out_dir = Path(args.out)
@@ -187,13 +299,34 @@ def main(argv=None) -> int:
         plot(results, out_dir / "acr.png")
     except ImportError as e:
         print(f"[acr bench] no PNG: matplotlib is missing ({e})")
-    print("\n| setting | EM | value acc. | context tokens | controller tokens | router valid | operators |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| setting | n | EM [95% CI] | value acc. [95% CI] | context tokens | controller tokens | router valid | operators |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, s in results["settings"].items():
-        print(f"| {name} | {s['em']:.2f} | {s['value_accuracy']:.2f} | {s['context_tokens']:.0f} | "
-              f"{s['controller_tokens']:.0f} | {_fmt(s['router_valid_rate'])} | {s['operators']} |")
+        print(f"| {name} | {s['n']} | {s['em']:.2f} [{s['em_ci95'][0]:.2f}, {s['em_ci95'][1]:.2f}] | "
+              f"{s['value_accuracy']:.2f} [{s['value_accuracy_ci95'][0]:.2f}, {s['value_accuracy_ci95'][1]:.2f}] | "
+              f"{s['context_tokens']:.0f} | {s['controller_tokens']:.0f} | {_fmt(s['router_valid_rate'])} | {s['operators']} |")
+    print("refactorer runs per operator:", json.dumps(results["refactorer_runs_per_operator"]))
     print(f"total {results['seconds']} s")
     return 0
+
+
+def _runs_per_operator(results: dict, operators) -> dict:
+    """How often each refactorer (prompt-only: the base model; trained: the refactorer adapter) executed
+    each operator, over the routed settings and the sweep, split by how its output was used."""
+    sources = {"prompt-only": [results["settings"]["prompt-only"], results["settings"]["w/o-refactorer"],
+                               *results["operator_sweep"].get("prompt-only", {}).values()],
+               "trained": [results["settings"]["trained"], results["settings"]["w/o-router"],
+                           *results["operator_sweep"].get("trained", {}).values()]}
+    out = {}
+    for label, summaries in sources.items():
+        out[label] = {}
+        for op in operators:
+            merged: dict[str, int] = {}
+            for s in summaries:
+                for src, k in s["refactor_sources"].get(op, {}).items():
+                    merged[src] = merged.get(src, 0) + k
+            out[label][op] = {"runs": sum(merged.values()), **merged}
+    return out
 
 
 if __name__ == "__main__":

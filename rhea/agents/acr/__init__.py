@@ -2,7 +2,8 @@
 
 Importing this package registers the "acr" context policy.
 
-- `OPERATORS`, `refactor_prompt`, `router_system_prompt`: the operators and their prompts;
+- `OPERATORS`, `refactor_prompt`, `router_system_prompt`: the paper's operators and prompts
+  (appendix C, word for word; pre-#27 names load with a DeprecationWarning);
 - `noise_filter`, `path_prune`, `attention_anchor`: deterministic operator implementations;
 - `Router` / `parse_router_output`: the strict JSON router contract (falls back to NONE);
 - `Refactorer` / `parse_summary`: the ``<summary>`` contract and its documented fallback;
@@ -17,13 +18,15 @@ from rhea.agents.acr.controller import ACRController
 from rhea.agents.acr.deterministic import attention_anchor, noise_filter, path_prune
 from rhea.agents.acr.errors import ACRConfigError, ACRError, RefactorerOutputError, RouterOutputError, TGSEStateError
 from rhea.agents.acr.history import HistoryTurn, format_history
-from rhea.agents.acr.operators import DESCRIPTIONS, OPERATORS, refactor_prompt, router_system_prompt
+from rhea.agents.acr.operators import (ACTIVE_OPERATORS, DESCRIPTIONS, OPERATORS, canonical_operator, refactor_prompt,
+                                       router_system_prompt)
 from rhea.agents.acr.policy import ACRPolicy, apply_refactor, plan_history
 from rhea.agents.acr.refactorer import RefactorResult, Refactorer, parse_summary, refactor_messages
 from rhea.agents.acr.router import Router, RouterDecision, parse_router_output, router_messages
 
 __all__ = [
-    "ACRController", "ACRPolicy", "apply_refactor", "plan_history", "OPERATORS", "DESCRIPTIONS", "refactor_prompt", "router_system_prompt",
+    "ACRController", "ACRPolicy", "apply_refactor", "plan_history", "OPERATORS", "ACTIVE_OPERATORS", "DESCRIPTIONS",
+    "canonical_operator", "refactor_prompt", "router_system_prompt",
     "noise_filter", "path_prune", "attention_anchor", "Router", "RouterDecision", "parse_router_output",
     "router_messages", "Refactorer", "RefactorResult", "parse_summary", "refactor_messages", "HistoryTurn",
     "format_history", "ACRError", "ACRConfigError", "RouterOutputError", "RefactorerOutputError", "TGSEStateError",

@@ -7,9 +7,11 @@
   ("wrong", "try again", "doesn't work", ...). Failed attempts whose replies are identical
   (after normalising case and spaces) are repeats: only the first (which holds the original
   request) is kept, noted with how often that reply failed.
-- `attention_anchor`: the instructions in force (an `InstructionalMemory`, or the plan's
-  system text) plus recent user constraints ("must", "never", "only", "from now on", ...),
-  restated next to the question.
+- `attention_anchor`: the paper's ``[KEY INFO]`` section (Figure 14): the task and the
+  constraints in force (an `InstructionalMemory`, or the plan's system text, plus recent user
+  constraints: "must", "never", "only", "from now on", ...), appended at the very end of the
+  context, just before the question. The paper's other slots (inventory, searched
+  locations, next step) belong to its embodied/search tasks and have no rule here.
 
 >>> turns = [HistoryTurn(0, "Capital of France?", "Lyon"), HistoryTurn(1, "Wrong, try again.", "Lyon"),
 ...          HistoryTurn(2, "Wrong again.", "Paris")]
@@ -108,11 +110,22 @@ def recent_constraints(turns: list[HistoryTurn], *, window: int = 6) -> list[str
     return [t.user for t in turns[-window:] if CONSTRAINT_CUES.search(t.user) and not FAILURE_CUES.search(t.user)]
 
 
-def attention_anchor(turns: list[HistoryTurn], *, instructions: list[str] = (), window: int = 6) -> str:
-    """The anchor text: instructions in force, then recent constraints not already among them ('' if none)."""
+KEY_INFO = "[KEY INFO]:"
+
+
+def attention_anchor(turns: list[HistoryTurn], *, instructions: list[str] = (), window: int = 6, task: str = "") -> str:
+    """The ``[KEY INFO]`` section: the task, then the instructions in force and the recent
+    constraints not already among them ('' when there are no constraints to anchor).
+
+    >>> print(attention_anchor([HistoryTurn(0, "Always answer in French.", "Oui.")], task="Chat."))
+    [KEY INFO]:
+    - Task: Chat.
+    - Constraints: Always answer in French.
+    """
     seen = {_norm(i) for i in instructions}
     lines = [i for i in instructions if i.strip()]
     lines += [c for c in recent_constraints(turns, window=window) if _norm(c) not in seen]
     if not lines:
         return ""
-    return "Keep these instructions and constraints in mind:\n" + "\n".join(f"- {line}" for line in lines)
+    head = [KEY_INFO] + ([f"- Task: {task}"] if task else [])
+    return "\n".join(head + [f"- Constraints: {' | '.join(lines)}"])

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 #: Shown in place of a reply the base policy holds only as latent vectors.
 LATENT_REPLY = "(reply held as compressed memory)"
+#: ``{task_description}`` when the caller gives none (the paper always has a task: the question of
+#: its search agent; a chat has none, so this generic goal stands in).
+DEFAULT_TASK_DESCRIPTION = ("Continue the multi-turn dialogue: answer the user's next message correctly and "
+                            "consistently with everything established earlier.")
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,6 @@ def format_history(turns: list[HistoryTurn]) -> str:
     return "\n".join(lines)
 
 
-def controller_user_message(turns: list[HistoryTurn], query: str, task: str, ask: str) -> str:
-    """The user message both controllers get: task, history, the pending question, then `ask`."""
-    task_line = f"Task: {task}\n\n" if task and task.strip() else ""
-    return f"{task_line}Conversation history:\n{format_history(turns)}\n\nThe user now asks: {query}\n\n{ask}"
+def task_description(task: str) -> str:
+    """The ``{task_description}`` placeholder: `task`, or `DEFAULT_TASK_DESCRIPTION` when none is given."""
+    return task.strip() if task and task.strip() else DEFAULT_TASK_DESCRIPTION

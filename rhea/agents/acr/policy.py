@@ -2,13 +2,18 @@
 
 Every `build` first asks a base policy for its plan (Vanilla by default; Rhea or any policy
 whose plans keep one decision per turn), so ACR runs on top of it. The router sees the
-turns that plan keeps (latent replies as a placeholder) and the task description; the
-refactorer executes the chosen operator; the result rewrites the plan:
+turns that plan keeps (latent replies as a placeholder) and the task description, never
+the current query (paper, appendix B.2); the refactorer executes the chosen operator with
+the task description, that history and ``{previous_context}``, the last refactored
+context this policy produced in the conversation (carried between turns, reset with the
+policy, saved in its state). On none the history goes forward unchanged (paper, §4.1 and
+appendix C). The result rewrites the plan:
 
 - a refactored *context* (LLM operators) goes into the system block under
   `REFACTORED_HEADER`, and the raw-text turns it replaces become ``drop`` decisions;
-- a *selection* (noise_filter, path_prune) drops the turns it leaves out;
-- an *anchor* (attention_anchor) is restated just before the question.
+- a *selection* (deterministic noise_filter, path_prune) drops the turns it leaves out;
+- an *anchor* (deterministic attention_anchor: the ``[KEY INFO]`` section) goes at the very
+  end of the context, just before the question.
 
 The plan's ``decisions.records`` gain ``{"event": "acr_route", ...}`` (analysis, drift,
 operator, fallback reason, raw reply) and ``{"event": "acr_refactor", ...}`` (source,
@@ -22,7 +27,7 @@ from typing import Any
 from rhea.agents.acr.controller import REFACTORER, ROUTER, ACRController
 from rhea.agents.acr.errors import ACRConfigError
 from rhea.agents.acr.history import LATENT_REPLY, HistoryTurn
-from rhea.agents.acr.operators import NONE
+from rhea.agents.acr.operators import NONE, canonical_operator
 from rhea.agents.acr.refactorer import Refactorer, RefactorResult
 from rhea.agents.acr.router import Router, RouterDecision
 from rhea.context.conversation import Conversation, Turn
@@ -60,27 +65,31 @@ class ACRPolicy(ContextPolicy):
     controller: an `ACRController` (router and refactorer adapters; ``prompt_only=True``
     uses its base model with adapters disabled) or any `TextGenerator` (prompt-only: the
     same model routes and refactors). `router=` / `refactorer=` override either role with
-    another `TextGenerator` (e.g. a teacher). `deterministic`: run noise_filter, path_prune
-    and attention_anchor without the LLM.
+    another `TextGenerator` (e.g. a teacher). `deterministic` (off by default, as in the paper
+    where the refactorer executes every operator): run noise_filter, path_prune and
+    attention_anchor by rules instead. `temperature`: decoding temperature of both controllers
+    (0: greedy; the paper decodes at 0.7).
 
     >>> from rhea.backends.llm import ScriptedGenerator
     >>> policy = ACRPolicy(ScriptedGenerator([
-    ...     '{"analysis": "room corrected", "drift_detected": true, "selected_operator": "fact_rectification"}',
+    ...     '{"analysis": "room corrected", "drift_detected": true, "selected_operator": "fact_rectify"}',
     ...     "<summary>The meeting room is 7.</summary>"]))
     >>> conv = Conversation([Turn("The meeting is in room 3.", "Noted."), Turn("Correction: room 7.", "Okay.")])
     >>> plan = policy.build(conv, "Which room?")
     >>> [m["role"] for m in plan.messages], [d.tier for d in plan.decisions.turns]
     (['system', 'user'], ['drop', 'drop'])
     >>> plan.decisions.records[-1]["operator"], plan.decisions.records[-1]["source"]
-    ('fact_rectification', 'refactorer')
+    ('fact_rectify', 'refactorer')
+    >>> policy.previous_context
+    'The meeting room is 7.'
     """
 
     controller_arg = "controller"
 
     def __init__(self, controller: ACRController | Any = None, *, router: Any = None, refactorer: Any = None,
                  prompt_only: bool = False, base_policy: ContextPolicy | None = None, task: str = "",
-                 deterministic: bool = True, tau: float = 0.2, scorer: str = "bm25", embedder: Any = None,
-                 router_max_new_tokens: int = 96, refactor_max_new_tokens: int = 256,
+                 deterministic: bool = False, tau: float = 0.2, scorer: str = "bm25", embedder: Any = None,
+                 router_max_new_tokens: int = 96, refactor_max_new_tokens: int = 256, temperature: float = 0.0,
                  system_prompt: SystemSource = None, tokenizer: Any = None):
         super().__init__(system_prompt=system_prompt, tokenizer=tokenizer)
         if isinstance(controller, ACRController):
@@ -100,9 +109,11 @@ class ACRPolicy(ContextPolicy):
             raise ACRConfigError("give system_prompt to the base policy, not to ACR, when base_policy is set")
         self.base = base_policy if base_policy is not None else Vanilla(system_prompt=system_prompt, tokenizer=tokenizer)
         self.task = task
-        self.router = Router(route_gen, max_new_tokens=router_max_new_tokens)
+        if not 0.0 <= float(temperature) <= 2.0:
+            raise ACRConfigError(f"temperature={temperature} must be in [0, 2]")
+        self.router = Router(route_gen, max_new_tokens=router_max_new_tokens, temperature=temperature)
         self.refactorer = Refactorer(refactor_gen, deterministic=deterministic, tau=tau, scorer=scorer,
-                                     embedder=embedder, max_new_tokens=refactor_max_new_tokens)
+                                     embedder=embedder, max_new_tokens=refactor_max_new_tokens, temperature=temperature)
         self.prompt_only = bool(prompt_only)
         self.reset()
 
@@ -110,7 +121,7 @@ class ACRPolicy(ContextPolicy):
         return {"task": self.task, "deterministic": self.refactorer.deterministic, "tau": self.refactorer.tau,
                 "scorer": self.refactorer.scorer, "prompt_only": self.prompt_only,
                 "router_max_new_tokens": self.router.max_new_tokens,
-                "refactor_max_new_tokens": self.refactorer.max_new_tokens}
+                "refactor_max_new_tokens": self.refactorer.max_new_tokens, "temperature": self.router.temperature}
 
     # ------------------------------------------------------------------ policy API
     def observe(self, turn: Turn) -> None:
@@ -121,40 +132,53 @@ class ACRPolicy(ContextPolicy):
         self.base.reset()
         self.operator_counts: dict[str, int] = {}
         self.fallbacks = 0
+        #: the last refactored context (the paper's ``{previous_context}``); None before the first refactoring
+        self.previous_context: str | None = None
 
     def build(self, conversation: Conversation, query: str) -> ContextPlan:
         base_plan = self.base.build(conversation, query)
         turns = plan_history(base_plan, conversation)
-        decision = self.router.route(turns, query, self.task)
+        decision = self.router.route(turns, self.task)
         result = self.refactorer.refactor(decision.selected_operator, turns, query, self.task,
+                                          previous_context=self.previous_context,
                                           instructions=base_plan.decisions.instructions)
         self.operator_counts[decision.selected_operator] = self.operator_counts.get(decision.selected_operator, 0) + 1
         self.fallbacks += int(decision.fallback_reason is not None and bool(turns)) + int(result.fallback_reason is not None)
-        return self.rewrite(base_plan, conversation, query, decision, result, turns)
+        plan = self.rewrite(base_plan, conversation, query, decision, result, turns, self.previous_context)
+        refactored = result.as_text(turns)
+        if refactored is not None:
+            self.previous_context = refactored
+        return plan
 
     def rewrite(self, base_plan: ContextPlan, conversation: Conversation, query: str, decision: RouterDecision,
-                result: RefactorResult, turns: list[HistoryTurn]) -> ContextPlan:
+                result: RefactorResult, turns: list[HistoryTurn], previous_context: str | None = None) -> ContextPlan:
         """The base plan with `result` applied and both controllers' records added."""
         try:
             return apply_refactor(base_plan, conversation, query, decision, result, turns,
-                                  name=self.name, tokenizer=self.tokenizer)
+                                  name=self.name, tokenizer=self.tokenizer, previous_context=previous_context)
         except InvalidTurnError as e:
             raise ACRConfigError(f"ACR cannot run on top of policy {self.base.name!r}: its plans do not keep one "
                                  f"decision per turn ({e}); use vanilla, recent-k, bm25, summary or the rhea family") from e
 
     def _state(self) -> dict:
-        return {"base": self.base.state_dict(), "operator_counts": dict(self.operator_counts), "fallbacks": self.fallbacks}
+        return {"base": self.base.state_dict(), "operator_counts": dict(self.operator_counts), "fallbacks": self.fallbacks,
+                "previous_context": self.previous_context}
 
     def _load_state(self, state: dict) -> None:
         if "base" not in state:
             raise RheaConfigError("acr state lacks 'base'; pass what state_dict() returned")
         self.base.load_state_dict(state["base"])
-        self.operator_counts = dict(state.get("operator_counts", {}))
+        self.operator_counts = {}
+        for name, count in state.get("operator_counts", {}).items():  # pre-#27 names load with a DeprecationWarning
+            op = canonical_operator(name)
+            self.operator_counts[op] = self.operator_counts.get(op, 0) + int(count)
         self.fallbacks = int(state.get("fallbacks", 0))
+        self.previous_context = state.get("previous_context")
 
 
-def _refactor_record(result: RefactorResult, turns: list[HistoryTurn]) -> dict:
+def _refactor_record(result: RefactorResult, turns: list[HistoryTurn], previous_context: str | None = None) -> dict:
     return {"event": REFACTOR_EVENT, "operator": result.operator, "source": result.source,
+            "previous_context": previous_context,
             "fallback_reason": result.fallback_reason, "raw": result.raw, "context": result.context,
             "keep": result.keep, "notes": {str(k): v for k, v in result.notes.items()}, "anchor": result.anchor,
             "scores": {str(k): v for k, v in result.scores.items()},
@@ -162,7 +186,8 @@ def _refactor_record(result: RefactorResult, turns: list[HistoryTurn]) -> dict:
 
 
 def apply_refactor(base_plan: ContextPlan, conversation: Conversation, query: str, decision: RouterDecision,
-                   result: RefactorResult, turns: list[HistoryTurn], *, name: str = "acr", tokenizer: Any = None) -> ContextPlan:
+                   result: RefactorResult, turns: list[HistoryTurn], *, name: str = "acr", tokenizer: Any = None,
+                   previous_context: str | None = None) -> ContextPlan:
     """`base_plan` rewritten by `result` (see the module docstring), with the route and refactor records."""
     decisions, extra = [], []
     for d in base_plan.decisions.turns:
@@ -175,7 +200,7 @@ def apply_refactor(base_plan: ContextPlan, conversation: Conversation, query: st
         decisions.append(d)
     if result.context is not None:
         extra.append(f"{REFACTORED_HEADER.format(operator=result.operator)}\n{result.context}")
-    records = [*base_plan.decisions.records, decision.to_record(), _refactor_record(result, turns)]
+    records = [*base_plan.decisions.records, decision.to_record(), _refactor_record(result, turns, previous_context)]
     latents = {lat.source_turn: lat for lat in base_plan.latents()}
     asked = f"{result.anchor}\n\n{query}" if result.anchor else query
     plan = assemble_plan(name, conversation, asked, decisions, system_source=base_plan.system_text,

@@ -1,17 +1,22 @@
 """The router: reads the history, returns ``{"analysis", "drift_detected", "selected_operator"}``.
 
-The contract is strict: the reply must be exactly one JSON object (optionally inside one
-```json fence) with exactly those three keys, a str, a bool and one of `OPERATORS`, and
-``drift_detected`` false must come with ``"NONE"``. Anything else is a contract failure:
-`Router.route` then returns NONE and records the reason; `parse_router_output(...,
-strict=True)` raises `RouterOutputError` instead.
+As in the paper (appendix B.2 "History-only diagnosis", Figures 6-7) the router receives
+only the history and the task description, never the current query, and is told to be
+conservative. The contract is strict: the reply must be exactly one JSON object
+(optionally inside one ```json fence) with exactly those three keys, a str, a bool and
+one of `OPERATORS`; ``drift_detected`` false must come with ``"none"`` and true with one of
+the six active operators. A pre-#27 operator name (an adapter trained before the rename)
+is accepted with a DeprecationWarning and mapped to the paper's. Anything else is a
+contract failure: `Router.route` then returns none (the paper's conservative fallback,
+appendix C) and records the reason; `parse_router_output(..., strict=True)` raises
+`RouterOutputError` instead.
 
 >>> parse_router_output('{"analysis": "fact changed", "drift_detected": true, '
-...                     '"selected_operator": "fact_rectification"}').selected_operator
-'fact_rectification'
->>> d = parse_router_output("I think NONE")
+...                     '"selected_operator": "fact_rectify"}').selected_operator
+'fact_rectify'
+>>> d = parse_router_output("I think none")
 >>> d.selected_operator, d.fallback_reason
-('NONE', 'not JSON: Expecting value at char 0')
+('none', 'not JSON: Expecting value at char 0')
 """
 from __future__ import annotations
 
@@ -20,13 +25,12 @@ import re
 from dataclasses import asdict, dataclass
 
 from rhea.agents.acr.errors import RouterOutputError
-from rhea.agents.acr.history import HistoryTurn, controller_user_message
-from rhea.agents.acr.operators import NONE, OPERATORS, router_system_prompt
+from rhea.agents.acr.history import HistoryTurn, format_history, task_description
+from rhea.agents.acr.operators import LEGACY_NAMES, NONE, OPERATORS, canonical_operator, router_system_prompt, router_user_prompt
 from rhea.backends.llm import TextGenerator
 
 ROUTER_KEYS = ("analysis", "drift_detected", "selected_operator")
 _FENCE = re.compile(r"^```(?:json)?\s*\n?(.*?)\n?```$", re.DOTALL)
-ROUTER_ASK = "Your JSON decision:"
 
 
 @dataclass
@@ -71,10 +75,13 @@ def _contract_error(raw: str) -> str | None:
         return f"analysis must be a string, got {type(data['analysis']).__name__}"
     if not isinstance(data["drift_detected"], bool):
         return f"drift_detected must be true or false, got {data['drift_detected']!r}"
-    if data["selected_operator"] not in OPERATORS:
-        return f"selected_operator={data['selected_operator']!r} is not one of {list(OPERATORS)}"
-    if not data["drift_detected"] and data["selected_operator"] != NONE:
-        return f"drift_detected is false but selected_operator={data['selected_operator']!r} (must be NONE)"
+    op = data["selected_operator"]
+    if op not in OPERATORS and op not in LEGACY_NAMES:
+        return f"selected_operator={op!r} is not one of {list(OPERATORS)}"
+    if not data["drift_detected"] and LEGACY_NAMES.get(op, op) != NONE:
+        return f"drift_detected is false but selected_operator={op!r} (must be none)"
+    if data["drift_detected"] and LEGACY_NAMES.get(op, op) == NONE:
+        return "drift_detected is true but selected_operator is none (must be one of the six active operators)"
     return None
 
 
@@ -90,33 +97,37 @@ def parse_router_output(raw: str, *, strict: bool = False) -> RouterDecision:
     text = raw.strip()
     fence = _FENCE.match(text)
     data = json.loads(fence.group(1) if fence else text)
-    return RouterDecision(data["analysis"], data["drift_detected"], data["selected_operator"], None, raw)
+    return RouterDecision(data["analysis"], data["drift_detected"], canonical_operator(data["selected_operator"]), None, raw)
 
 
-def router_messages(turns: list[HistoryTurn], query: str, task: str = "") -> list[dict]:
-    """The router's prompt: the contract as system message, the history as user message."""
+def router_messages(turns: list[HistoryTurn], task: str = "") -> list[dict]:
+    """The router's prompt: Figure 6 as system message, Figure 7 (task description and history,
+    no query) as user message."""
     return [{"role": "system", "content": router_system_prompt()},
-            {"role": "user", "content": controller_user_message(turns, query, task, ROUTER_ASK)}]
+            {"role": "user", "content": router_user_prompt(task_description(task), format_history(turns))}]
 
 
 class Router:
     """Any `TextGenerator` (prompt-only base model, the router LoRA, a teacher) as the router.
 
     >>> from rhea.backends.llm import ScriptedGenerator
-    >>> r = Router(ScriptedGenerator(['{"analysis": "ok", "drift_detected": false, "selected_operator": "NONE"}']))
-    >>> r.route([HistoryTurn(0, "hi", "hello")], "bye").selected_operator
-    'NONE'
+    >>> r = Router(ScriptedGenerator(['{"analysis": "ok", "drift_detected": false, "selected_operator": "none"}']))
+    >>> r.route([HistoryTurn(0, "hi", "hello")]).selected_operator
+    'none'
     """
 
-    def __init__(self, generator: TextGenerator, *, max_new_tokens: int = 96):
+    def __init__(self, generator: TextGenerator, *, max_new_tokens: int = 96, temperature: float = 0.0):
         if not callable(getattr(generator, "generate", None)):
             raise TypeError(f"router generator must be a TextGenerator (with .generate), got {type(generator).__name__}")
         self.generator = generator
         self.max_new_tokens = max_new_tokens
+        self.temperature = float(temperature)
 
-    def route(self, turns: list[HistoryTurn], query: str, task: str = "") -> RouterDecision:
-        """The decision for this history; NONE without a call when there is no history yet."""
+    def route(self, turns: list[HistoryTurn], task: str = "") -> RouterDecision:
+        """The decision for this history (the current query is never shown); none without a call
+        when there is no history yet."""
         if not turns:
             return RouterDecision("", False, NONE, "no history yet: nothing to refactor", "")
-        raw = self.generator.generate(router_messages(turns, query, task), max_new_tokens=self.max_new_tokens)
+        raw = self.generator.generate(router_messages(turns, task), max_new_tokens=self.max_new_tokens,
+                                      temperature=self.temperature)
         return parse_router_output(raw)

@@ -5,8 +5,9 @@ import argparse
 import json
 
 
-def load_tasks(args):
-    """Tasks from ``--tasks-file`` (JSONL of `DriftTask.to_dict`) or ``--tasks N`` generated drift tasks."""
+def load_tasks(args, config=None):
+    """Tasks from ``--tasks-file`` (JSONL of `DriftTask.to_dict`) or ``--tasks N`` generated drift tasks
+    (default: as many as the config draws, seed_tasks + (iterations - 1) * tasks_per_iteration)."""
     from rhea.agents.acr.tasks import DriftTask, drift_tasks
 
     if args.tasks_file:
@@ -18,7 +19,10 @@ def load_tasks(args):
         except (OSError, KeyError, json.JSONDecodeError) as e:
             raise ACRConfigError(f"--tasks-file {args.tasks_file}: cannot read tasks ({type(e).__name__}: {e}); "
                                  "one JSON object per line as written by DriftTask.to_dict()") from e
-    return drift_tasks(args.tasks, seed=args.task_seed)
+    n = args.tasks
+    if n is None:
+        n = config.seed_tasks + (config.iterations - 1) * config.tasks_per_iteration if config is not None else 48
+    return drift_tasks(n, seed=args.task_seed)
 
 
 def _cmd_train_acr(args) -> int:
@@ -28,17 +32,22 @@ def _cmd_train_acr(args) -> int:
     from rhea.modeling import load_base_model
     from rhea.training.acr import TGSE, TGSEConfig, clear_output, teacher_from_spec
 
-    data = {}
+    data = TGSEConfig.cpu_demo().to_dict() if args.cpu_demo else {}
     if args.config:
-        data = TGSEConfig.from_yaml(args.config).to_dict()
+        data.update({k: v for k, v in TGSEConfig.from_yaml(args.config).to_dict().items()
+                     if k in TGSEConfig.keys_in_yaml(args.config)})
     for override in args.set or []:
         key, _, value = override.partition("=")
         data[key] = yaml.safe_load(value)
     config = TGSEConfig.from_dict(data)
-    tasks, teacher = load_tasks(args), teacher_from_spec(args.teacher)  # bad input fails before the model loads
+    tasks, teacher = load_tasks(args, config), teacher_from_spec(args.teacher)  # bad input fails before the model loads
     if args.fresh:
         clear_output(config)
-    base, tokenizer = load_base_model(config.base_model)
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    base, tokenizer = load_base_model(config.base_model, dtype=torch.bfloat16 if device == "cuda" else None)
+    base.to(device)
     controller = ACRController(base, tokenizer, lora_r=config.lora_r, lora_alpha=config.lora_alpha)
     loop = TGSE(config, controller, teacher, tasks)
     result = loop.run(resume=True, max_iterations=args.max_iterations)
@@ -62,9 +71,13 @@ def register(sub) -> None:
     cmd.add_argument("--config", help="YAML file of TGSE keys")
     cmd.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one key (repeatable)")
     cmd.add_argument("--teacher", default="rules", help="'rules' (offline RuleTeacher) or 'http://host:port/v1#model'")
-    cmd.add_argument("--tasks", type=int, default=48, help="number of generated drift QA tasks (default 48)")
+    cmd.add_argument("--tasks", type=int, default=None, help="number of generated drift QA tasks (default: what the "
+                     "config draws, seed_tasks + (iterations - 1) * tasks_per_iteration: 3800 for the paper's setting)")
+    cmd.add_argument("--cpu-demo", action="store_true", help="start from TGSEConfig.cpu_demo() (12 seed tasks, r8, "
+                     "greedy, ...) instead of the paper's defaults; --config and --set apply on top")
     cmd.add_argument("--task-seed", type=int, default=0, help="seed of the generated tasks")
     cmd.add_argument("--tasks-file", help="JSONL of tasks (DriftTask.to_dict per line) instead of generated ones")
     cmd.add_argument("--max-iterations", type=int, help="run at most this many iterations now (resume later)")
+    cmd.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available; bf16 on cuda)")
     cmd.add_argument("--fresh", action="store_true", help="delete output_dir first instead of resuming")
     cmd.set_defaults(func=_cmd_train_acr)

@@ -14,60 +14,93 @@ POOLS = ("corrective", "compressive", "regularization")
 class TGSEConfig:
     """Every TGSE setting (YAML keys of ``rhea train-acr --config``)."""
 
+    # Defaults are the paper's settings (appendix A.1, A.3, B.3); `cpu_demo()` is the small
+    # configuration the tests and the CPU benchmark run. docs/fidelity.md (## ACR) maps each key
+    # to the paper.
     #: where state.json, pools/, adapters/ and best/ go
     output_dir: str = "acr-tgse"
     #: base model of the controller (model-zoo name, local path or cached hub id)
     base_model: str = "smollm2-135m"
-    #: iterations in all (iteration 0 is Phase I)
-    iterations: int = 4
-    #: iterations 1..N are Phase II (teacher refactorer with probability p_teacher); later ones Phase III
-    phase2_iterations: int = 2
-    #: tasks drawn (unused ones only) in Phase I
-    seed_tasks: int = 12
-    #: tasks drawn per Phase II/III iteration
-    tasks_per_iteration: int = 8
-    #: reward margin: corrective needs r_ref - r_raw >= delta, regularization r_raw - r_ref >= delta
-    delta: float = 0.5
-    #: compressive instances must cut the context's text tokens by at least this share
+    #: iterations in all (iteration 0 is Phase I); paper: 18 rounds (A.1)
+    iterations: int = 18
+    #: iterations 1..N are Phase II (teacher refactorer with probability p_teacher); later ones Phase III.
+    #: paper (B.3): only the first evolution iteration is hybrid (student router, teacher refactorer)
+    phase2_iterations: int = 1
+    #: tasks drawn (unused ones only) in Phase I; paper: a cold-start set of 400 (A.1)
+    seed_tasks: int = 400
+    #: tasks drawn per Phase II/III iteration; paper: 200 (A.1)
+    tasks_per_iteration: int = 200
+    #: Algorithm 1's reward margin: corrective needs R(H^) >= R(H) + delta, compressive |R(H^) - R(H)| < delta.
+    #: paper (A.3): 0.001; with 0/1 rewards every delta in (0, 1] gives the same pools
+    delta: float = 0.001
+    #: compressive instances must cut the context's text tokens by at least this share (Algorithm 1's |H^| << |H|;
+    #: the paper gives no number)
     min_token_saving: float = 0.3
-    #: mix of the pools in each iteration's training set (normalised)
+    #: mix of the pools in each iteration's training set (normalised); the paper leaves the ratios unspecified (A.3)
     pool_ratios: dict = field(default_factory=lambda: {"corrective": 0.5, "compressive": 0.3, "regularization": 0.2})
+    #: loss weight of corrective instances relative to the others (§4.3: "a higher loss weight"; no number given)
+    corrective_weight: float = 2.0
     #: at most this many router (and refactorer) training instances per iteration
-    max_train_instances: int = 64
-    #: teacher-refactorer probability in the first Phase II iteration
+    max_train_instances: int = 4000
+    #: teacher-refactorer probability in the first Phase II iteration (B.3: the teacher refactors in iteration 1)
     p_teacher_start: float = 1.0
-    #: multiplied into p_teacher after every Phase II iteration
+    #: multiplied into p_teacher after every Phase II iteration (Algorithm 1 anneals it; schedule unspecified)
     p_teacher_decay: float = 0.5
     #: floor of p_teacher in Phase II (Phase III is always 0)
     p_teacher_min: float = 0.0
+    #: ask the teacher router when the student picks none (or breaks the contract) on a task the solver fails.
+    #: Not in the paper (off by default); it helps a student too weak to ever intervene
+    teacher_router_fallback: bool = False
     #: share of instances held out (by instance id) for the per-module validation loss (once a module has >= 5)
     val_fraction: float = 0.2
-    #: iterations without validation improvement before a module stops training
-    patience: int = 2
-    #: passes over the training mix per iteration
-    epochs: int = 2
-    #: AdamW learning rate of the adapters
+    #: iterations without validation improvement (by more than min_delta) before a module stops; paper: 3 (A.3)
+    patience: int = 3
+    #: smallest validation-loss improvement that counts; paper: 0.001 (A.3)
+    min_delta: float = 0.001
+    #: passes over the training mix per iteration; paper: 3 (A.3)
+    epochs: int = 3
+    #: SFT batch size; paper: 4 per device (A.3)
+    batch_size: int = 4
+    #: AdamW learning rate of the adapters; paper: 2e-4 (A.3)
     lr: float = 2e-4
-    #: LoRA rank / alpha of both adapters
-    lora_r: int = 8
-    lora_alpha: int = 16
+    #: LoRA rank / alpha of both adapters; paper: r=16, alpha=32 (A.3)
+    lora_r: int = 16
+    lora_alpha: int = 32
     #: SFT samples longer than this (tokens) are skipped and reported
-    max_length: int = 2048
-    #: reward of the hindsight verification: exact_match or value_match
+    max_length: int = 8192
+    #: reward of the hindsight verification: exact_match (the paper's EM) or value_match
     reward: str = "exact_match"
-    #: generation budgets
-    router_max_new_tokens: int = 64
-    refactor_max_new_tokens: int = 96
-    solver_max_new_tokens: int = 16
-    #: seed of task order, teacher draws and training
+    #: decoding temperature of the router, refactorer and teacher during rollouts; paper: 0.7 (A.3)
+    temperature: float = 0.7
+    #: decoding temperature of the solver in the hindsight verification; paper: 0.7 (A.3, "unless otherwise specified")
+    solver_temperature: float = 0.7
+    #: generation budgets (caps: they bind only when a model does not stop). The paper caps every
+    #: generation at 8192 tokens (A.3); set these to 8192 to match it. The defaults fit the JSON
+    #: decision, a refactored dialogue history and a short QA answer, so a CPU run cannot stall on
+    #: a model that rambles
+    router_max_new_tokens: int = 256
+    refactor_max_new_tokens: int = 1024
+    solver_max_new_tokens: int = 64
+    #: seed of task order, teacher draws, sampling and training
     seed: int = 0
+
+    @classmethod
+    def cpu_demo(cls, **overrides) -> "TGSEConfig":
+        """The small configuration for CPU tests and demos (what `benchmarks/acr.py` runs on CPU):
+        12 seed tasks, 8 per iteration, 4 iterations, r8/alpha16, 2 epochs, batch 1, patience 2,
+        greedy decoding, short budgets, teacher router fallback on. `overrides` replace any key."""
+        small = dict(iterations=4, phase2_iterations=2, seed_tasks=12, tasks_per_iteration=8, delta=0.5,
+                     max_train_instances=64, teacher_router_fallback=True, patience=2, min_delta=1e-4, epochs=2,
+                     batch_size=1, lora_r=8, lora_alpha=16, max_length=2048, temperature=0.0, solver_temperature=0.0,
+                     router_max_new_tokens=64, refactor_max_new_tokens=96, solver_max_new_tokens=16)
+        return cls(**{**small, **overrides})
 
     def __post_init__(self) -> None:
         def need(ok: bool, msg: str) -> None:
             if not ok:
                 raise ACRConfigError(msg)
 
-        for name in ("iterations", "seed_tasks", "tasks_per_iteration", "max_train_instances", "epochs", "patience",
+        for name in ("iterations", "seed_tasks", "tasks_per_iteration", "max_train_instances", "epochs", "patience", "batch_size",
                      "lora_r", "lora_alpha", "max_length", "router_max_new_tokens", "refactor_max_new_tokens",
                      "solver_max_new_tokens"):
             value = getattr(self, name)
@@ -84,6 +117,12 @@ class TGSEConfig:
              "p_teacher_min <= p_teacher_start must lie in [0, 1] and p_teacher_decay in [0, 1]")
         need(0 <= self.val_fraction < 1, f"val_fraction={self.val_fraction} must be in [0, 1)")
         need(self.lr > 0, f"lr={self.lr} must be > 0")
+        need(self.min_delta >= 0, f"min_delta={self.min_delta} must be >= 0")
+        need(self.corrective_weight > 0, f"corrective_weight={self.corrective_weight} must be > 0")
+        for name in ("temperature", "solver_temperature"):
+            need(0 <= getattr(self, name) <= 2, f"{name}={getattr(self, name)} must be in [0, 2]")
+        need(isinstance(self.teacher_router_fallback, bool),
+             f"teacher_router_fallback={self.teacher_router_fallback!r} must be true or false")
         need(self.reward in REWARDS, f"reward={self.reward!r} must be one of {REWARDS}")
 
     def phase(self, iteration: int) -> str:
@@ -115,6 +154,14 @@ class TGSEConfig:
                 return cls.from_dict(yaml.safe_load(f) or {})
         except FileNotFoundError as e:
             raise ACRConfigError(f"config file {path} not found") from e
+
+    @staticmethod
+    def keys_in_yaml(path: str) -> set[str]:
+        """The keys a YAML config sets (read after `from_yaml` has validated it)."""
+        import yaml
+
+        with open(path, encoding="utf-8") as f:
+            return set(yaml.safe_load(f) or {})
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

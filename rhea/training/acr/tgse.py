@@ -4,33 +4,36 @@ One loop over iterations, each drawing unused tasks (`DriftTask`s: history, ques
 
 - **Phase I** (iteration 0, cold start): the teacher routes and refactors the seed tasks;
 - **Phase II** (iterations 1..``phase2_iterations``): the student router (router adapter)
-  routes; the teacher refactors with probability ``p_teacher`` (annealed each iteration by
-  ``p_teacher_decay`` down to ``p_teacher_min``), the student refactorer otherwise. When the
-  student picks NONE (or breaks the contract) on a task the solver gets wrong, the teacher
-  is asked for its operator instead;
+  samples an operator; the teacher refactors with probability ``p_teacher`` (annealed each
+  iteration by ``p_teacher_decay`` down to ``p_teacher_min``), the student refactorer
+  otherwise. With ``teacher_router_fallback`` (not in the paper; off by default) the teacher
+  router is asked when the student picks none on a task the solver gets wrong;
 - **Phase III** (later iterations): the local refactorer only (``p_teacher = 0``).
 
 Hindsight verification: the solver answers from the raw history and from the refactored
 one; the scorer (exact match by default) rewards both. Instances go to three pools, as
-in the paper's Algorithm 1:
+in the paper's Algorithm 1 (lines 9-15):
 
-- *corrective*: refactoring raised the reward by at least δ — router target: the operator;
-  refactorer target: the refactored context;
-- *compressive*: the reward held (within δ, and > 0) while the context shrank by at least
-  ``min_token_saving`` — the same targets;
-- *regularization*: refactoring lowered the reward by at least δ, or NONE was kept on a task
-  the solver already solves — router target: NONE.
+- *corrective*: R(Ĥ) ≥ R(H) + δ — router target: the operator; refactorer target: the
+  refactored context; trained with loss weight ``corrective_weight`` (§4.3);
+- *compressive*: |R(Ĥ) − R(H)| < δ with R(Ĥ) > 0 (Eq. 11: success preserved) while the
+  context shrank by at least ``min_token_saving`` — the same targets;
+- *regularization*: everything else, including a none decision (Ĥ = H) — router target: none.
 
-After each iteration both adapters are updated *incrementally* (training continues from
-their current weights) on a mix of the pools in ``pool_ratios``; a held-out share of the
+A refactorer reply that breaks the ``<summary>`` contract yields no instance (there is no
+verified refactoring target). After each iteration both adapters are updated
+*incrementally* (training continues from their current weights) for ``epochs`` passes in
+batches of ``batch_size`` on a mix of the pools in ``pool_ratios``; a held-out share of the
 instances (``val_fraction``, by instance id) gives each module a validation loss for
-per-module early stopping (``patience``; a stopped module keeps its best weights and is
+per-module early stopping (``patience``, ``min_delta``; a stopped module keeps its best weights and is
 not trained again). Everything needed to resume — iteration, used tasks, pools, adapters,
 best scores — is written to ``output_dir`` after every iteration.
 
 >>> cfg = TGSEConfig(output_dir="out", iterations=3, phase2_iterations=1)
 >>> [cfg.phase(i) for i in range(3)], cfg.p_teacher(1), cfg.p_teacher(2)
 (['I', 'II', 'III'], 1.0, 0.0)
+>>> TGSEConfig().seed_tasks, TGSEConfig().lora_r, TGSEConfig.cpu_demo().seed_tasks
+(400, 16, 12)
 """
 from __future__ import annotations
 
@@ -49,7 +52,7 @@ import torch
 
 from rhea.agents.acr.controller import ADAPTERS, REFACTORER, ROUTER, ACRController
 from rhea.agents.acr.errors import ACRConfigError, TGSEStateError
-from rhea.agents.acr.operators import NONE
+from rhea.agents.acr.operators import NONE, canonical_operator
 from rhea.agents.acr.policy import apply_refactor, plan_history
 from rhea.agents.acr.refactorer import Refactorer, refactor_messages
 from rhea.agents.acr.router import Router, RouterDecision, router_messages
@@ -96,6 +99,20 @@ def _none_target(analysis: str) -> str:
     return RouterDecision(analysis, False, NONE).to_json()
 
 
+def _upgrade(inst: Instance) -> Instance:
+    """An instance read from a pool file with pre-#27 operator names rewritten (DeprecationWarning)."""
+    inst.operator = canonical_operator(inst.operator)
+    try:
+        target = json.loads(inst.router_target)
+    except (TypeError, json.JSONDecodeError):
+        return inst
+    if isinstance(target, dict) and "selected_operator" in target:
+        new = canonical_operator(target["selected_operator"])
+        if new != target["selected_operator"]:
+            inst.router_target = json.dumps({**target, "selected_operator": new}, ensure_ascii=False)
+    return inst
+
+
 # ---------------------------------------------------------------------------- the loop
 @dataclass
 class TGSEResult:
@@ -127,7 +144,7 @@ class TGSE:
             raise ACRConfigError("task ids must be unique (they record which tasks were used)")
         self.config, self.controller, self.teacher = config, controller, teacher
         self.tasks = list(tasks)
-        self.solver = solver if solver is not None else controller.generator(None)
+        self.solver = solver if solver is not None else controller.generator(None, seed=config.seed)
         self.reward = reward or get_reward(config.reward)
         self.log = log
         self.out = Path(config.output_dir)
@@ -182,12 +199,13 @@ class TGSE:
         for pool in POOLS:
             file = self.out / "pools" / f"{pool}.jsonl"
             lines = file.read_text().splitlines() if file.is_file() else []
-            self.pools[pool] = [Instance(**json.loads(line)) for line in lines if line.strip()]
+            self.pools[pool] = [_upgrade(Instance(**json.loads(line))) for line in lines if line.strip()]
         return True
 
     # ------------------------------------------------------------------ one task
     def _answer(self, plan) -> str:
-        return self.solver.generate(plan.text_messages(), max_new_tokens=self.config.solver_max_new_tokens)
+        return self.solver.generate(plan.text_messages(), max_new_tokens=self.config.solver_max_new_tokens,
+                                    temperature=self.config.solver_temperature)
 
     def verify(self, task: DriftTask, decision: RouterDecision, refactorer: Refactorer, base_plan, turns):
         """(reward_refactored, tokens_refactored, refactor result) for `decision` on `task`."""
@@ -205,40 +223,41 @@ class TGSE:
         r_raw = self.reward(self._answer(base_plan), task)
         t_raw = base_plan.ledger.text_tokens
         phase = cfg.phase(iteration)
-        teacher_router = Router(self.teacher, max_new_tokens=cfg.router_max_new_tokens)
-        student_router = Router(self.controller.generator(ROUTER), max_new_tokens=cfg.router_max_new_tokens)
+        temp = cfg.temperature
+        teacher_router = Router(self.teacher, max_new_tokens=cfg.router_max_new_tokens, temperature=temp)
+        student_router = Router(self.controller.generator(ROUTER, seed=rng.randrange(2**31)),
+                                max_new_tokens=cfg.router_max_new_tokens, temperature=temp)
         use_teacher = phase == "I" or rng.random() < cfg.p_teacher(iteration)
-        refactor_gen = self.teacher if use_teacher else self.controller.generator(REFACTORER)
-        refactorer = Refactorer(refactor_gen, deterministic=False, max_new_tokens=cfg.refactor_max_new_tokens)
-        decision = (teacher_router if phase == "I" else student_router).route(turns, task.query, task.task)
-        if phase != "I" and decision.selected_operator == NONE and r_raw < 1.0:
-            decision = teacher_router.route(turns, task.query, task.task)  # teacher guidance where the student idles
-        r_msgs = router_messages(turns, task.query, task.task)
+        refactor_gen = self.teacher if use_teacher else self.controller.generator(REFACTORER, seed=rng.randrange(2**31))
+        refactorer = Refactorer(refactor_gen, deterministic=False, max_new_tokens=cfg.refactor_max_new_tokens,
+                                temperature=temp)
+        decision = (teacher_router if phase == "I" else student_router).route(turns, task.task)
+        if cfg.teacher_router_fallback and phase != "I" and decision.selected_operator == NONE and r_raw < 1.0:
+            decision = teacher_router.route(turns, task.task)  # teacher guidance where the student idles (not in the paper)
+        r_msgs = router_messages(turns, task.task)
         stem = f"{task.task_id}@{iteration}"
         by = "teacher" if use_teacher else "student"
-        if decision.selected_operator == NONE:
-            if not decision.valid or r_raw < 1.0:
-                return []  # nothing verified to learn from
+        if decision.selected_operator == NONE:  # Algorithm 1: H^ = H, so R(H^) = R(H) and no compression -> B_reg
             return [Instance(f"{stem}:none", "regularization", task.task_id, iteration, NONE, r_msgs,
-                             _none_target("The history is consistent and on track."), reward_raw=r_raw, tokens_raw=t_raw)]
+                             _none_target(decision.analysis if decision.valid and decision.analysis
+                                          else "The history is clean and focused."),
+                             reward_raw=r_raw, reward_refactored=r_raw, tokens_raw=t_raw, tokens_refactored=t_raw)]
         r_ref, t_ref, result = self.verify(task, decision, refactorer, base_plan, turns)
         if r_ref is None:
             return []  # the refactorer broke its contract: no verified target
         common = dict(task_id=task.task_id, iteration=iteration, operator=decision.selected_operator,
                       router_messages=r_msgs, reward_raw=r_raw, reward_refactored=r_ref, tokens_raw=t_raw,
                       tokens_refactored=t_ref, refactored_by=by)
-        f_msgs = refactor_messages(decision.selected_operator, turns, task.query, task.task)
+        f_msgs = refactor_messages(decision.selected_operator, turns, task.task)
         target = f"<summary>{result.context}</summary>"
-        if r_ref - r_raw >= cfg.delta:
+        if r_ref >= r_raw + cfg.delta:
             pool = "corrective"
         elif abs(r_ref - r_raw) < cfg.delta and r_ref > 0 and t_ref <= (1 - cfg.min_token_saving) * t_raw:
             pool = "compressive"
-        elif r_raw - r_ref >= cfg.delta:
+        else:  # Algorithm 1, line 14: everything else supervises none
             return [Instance(f"{stem}:reg", "regularization", **{**common, "operator": NONE},
-                             router_target=_none_target(f"Refactoring with {decision.selected_operator} would lose "
-                                                        "information the answer needs; keep the history."))]
-        else:
-            return []
+                             router_target=_none_target(f"Refactoring with {decision.selected_operator} would not "
+                                                        "help the next answer; keep the history."))]
         router_target = RouterDecision(decision.analysis or f"Drift: {decision.selected_operator} applies.", True,
                                        decision.selected_operator).to_json()
         return [Instance(f"{stem}:{pool}", pool, router_target=router_target, refactor_messages=f_msgs,
@@ -264,9 +283,10 @@ class TGSE:
                 chosen += rng.sample(train[p], n)
         return chosen[: cfg.max_train_instances], val
 
-    def _samples(self, module: str, instances: list[Instance]):
-        trajectories = []
+    def _samples(self, module: str, instances: list[Instance], *, with_weights: bool = False):
+        trajectories, weights = [], []
         for i in instances:
+            weights.append(self.weight(i))
             prompt = i.router_messages if module == ROUTER else i.refactor_messages
             target = i.router_target if module == ROUTER else i.refactor_target
             messages = [*prompt, {"role": "assistant", "content": target}]
@@ -274,13 +294,30 @@ class TGSE:
         sample_set = build_trajectory_samples(trajectories, self.tokenizer, max_length=self.config.max_length)
         for skip in sample_set.skipped:
             self.log(f"[acr tgse] {module}: skipped {skip.source}: {skip.reason}")
-        return sample_set.samples
+        if not with_weights:
+            return sample_set.samples
+        skipped = {int(s.source.split()[-1]) for s in sample_set.skipped}
+        kept_weights = [w for n, w in enumerate(weights) if n not in skipped]
+        return sample_set.samples, kept_weights
 
-    def _loss(self, batch: dict) -> torch.Tensor:
+    def _loss(self, batch: dict, weights: Sequence[float] | None = None) -> torch.Tensor:
+        """Mean over the batch of each sample's token-averaged loss times its weight (1 by default)."""
         model = self.controller.peft_model
         device = next(model.parameters()).device
-        return model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
-                     labels=batch["labels"].to(device)).loss
+        logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)).logits
+        labels = batch["labels"].to(device)[:, 1:]
+        logits = logits[:, :-1].float()
+        token = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
+                                                  ignore_index=-100, reduction="none").view(labels.shape)
+        mask = (labels != -100).float()
+        per_sample = (token * mask).sum(1) / mask.sum(1).clamp(min=1)
+        w = torch.ones_like(per_sample) if weights is None else torch.tensor(list(weights), dtype=per_sample.dtype,
+                                                                              device=device)
+        return (per_sample * w).mean()
+
+    def weight(self, instance: Instance) -> float:
+        """Loss weight of `instance`: ``corrective_weight`` for corrective instances (§4.3), else 1."""
+        return self.config.corrective_weight if instance.pool == "corrective" else 1.0
 
     def val_loss(self, module: str, instances: list[Instance]) -> float | None:
         samples = self._samples(module, instances)
@@ -293,7 +330,7 @@ class TGSE:
 
     def train_module(self, module: str, instances: list[Instance], rng: random.Random) -> list[float]:
         """Continue training adapter `module` (incremental update) on `instances`; per-step losses."""
-        samples = self._samples(module, instances)
+        samples, weights = self._samples(module, instances, with_weights=True)
         if not samples:
             return []
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
@@ -307,9 +344,12 @@ class TGSE:
             optimizer = acc.prepare_optimizer(torch.optim.AdamW(params, lr=self.config.lr))
             model.train()
             try:
+                bs = self.config.batch_size
                 for _ in range(self.config.epochs):
-                    for index in rng.sample(range(len(samples)), len(samples)):
-                        loss = self._loss(collate([samples[index]], pad))
+                    order = rng.sample(range(len(samples)), len(samples))
+                    for start in range(0, len(order), bs):
+                        idx = order[start:start + bs]
+                        loss = self._loss(collate([samples[i] for i in idx], pad), [weights[i] for i in idx])
                         acc.backward(loss)
                         acc.clip_grad_norm_(params, 1.0)
                         optimizer.step()
@@ -332,7 +372,7 @@ class TGSE:
         if val is None:
             return "no validation instances yet"
         best = self.best[module]
-        if best is None or val < best - 1e-4:
+        if best is None or val < best - self.config.min_delta:
             self.best[module], self.bad[module] = val, 0
             self.controller.save_adapters(self.out / "best", names=[module])
             return "improved"

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from rhea.agents.acr import OPERATORS, ACRConfigError, HistoryTurn, attention_anchor, noise_filter, path_prune, refactor_prompt
+from rhea.agents.acr import (OPERATORS, ACRConfigError, HistoryTurn, attention_anchor, canonical_operator, noise_filter,
+                             path_prune, refactor_prompt)
 from rhea.agents.acr.deterministic import relevance_scores
 from rhea.backends.embedding import HashingEmbedder
 
@@ -65,18 +66,34 @@ def test_attention_anchor_restates_instructions_and_recent_constraints():
     turns = [HistoryTurn(0, "From now on answer in French.", "D'accord."),
              HistoryTurn(1, "Keep answers under 20 words and never use emojis.", "Compris."),
              HistoryTurn(2, "Why is the sky blue?", "La diffusion de Rayleigh.")]
-    text = attention_anchor(turns, instructions=["From now on answer in French."])
-    assert text.splitlines() == ["Keep these instructions and constraints in mind:",
-                                 "- From now on answer in French.",
-                                 "- Keep answers under 20 words and never use emojis."]
+    text = attention_anchor(turns, instructions=["From now on answer in French."], task="Chat in French.")
+    assert text.splitlines() == ["[KEY INFO]:", "- Task: Chat in French.",
+                                 "- Constraints: From now on answer in French. | "
+                                 "Keep answers under 20 words and never use emojis."]
     assert attention_anchor([HistoryTurn(0, "Why is the sky blue?", "Rayleigh.")]) == ""
 
 
-def test_every_refactoring_operator_has_a_prompt_and_none_has_none():
+def test_every_refactoring_operator_has_the_papers_prompt_and_none_has_none():
+    assert OPERATORS == ("none", "state_abstract", "noise_filter", "fact_rectify", "path_prune", "cognitive_boosting",
+                         "attention_anchor")
     for op in OPERATORS[1:]:
         prompt = refactor_prompt(op)
-        assert op in prompt and "<summary>" in prompt
-    with pytest.raises(ACRConfigError, match="NONE keeps"):
-        refactor_prompt("NONE")
+        assert prompt.startswith("Role: You are a precise text processing engine specialized in ")
+        for placeholder in ("{task_description}", "{previous_context}", "{history}"):
+            assert prompt.count(placeholder) == 1
+        assert "Output format: Return only: <summary>" in prompt and prompt.endswith("</summary>")
+    assert "[Thought]: ..." in refactor_prompt("cognitive_boosting")
+    assert "[KEY INFO]" in refactor_prompt("attention_anchor")
+    with pytest.raises(ACRConfigError, match="none keeps"):
+        refactor_prompt("none")
     with pytest.raises(ACRConfigError, match="not one of"):
         refactor_prompt("compress")
+
+
+@pytest.mark.parametrize("old, new", [("state_abstraction", "state_abstract"), ("fact_rectification", "fact_rectify"),
+                                      ("cognitive_boost", "cognitive_boosting"), ("NONE", "none")])
+def test_pre_27_operator_names_load_with_a_deprecation_warning(old, new):
+    with pytest.warns(DeprecationWarning, match=f"'{old}' is deprecated"):
+        assert canonical_operator(old) == new
+    with pytest.warns(DeprecationWarning):
+        assert "Fact Rectification" in refactor_prompt("fact_rectification")

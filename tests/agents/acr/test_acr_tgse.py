@@ -16,9 +16,10 @@ from .helpers import FirstFactSolver, tiny_controller
 
 
 def config(tmp_path, **kw) -> TGSEConfig:
-    return TGSEConfig(output_dir=str(tmp_path / "tgse"), iterations=3, phase2_iterations=1, seed_tasks=2,
-                      tasks_per_iteration=2, val_fraction=0.0, epochs=1, lr=1e-2, router_max_new_tokens=4,
-                      refactor_max_new_tokens=4, **kw)
+    small = dict(output_dir=str(tmp_path / "tgse"), iterations=3, phase2_iterations=1, seed_tasks=2,
+                 tasks_per_iteration=2, val_fraction=0.0, epochs=1, lr=1e-2, router_max_new_tokens=4,
+                 refactor_max_new_tokens=4)
+    return TGSEConfig.cpu_demo(**{**small, **kw})
 
 
 def snapshot(ctrl, name):
@@ -29,9 +30,9 @@ def test_one_iteration_end_to_end_with_a_scripted_teacher(tmp_path):
     tasks = drift_tasks(2, kinds=("correction", "clean"), seed=1)
     key, new = tasks[0].query.split()[3].rstrip("?"), tasks[0].answer
     teacher = ScriptedGenerator([
-        json.dumps({"analysis": "corrected", "drift_detected": True, "selected_operator": "fact_rectification"}),
+        json.dumps({"analysis": "corrected", "drift_detected": True, "selected_operator": "fact_rectify"}),
         f"<summary>The {key} is {new}.</summary>",
-        json.dumps({"analysis": "clean", "drift_detected": False, "selected_operator": "NONE"}),
+        json.dumps({"analysis": "clean", "drift_detected": False, "selected_operator": "none"}),
     ])
     ctrl = tiny_controller()
     before = {name: snapshot(ctrl, name) for name in ("router", "refactorer")}
@@ -43,7 +44,7 @@ def test_one_iteration_end_to_end_with_a_scripted_teacher(tmp_path):
     corrective = loop.pools["corrective"][0]
     assert (corrective.reward_raw, corrective.reward_refactored) == (0.0, 1.0)
     assert corrective.refactor_target == f"<summary>The {key} is {new}.</summary>" and corrective.refactored_by == "teacher"
-    assert json.loads(loop.pools["regularization"][0].router_target)["selected_operator"] == "NONE"
+    assert json.loads(loop.pools["regularization"][0].router_target)["selected_operator"] == "none"
     record = result.history[0]
     assert record["phase"] == "I" and record["router"]["train_instances"] == 2 and record["refactorer"]["steps"] == 1
     for name in ("router", "refactorer"):  # both adapters were updated
@@ -60,9 +61,16 @@ def test_resume_continues_with_the_saved_adapters_pools_and_unused_tasks(tmp_pat
     first.run(max_iterations=1)
     saved = snapshot(first.controller, "router")
 
+    assert first.pools["corrective"][0].operator == "fact_rectify"  # the rule teacher rectified in place
+    corrective = tmp_path / "tgse" / "pools" / "corrective.jsonl"  # as a pre-#27 run would have written it
+    corrective.write_text(corrective.read_text().replace('"fact_rectify', '"fact_rectification'))
+
     ctrl = tiny_controller()  # fresh weights: resume must load the saved adapters
     second = TGSE(cfg, ctrl, RuleTeacher(), tasks, solver=FirstFactSolver(), log=lambda *_: None)
-    assert second.load_state() and second.iteration == 1
+    with pytest.warns(DeprecationWarning, match="fact_rectification"):
+        assert second.load_state() and second.iteration == 1
+    old = second.pools["corrective"][0]
+    assert old.operator == "fact_rectify" and json.loads(old.router_target)["selected_operator"] == "fact_rectify"
     assert all(torch.equal(a, b) for a, b in zip(saved, snapshot(ctrl, "router")))
     assert second.used == [t.task_id for t in tasks[:2]] and sum(map(len, second.pools.values())) == 2
     result = second.run(max_iterations=1)
@@ -98,10 +106,79 @@ def test_small_pools_are_not_held_out_for_validation(tmp_path):
 
     loop = TGSE(TGSEConfig(output_dir=str(tmp_path / "v"), val_fraction=0.99), tiny_controller(),
                 RuleTeacher(), drift_tasks(1), log=lambda *_: None)
-    make = lambda n: Instance(f"t{n}", "corrective", f"t{n}", 0, "fact_rectification", [], "{}", [], "<summary>x</summary>")
+    make = lambda n: Instance(f"t{n}", "corrective", f"t{n}", 0, "fact_rectify", [], "{}", [], "<summary>x</summary>")
     loop.pools["corrective"] = [make(0)]
     train, val = loop._mix("router", random.Random(0))
     assert len(train) == 1 and val == []
     loop.pools["corrective"] = [make(n) for n in range(6)]
     train, val = loop._mix("refactorer", random.Random(0))
     assert len(val) >= 5 and len(train) + len(val) == 6
+
+
+def test_the_papers_settings_are_the_defaults_and_cpu_demo_is_small():
+    paper = TGSEConfig()
+    assert (paper.seed_tasks, paper.tasks_per_iteration, paper.iterations) == (400, 200, 18)  # A.1: 400 + 17 x 200
+    assert (paper.lora_r, paper.lora_alpha, paper.epochs, paper.batch_size, paper.lr) == (16, 32, 3, 4, 2e-4)  # A.3
+    assert (paper.patience, paper.min_delta, paper.delta, paper.temperature) == (3, 0.001, 0.001, 0.7)  # A.3
+    assert paper.phase2_iterations == 1 and paper.corrective_weight > 1 and not paper.teacher_router_fallback
+    demo = TGSEConfig.cpu_demo(seed_tasks=3)
+    assert (demo.seed_tasks, demo.lora_r, demo.batch_size, demo.temperature) == (3, 8, 1, 0.0)
+    from rhea.agents.acr import ACRConfigError
+
+    for bad in ({"batch_size": 0}, {"temperature": -0.1}, {"corrective_weight": 0}, {"min_delta": -1}):
+        with pytest.raises(ACRConfigError, match=next(iter(bad))):
+            TGSEConfig(**bad)
+
+
+def test_algorithm_1_unhelpful_refactoring_supervises_none(tmp_path):
+    """R(H^) = R(H) without compression is neither corrective nor compressive: B_reg (Algorithm 1, line 14)."""
+    tasks = drift_tasks(1, kinds=("correction",), seed=3)
+    long_context = " ".join(t.user for t in tasks[0].conversation) * 3  # no shorter than the history
+    teacher = ScriptedGenerator([
+        json.dumps({"analysis": "stuck", "drift_detected": True, "selected_operator": "cognitive_boosting"}),
+        f"<summary>{long_context}\n[Thought]: think.</summary>"])
+    loop = TGSE(config(tmp_path), tiny_controller(), teacher, tasks, solver=FirstFactSolver(), log=lambda *_: None)
+    [inst] = loop.run_task(tasks[0], 0, __import__("random").Random(0))
+    assert inst.pool == "regularization" and json.loads(inst.router_target)["selected_operator"] == "none"
+    assert inst.reward_raw == inst.reward_refactored == 0.0
+
+
+def test_corrective_instances_weigh_more_and_batches_hold_batch_size_samples(tmp_path):
+    import random
+
+    from rhea.training.acr import Instance
+
+    loop = TGSE(config(tmp_path, batch_size=3, epochs=2, corrective_weight=3.0), tiny_controller(), RuleTeacher(),
+                drift_tasks(1), log=lambda *_: None)
+    msgs = [{"role": "user", "content": "the city is paris"}]
+    make = lambda n, pool: Instance(f"t{n}", pool, f"t{n}", 0, "fact_rectify", msgs, "{}", msgs, "<summary>x</summary>")
+    plain, corr = make(0, "compressive"), make(1, "corrective")
+    assert loop.weight(corr) == 3.0 and loop.weight(plain) == 1.0
+    samples, weights = loop._samples("refactorer", [plain, corr], with_weights=True)
+    assert weights == [1.0, 3.0]
+    from rhea.training.data import collate
+
+    pad = loop.tokenizer.pad_token_id or 0
+    with torch.no_grad():
+        base = float(loop._loss(collate([samples[1]], pad)))
+        weighted = float(loop._loss(collate([samples[1]], pad), [3.0]))
+    assert weighted == pytest.approx(3 * base, rel=1e-5)
+    losses = loop.train_module("refactorer", [make(n, "compressive") for n in range(7)], random.Random(0))
+    assert len(losses) == 2 * 3  # 2 epochs x ceil(7 / 3) batches
+
+
+def test_phase_ii_the_students_none_stands_unless_teacher_router_fallback_is_on(tmp_path):
+    """Paper: the student router decides in Phase II; the teacher override is an opt-in of ours."""
+    import random
+
+    tasks = drift_tasks(1, kinds=("correction",), seed=5)  # FirstFactSolver fails on the raw history
+    student_none = json.dumps({"analysis": "fine", "drift_detected": False, "selected_operator": "none"})
+    for fallback, teacher_calls in ((False, 0), (True, 2)):
+        ctrl = tiny_controller()
+        loop = TGSE(config(tmp_path / str(fallback), teacher_router_fallback=fallback, p_teacher_start=1.0), ctrl,
+                    RuleTeacher(), tasks, solver=FirstFactSolver(), log=lambda *_: None)
+        ctrl.generator = lambda name, seed=None, _s=student_none: ScriptedGenerator([_s])  # the student router says none
+        [inst] = loop.run_task(tasks[0], 1, random.Random(0))
+        assert loop.teacher.calls == teacher_calls  # with the fallback: teacher routes, then refactors
+        assert inst.pool == ("corrective" if fallback else "regularization")
+        assert json.loads(inst.router_target)["selected_operator"] == ("fact_rectify" if fallback else "none")
