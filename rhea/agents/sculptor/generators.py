@@ -5,8 +5,16 @@
   add_generation_prompt=True)``; Qwen2.5's template does, SmolLM2's does not).
 - `EndpointToolGenerator`: an OpenAI-compatible endpoint, sent ``tools=`` and read back
   from the response's ``message.tool_calls``.
+- `TextToolGenerator`: a local HF model whose template does not render tools (the loop
+  describes them in its system prompt);
 - `tool_generator(model, tokenizer)`: the chat-template generator when the template
-  renders tools, else a plain `HFGenerator` (the loop then describes the tools in text).
+  renders tools, else the text one.
+
+``tool_choice="required"`` (the paper's first-step setting, section 3.1) is honoured by all
+three (``supports_tool_choice = True``): the endpoint forwards it to the API; the local ones
+prefill the reply with the opening of a Hermes call, ``<tool_call>\n{"name": "``, so the first
+tokens the model writes are a tool name: the reply cannot be anything but a call (which tool,
+and its arguments, are still the model's choice, as with the API setting).
 
 Both return text the loop parses with `parse_tool_calls`: the model's own text for a local
 model, and the endpoint's content plus one Hermes ``<tool_call>`` block per returned call
@@ -43,17 +51,33 @@ def template_supports_tools(tokenizer: Any) -> bool:
     return _PROBE_TOOL in text
 
 
+#: What a local generator prefills for ``tool_choice="required"``: the opening of a Hermes
+#: call, so the model's first tokens are a tool's name.
+TOOL_CALL_PREFILL = '<tool_call>\n{"name": "'
+TOOL_CHOICES = ("auto", "required", "none")
+
+
+def _check_tool_choice(tool_choice: str | None) -> None:
+    if tool_choice is not None and tool_choice not in TOOL_CHOICES:
+        raise RheaConfigError(f"tool_choice={tool_choice!r} must be one of {', '.join(TOOL_CHOICES)} (or None)")
+
+
 class _ToolsTemplateTokenizer:
-    """The wrapped tokenizer, with `tools` added to every `apply_chat_template` call while set."""
+    """The wrapped tokenizer, with `tools` added to every `apply_chat_template` call while set,
+    and `prefill` appended to the rendered prompt text (the reply's forced opening) while set."""
 
     def __init__(self, tokenizer: Any):
         self._tokenizer = tokenizer
         self.tools: list[dict] | None = None
+        self.prefill: str | None = None
 
     def apply_chat_template(self, messages, **kwargs):
         if self.tools is not None:
             kwargs["tools"] = self.tools
-        return self._tokenizer.apply_chat_template(messages, **kwargs)
+        text = self._tokenizer.apply_chat_template(messages, **kwargs)
+        if self.prefill and isinstance(text, str) and kwargs.get("add_generation_prompt"):
+            text += self.prefill
+        return text
 
     def __call__(self, *args, **kwargs):
         return self._tokenizer(*args, **kwargs)
@@ -77,6 +101,7 @@ class ChatTemplateToolGenerator:
     """
 
     supports_tools = True
+    supports_tool_choice = True
 
     def __init__(self, model, tokenizer=None, *, adapter: str | None = None, seed: int | None = None):
         tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
@@ -98,12 +123,13 @@ class ChatTemplateToolGenerator:
         return self.tokenizer.apply_chat_template([{"role": m["role"], "content": m["content"]} for m in messages],
                                                   tools=tools, tokenize=False, add_generation_prompt=True)
 
-    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None, tools=None) -> str:
-        self._tokenizer.tools = tools
-        try:
-            return self.hf.generate(messages, max_new_tokens=max_new_tokens, temperature=temperature, stop=stop)
-        finally:
-            self._tokenizer.tools = None
+    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None, tools=None,
+                 tool_choice=None) -> str:
+        """The reply; with ``tool_choice="required"`` (and tools) it starts with `TOOL_CALL_PREFILL`."""
+        _check_tool_choice(tool_choice)
+        return _prefilled(self.hf, self._tokenizer, messages, tools if tool_choice != "none" else None,
+                          TOOL_CALL_PREFILL if tool_choice == "required" and tools else None,
+                          max_new_tokens=max_new_tokens, temperature=temperature, stop=stop)
 
     @property
     def prompt_tokens(self) -> int:
@@ -114,18 +140,71 @@ class ChatTemplateToolGenerator:
         return self.hf.completion_tokens
 
 
-def tool_generator(model, tokenizer=None, **kwargs) -> ChatTemplateToolGenerator | HFGenerator:
-    """Native chat-template tool calling when the template supports it, else plain text generation.
+def _prefilled(hf: HFGenerator, tokenizer: _ToolsTemplateTokenizer, messages, tools, prefill, **kwargs) -> str:
+    tokenizer.tools, tokenizer.prefill = tools, prefill
+    try:
+        text = hf.generate(messages, **kwargs)
+    finally:
+        tokenizer.tools, tokenizer.prefill = None, None
+    # The prefill is part of the reply the model gave (the prompt only held it to force it).
+    return f"{prefill}{text}" if prefill else text
+
+
+class TextToolGenerator:
+    """A local HF model whose chat template has no tool format: the loop describes the tools
+    in its system prompt (`rhea.agents.sculptor.prompts.TOOL_FORMAT_TEMPLATE`) and parses
+    Hermes ``<tool_call>`` blocks from the text. ``tool_choice="required"`` prefills the
+    reply with `TOOL_CALL_PREFILL`.
+
+    >>> from rhea.testing import tiny_llama, tiny_tokenizer
+    >>> tok = tiny_tokenizer()
+    >>> gen = TextToolGenerator(tiny_llama(len(tok)), tok)
+    >>> gen.generate([{"role": "user", "content": "hi"}], max_new_tokens=2, tool_choice="required").startswith(
+    ...     TOOL_CALL_PREFILL)
+    True
+    """
+
+    supports_tools = False
+    supports_tool_choice = True
+
+    def __init__(self, model, tokenizer=None, *, adapter: str | None = None, seed: int | None = None):
+        tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+        if tokenizer is None:
+            raise RheaConfigError("TextToolGenerator needs a tokenizer: pass tokenizer= (a RheaForCausalLM carries its own)")
+        self._tokenizer = _ToolsTemplateTokenizer(tokenizer)
+        self.hf = HFGenerator(model, self._tokenizer, adapter=adapter, seed=seed)
+
+    @property
+    def tokenizer(self):
+        return self._tokenizer._tokenizer
+
+    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None, tool_choice=None) -> str:
+        _check_tool_choice(tool_choice)
+        return _prefilled(self.hf, self._tokenizer, messages, None,
+                          TOOL_CALL_PREFILL if tool_choice == "required" else None,
+                          max_new_tokens=max_new_tokens, temperature=temperature, stop=stop)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.hf.prompt_tokens
+
+    @property
+    def completion_tokens(self) -> int:
+        return self.hf.completion_tokens
+
+
+def tool_generator(model, tokenizer=None, **kwargs) -> ChatTemplateToolGenerator | TextToolGenerator:
+    """Native chat-template tool calling when the template supports it, else text-described tools.
 
     >>> from rhea.testing import tiny_llama, tiny_tokenizer
     >>> tok = tiny_tokenizer()
     >>> type(tool_generator(tiny_llama(len(tok)), tok)).__name__
-    'HFGenerator'
+    'TextToolGenerator'
     """
     tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
     if tokenizer is not None and template_supports_tools(tokenizer):
         return ChatTemplateToolGenerator(model, tokenizer, **kwargs)
-    return HFGenerator(model, tokenizer, **kwargs)
+    return TextToolGenerator(model, tokenizer, **kwargs)
 
 
 class EndpointToolGenerator:
@@ -141,18 +220,23 @@ class EndpointToolGenerator:
     """
 
     supports_tools = True
+    supports_tool_choice = True
 
     def __init__(self, client: OpenAICompatibleGenerator):
         if not callable(getattr(client, "chat", None)):
             raise TypeError(f"client must be an OpenAICompatibleGenerator (with .chat), got {type(client).__name__}")
         self.client = client
 
-    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None, tools=None) -> str:
+    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None, tools=None,
+                 tool_choice=None) -> str:
+        _check_tool_choice(tool_choice)
         params: dict[str, Any] = {"max_tokens": max_new_tokens, "temperature": temperature}
         if stop:
             params["stop"] = list(stop)
         if tools:
             params["tools"] = tools
+            if tool_choice is not None:
+                params["tool_choice"] = tool_choice  # the API's own setting, sent as is
         data = self.client.chat(openai_messages(messages), **params)
         try:
             message = data["choices"][0]["message"]

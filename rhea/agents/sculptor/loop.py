@@ -16,6 +16,14 @@ fenced JSON or OpenAI-style; see `rhea.agents.toolcalls`). A generator whose
 `generate(messages, tools=schemas, ...)` instead — e.g. one that renders
 `tokenizer.apply_chat_template(messages, tools=schemas)` or forwards `tools` to an
 OpenAI-compatible endpoint — and the description is left out of the system prompt.
+
+`force_first_tool=True` is the paper's ``tool_choice="required"`` on the first step of a run
+(section 3.1). A generator with ``supports_tool_choice = True`` gets
+``tool_choice="required"`` for that generation: an endpoint passes it to the API, a local
+model has its reply prefilled with the opening of a tool call (see
+`rhea.agents.sculptor.generators`), so the first reply is a call. A generator without it
+(e.g. `ScriptedGenerator`) falls back to a nudge: a first reply without a call is answered
+with `FORCE_TOOL_PROMPT` once, and the model asked again (step kind "nudged").
 """
 from __future__ import annotations
 
@@ -130,7 +138,8 @@ class SculptorLoop:
         run = _Run(query, system or "")
         while True:
             prompt, sources = self._prompt(run)
-            reply = self._generate(prompt, with_tools=True)
+            first = not run.steps
+            reply = self._generate(prompt, with_tools=True, required=first and self.force_first_tool)
             parsed = parse_tool_calls(reply)
             step_index = len(run.steps)
             if not parsed.calls and not parsed.errors:
@@ -195,10 +204,12 @@ class SculptorLoop:
         head = [{"role": "system", "content": system}, *history, {"role": "user", "content": run.query}]
         return [*head, *run.trail], [None] * len(head) + list(run.sources)
 
-    def _generate(self, prompt: list[dict], *, with_tools: bool) -> str:
+    def _generate(self, prompt: list[dict], *, with_tools: bool, required: bool = False) -> str:
         kwargs = {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature}
         if self.native_tools and with_tools:
             kwargs["tools"] = self.toolbox.schemas()
+        if required and with_tools and getattr(self.generator, "supports_tool_choice", False):
+            kwargs["tool_choice"] = "required"
         reply = self.generator.generate([dict(m) for m in prompt], **kwargs)
         if not isinstance(reply, str):
             raise TypeError(f"generator returned {type(reply).__name__}, expected str")
