@@ -16,7 +16,8 @@ QUERY = "What is the latest value of key_1?"
 
 
 def test_known_tool_sequence_then_answer(conversation):
-    ids = planned_fragment_ids(conversation, 0, "<log>", "</log>", 3, searches_before=1)
+    ids = planned_fragment_ids(conversation, 0, "<log>", "</log>", 3,
+                               searches_before=[{"query": "key_1", "max_results": 50}])
     replies = [
         "Let me look first.\n" + hermes("search_context", query="key_1", max_results=50),
         hermes("fragment_context", start_marker="<log>", end_marker="</log>", num_fragments=3),

@@ -73,6 +73,7 @@ class Step:
     sources: list[int | None]
     kind: str  # "tool_call" | "final" | "nudged" | "budget_final"
     changed_view: bool = False
+    results: tuple[dict, ...] = ()  # the tool messages answering this completion's calls (T_i)
 
 
 @dataclass
@@ -152,8 +153,10 @@ class SculptorLoop:
                 run.steps.append(Step(prompt, reply, sources, "final"))
                 return self._result(run, parsed.text or reply.strip(), prompt, budget_exhausted=False)
             run.add({"role": "assistant", "content": reply}, step_index)
+            before = len(run.trail)
             changed = self._execute(run, parsed, step_index)
-            run.steps.append(Step(prompt, reply, sources, "tool_call", changed))
+            results = tuple(dict(m) for m in run.trail[before:])
+            run.steps.append(Step(prompt, reply, sources, "tool_call", changed, results))
             if run.n_calls >= self.max_tool_calls:
                 return self._final_without_tools(run)
 

@@ -129,18 +129,30 @@ class SculptorToolbox:
         return self._search_result(record, context_size)
 
     def _get_search_detail(self, search_id: str, extended_context: int) -> dict:
-        return self._search_result(self.store.search_record(search_id), extended_context)
+        # The paper's schema: "Get detailed context for a search result by its ID" — one result.
+        record, match = self.store.search_result(search_id)
+        holder = self.store.fragment_at(match.message_index, match.start)
+        return {
+            "search_id": match.id,
+            "query": record.query,
+            "message_index": match.message_index,
+            "role": match.role,
+            "position": match.start,
+            "fragment_id": holder.id if holder else None,
+            "fragment_state": holder.state if holder else None,
+            "extended_context": extended_context,
+            "text": self.store.snippet(match, extended_context),
+        }
 
     # ------------------------------------------------------------------- helpers
     def _search_result(self, record: SearchRecord, radius: int) -> dict:
         return {
-            "search_id": record.id,
             "query": record.query,
             "total_matches": record.total_matches,
             "shown": len(record.matches),
             "results": [
                 {
-                    "result": k + 1,
+                    "search_id": m.id,
                     "message_index": m.message_index,
                     "role": m.role,
                     "position": m.start,
@@ -148,7 +160,7 @@ class SculptorToolbox:
                     "fragment_state": m.fragment_state,
                     "text": self.store.snippet(m, radius),
                 }
-                for k, m in enumerate(record.matches)
+                for m in record.matches
             ],
         }
 
