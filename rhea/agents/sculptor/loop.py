@@ -45,6 +45,8 @@ from rhea.errors import RheaConfigError
 
 #: Name recorded for a reply whose tool call could not be read.
 MALFORMED = "<malformed>"
+#: `TraceEntry.error_type` of an unreadable call, and of a call refused because the budget was spent.
+MALFORMED_ERROR, OVER_BUDGET_ERROR = "MalformedCall", "OverBudget"
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class TraceEntry:
     result: str  # the tool message content
     error: str | None
     changed_view: bool  # whether the visible history changed
+    error_type: str | None = None  # class name of the error ("MalformedCall" for an unreadable call)
 
 
 @dataclass(frozen=True)
@@ -166,23 +169,25 @@ class SculptorLoop:
         if parsed.errors:
             # An unreadable call still spends budget, so a model stuck on bad syntax stops.
             problem = MALFORMED_CALL_MESSAGE.format(problems="; ".join(parsed.errors))
-            self._record(run, step_index, MALFORMED, {}, json.dumps({"error": problem}), problem, False)
+            self._record(run, step_index, MALFORMED, {}, json.dumps({"error": problem}), problem, False,
+                         error_type=MALFORMED_ERROR)
         for call in parsed.calls:
             if run.n_calls >= self.max_tool_calls:
                 problem = f"tool budget of {self.max_tool_calls} calls is spent; {call.name} was not run"
                 self._record(run, step_index, call.name, call.arguments, json.dumps({"error": problem}), problem,
-                             False, spend=False)
+                             False, spend=False, error_type=OVER_BUDGET_ERROR)
                 continue
             outcome = self.toolbox.execute(call.name, call.arguments)
-            self._record(run, step_index, call.name, call.arguments, outcome.content, outcome.error, outcome.changed_view)
+            self._record(run, step_index, call.name, call.arguments, outcome.content, outcome.error, outcome.changed_view,
+                         error_type=outcome.error_type)
             changed |= outcome.changed_view
         return changed
 
     def _record(self, run: "_Run", step: int, name: str, arguments: dict, content: str, error: str | None,
-                changed: bool, *, spend: bool = True) -> None:
+                changed: bool, *, spend: bool = True, error_type: str | None = None) -> None:
         run.n_calls += spend
         run.add(self._tool_message(name, content), None)
-        run.trace.append(TraceEntry(step, name, dict(arguments), content, error, changed))
+        run.trace.append(TraceEntry(step, name, dict(arguments), content, error, changed, error_type))
 
     def _final_without_tools(self, run: "_Run") -> LoopResult:
         run.add({"role": "user", "content": BUDGET_EXHAUSTED_PROMPT.format(max_tool_calls=self.max_tool_calls)}, None)

@@ -29,6 +29,7 @@ class ToolOutcome:
     content: str
     error: str | None
     changed_view: bool
+    error_type: str | None = None  # the error's class name, e.g. "ToolArgumentError"
 
 
 class SculptorToolbox:
@@ -77,7 +78,7 @@ class SculptorToolbox:
         try:
             result = self._dispatch(name, arguments)
         except AcmError as exc:
-            return ToolOutcome(_dump({"error": str(exc)}), str(exc), False)
+            return ToolOutcome(_dump({"error": str(exc)}), str(exc), False, type(exc).__name__)
         changed = any(op.changes_view for op in self.store.op_log[ops_before:])
         return ToolOutcome(_dump(result), None, changed)
 
