@@ -15,7 +15,10 @@ per user turn, each acknowledged "Noted.".
 Methods, each over the same episodes:
 - plain:    the whole history (vanilla policy), one greedy answer (the paper's "Baseline");
 - sculptor: SculptorPolicy with the chosen paper prompt (``--prompt pi-llm``: appendix D.1;
-            ``unified``: D.2), whose loop answer is scored (the paper's "w/ ACM Tools").
+            ``unified``: D.2), whose loop answer is scored (the paper's "w/ ACM Tools");
+- rag-bm25: (opt-in, ``--methods plain sculptor rag-bm25``) Table 2's "RAG (BM25)" baseline as
+            appendix D.4 describes it: 200-token chunks of the history, BM25-ranked against the
+            query, concatenated high to low until ~1500 tokens, then one greedy answer.
 Metrics per (method, updates per key): key accuracy (the paper's PI-LLM number) with a 95%
 Wilson interval over keys, JGA (every key right) with its interval over episodes, stale rate,
 context tokens, prompt tokens spent over all generations, tool calls, seconds, and for
@@ -55,9 +58,16 @@ from rhea.eval.checkpoint import read_rows  # noqa: E402
 from rhea.eval.fact_recall import wilson  # noqa: E402
 from rhea.eval.suites import StateTrackingSuite  # noqa: E402
 from rhea.policies import get_policy  # noqa: E402
+from rhea.policies.assemble import count_tokens  # noqa: E402
 
 ACK = "Noted."
-METHODS = ("plain", "sculptor")
+METHODS = ("plain", "sculptor", "rag-bm25")
+DEFAULT_METHODS = ("plain", "sculptor")
+#: Appendix D.4's BM25 RAG: 200-token chunks, ranked by BM25, concatenated from high to low
+#: score until about 1500 tokens; "The system prompt constrains the model to answer strictly
+#: based on the retrieved context" (the paper prints no wording: this one is ours).
+RAG_CHUNK_TOKENS, RAG_BUDGET_TOKENS = 200, 1500
+RAG_SYSTEM_PROMPT = "Answer the question strictly based on the retrieved context below."
 #: Table 1's PI-LLM setting: 46 keys, 4 ... 256 updates per key, 20 tool calls, PI-LLM prompt,
 #: tool_choice="required" on the first step. max_new_tokens fits 46 "key: value" lines.
 PAPER_SETTING = {"n_keys": 46, "updates_per_key": [4, 8, 16, 32, 64, 128, 256], "max_tool_calls": 20,
@@ -108,16 +118,58 @@ def spent(generator) -> int:
     return int(getattr(generator, "prompt_tokens", 0))
 
 
-def answer(method: str, generator, tokenizer, conv: Conversation, query: str, cfg: dict):
-    """(reply, plan, policy) of `method` for one probe."""
+def rag_chunks(text: str, tokenizer, size: int = RAG_CHUNK_TOKENS) -> list[str]:
+    """`text` cut into chunks of about `size` tokens at line ends (PI-LLM's sentences are lines)."""
+    chunks, current, count = [], [], 0
+    for line in text.splitlines():
+        n = count_tokens(line, tokenizer)
+        if current and count + n > size:
+            chunks.append("\n".join(current))
+            current, count = [], 0
+        current.append(line)
+        count += n
+    if current:
+        chunks.append("\n".join(current))
+    return chunks
+
+
+def rag_messages(conv: Conversation, query: str, tokenizer) -> tuple[list[dict], int]:
+    """Appendix D.4's BM25 RAG prompt for `query`, and its context tokens."""
+    from rhea.backends.retrieval import BM25Retriever
+
+    chunks = [c for turn in conv.turns for text in (turn.user, turn.assistant) for c in rag_chunks(text, tokenizer)]
+    retriever = BM25Retriever(chunks)
+    picked, used = [], 0
+    for index, _ in retriever.search(query, len(chunks)):
+        n = count_tokens(chunks[index], tokenizer)
+        if picked and used + n > RAG_BUDGET_TOKENS:
+            break
+        picked.append(chunks[index])
+        used += n
+    context = "\n\n".join(picked)
+    return [{"role": "system", "content": RAG_SYSTEM_PROMPT},
+            {"role": "user", "content": f"Retrieved context:\n{context}\n\nQuestion: {query}"}], used
+
+
+def answer(method: str, generator, tokenizer, conv: Conversation, query: str, cfg: dict) -> dict:
+    """What `method` did for one probe: reply, context and full-history tokens, tool calls, policy."""
+    full = get_policy("vanilla", tokenizer=tokenizer).build(conv, query)
+    if method == "rag-bm25":
+        messages, used = rag_messages(conv, query, tokenizer)
+        reply = generator.generate(messages, max_new_tokens=cfg["max_new_tokens"])
+        return {"reply": reply, "context_tokens": used + count_tokens(query, tokenizer),
+                "full_history_tokens": full.ledger.full_history_tokens, "calls": [], "policy": None}
     if method == "plain":
-        plan = get_policy("vanilla", tokenizer=tokenizer).build(conv, query)
-        return generator.generate(plan.text_messages(), max_new_tokens=cfg["max_new_tokens"]), plan, None
+        reply = generator.generate(full.text_messages(), max_new_tokens=cfg["max_new_tokens"])
+        return {"reply": reply, "context_tokens": full.ledger.text_tokens,
+                "full_history_tokens": full.ledger.full_history_tokens, "calls": [], "policy": None}
     policy = SculptorPolicy(generator, max_tool_calls=cfg["max_tool_calls"], force_first_tool=cfg["force_first_tool"],
                             max_new_tokens=cfg["max_new_tokens"], summary_max_new_tokens=cfg["max_new_tokens"],
                             loop_prompt=PAPER_PROMPTS[cfg["prompt"]], tokenizer=tokenizer)
     plan = policy.build(conv, query)
-    return loop_answer(plan), plan, policy
+    return {"reply": loop_answer(plan), "context_tokens": plan.ledger.text_tokens,
+            "full_history_tokens": plan.ledger.full_history_tokens,
+            "calls": [r for r in plan.decisions.records if r.get("event") == "tool_call"], "policy": policy}
 
 
 def run_backend(backend: str, generator, tokenizer, episodes: dict[int, list], cfg: dict, rows_path: Path,
@@ -130,15 +182,15 @@ def run_backend(backend: str, generator, tokenizer, episodes: dict[int, list], c
                 if (backend, method, per_key, episode.episode_id) in done:
                     continue
                 before, start = spent(generator), time.perf_counter()
-                reply, plan, policy = answer(method, generator, tokenizer, conv, probe.user, cfg)
+                done_by = answer(method, generator, tokenizer, conv, probe.user, cfg)
                 seconds = time.perf_counter() - start
+                reply, calls, policy = done_by["reply"], done_by["calls"], done_by["policy"]
                 score = episode.score_turn(probe, reply)
-                calls = [r for r in plan.decisions.records if r.get("event") == "tool_call"]
                 row = {"backend": backend, "method": method, "updates_per_key": per_key, "episode": episode.episode_id,
                        "n_keys": len(score["correct"]), "keys_correct": sum(score["correct"].values()),
                        "accuracy": score["accuracy"], "joint": bool(score["joint"]),
                        "stale": sum(score["stale"].values()) / len(score["stale"]), "reply": reply,
-                       "context_tokens": plan.ledger.text_tokens, "full_history_tokens": plan.ledger.full_history_tokens,
+                       "context_tokens": done_by["context_tokens"], "full_history_tokens": done_by["full_history_tokens"],
                        "prompt_tokens_spent": spent(generator) - before, "tool_calls": len(calls),
                        "tool_names": [c["name"] for c in calls], "seconds": round(seconds, 2)}
                 if policy is not None:
@@ -252,7 +304,8 @@ def parse_args(argv=None):
     ap.add_argument("--prompt", choices=sorted(PAPER_PROMPTS), help="the sculptor method's system prompt "
                     "(appendix D; Table 1 used pi-llm)")
     ap.add_argument("--no-force", action="store_true", help="no tool_choice='required' on the first step")
-    ap.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    ap.add_argument("--methods", nargs="+", choices=METHODS, default=list(DEFAULT_METHODS),
+                    help="plain (Table 1 baseline), sculptor (w/ ACM tools), rag-bm25 (Table 2's BM25 RAG, D.4)")
     ap.add_argument("--model", default="smollm2-135m", help="zoo name (smollm2-135m, qwen2.5-coder-1.5b) or a "
                     "local model directory")
     ap.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")

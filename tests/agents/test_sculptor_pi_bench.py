@@ -72,6 +72,24 @@ def test_run_scores_both_methods_with_reward_and_resumes(bench, tmp_path):
     assert len(rows_path.read_text().splitlines()) == 2
 
 
+def test_bm25_rag_baseline_follows_appendix_d4(bench):
+    lines = "\n".join(f"key_{i % 7}: value_{i}" for i in range(600))
+    from rhea.context import Conversation, Turn
+
+    conv = Conversation([Turn(f"<updates>\n{lines}\n</updates>", "Noted.")])
+    chunks = bench.rag_chunks(conv.turns[0].user, None)
+    assert len(chunks) >= 10 and all(bench.count_tokens(c, None) <= bench.RAG_CHUNK_TOKENS for c in chunks)
+    assert "\n".join(chunks) == conv.turns[0].user  # chunking loses nothing
+    messages, used = bench.rag_messages(conv, "What is the current value of key_3?", None)
+    assert messages[0]["content"] == bench.RAG_SYSTEM_PROMPT and used <= bench.RAG_BUDGET_TOKENS
+    assert used > bench.RAG_BUDGET_TOKENS - bench.RAG_CHUNK_TOKENS  # filled to about 1500 tokens
+    gen = ScriptedGenerator(["key_3: value_598"])
+    done = bench.answer("rag-bm25", gen, None, conv, "What is the current value of key_3?",
+                        {"max_new_tokens": 8})
+    assert done["reply"] == "key_3: value_598" and done["context_tokens"] < done["full_history_tokens"]
+    assert gen.calls[0] == messages
+
+
 class FoldingScript(ScriptedGenerator):
     """Replies in order; "FOLD_FIRST" becomes a fold of the first fragment id the last tool result named."""
 
