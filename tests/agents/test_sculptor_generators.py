@@ -6,6 +6,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import torch
 
 from rhea.agents.sculptor import AcmStore, SculptorLoop, SculptorToolbox, tool_schemas
 from rhea.agents.sculptor.generators import (TOOL_CALL_PREFILL, TOOLS_CHATML_TEMPLATE, ChatTemplateToolGenerator,
@@ -60,23 +61,44 @@ def test_chat_template_renders_tools_and_tool_results(tools_model):
     assert gen._tokenizer.tools is None  # tools are not left behind for the next call
 
 
+def _name_scores(model, tok, prompt, names):
+    # Reference: each name's log-likelihood from a full forward pass (no cache, no shared prefix).
+    scores = []
+    base = tok(prompt, add_special_tokens=False)["input_ids"]
+    for name in names:
+        ids = tok(prompt + name + '"', add_special_tokens=False)["input_ids"]
+        k = next(i for i, (a, b) in enumerate(zip(base + [None], ids)) if a != b)
+        x = torch.tensor([ids])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=x).logits[0].float(), -1)
+        scores.append(float(sum(logp[i - 1, ids[i]] for i in range(k, len(ids)))))
+    return scores
+
+
 @pytest.mark.parametrize("native", [True, False])
-def test_tool_choice_required_prefills_the_opening_of_a_call(tools_model, native):
+def test_tool_choice_required_forces_a_call_to_the_likeliest_tool(tools_model, native):
     model, tok = tools_model
     gen = ChatTemplateToolGenerator(model, tok) if native else TextToolGenerator(model, tiny_tokenizer())
     messages = [{"role": "user", "content": "q"}]
-    kwargs = {"tools": tool_schemas()} if native else {}
-    prompt = (gen.render(messages, **kwargs) if native else
+    tools = tool_schemas()
+    names = [t["function"]["name"] for t in tools]
+    prompt = (gen.render(messages, tools=tools) if native else
               gen.tokenizer.apply_chat_template(messages, chat_template=TOOLS_CHATML_TEMPLATE, tokenize=False,
                                                 add_generation_prompt=True))
-    reply = gen.generate(messages, max_new_tokens=3, tool_choice="required", **kwargs)
-    assert reply.startswith(TOOL_CALL_PREFILL)
-    # The model was fed the prompt plus the prefill, and only then generated.
-    assert gen.prompt_tokens == len(tok(prompt + TOOL_CALL_PREFILL, add_special_tokens=False)["input_ids"])
+    reply = gen.generate(messages, max_new_tokens=3, tool_choice="required", tools=tools)
+    name = reply[len(TOOL_CALL_PREFILL):].split('"')[0]
+    assert reply.startswith(f'{TOOL_CALL_PREFILL}{name}", "arguments": {{') and name in names
+    # The name is the one the model itself scores highest after the prefill (KV-cached scoring
+    # agrees with full forward passes).
+    scores = _name_scores(model, tok, prompt + TOOL_CALL_PREFILL, names)
+    assert name == names[scores.index(max(scores))]
     assert gen._tokenizer.prefill is None and gen._tokenizer.tools is None
-    assert not gen.generate(messages, max_new_tokens=3, tool_choice="auto", **kwargs).startswith(TOOL_CALL_PREFILL)
+    # One tool: no choice to make. "auto": no prefill. Unknown settings are refused.
+    one = gen.generate(messages, max_new_tokens=2, tool_choice="required", tools=tools[2:3])
+    assert one.startswith(f'{TOOL_CALL_PREFILL}fold_fragment", "arguments": {{')
+    assert not gen.generate(messages, max_new_tokens=3, tool_choice="auto", tools=tools).startswith(TOOL_CALL_PREFILL)
     with pytest.raises(ValueError, match="tool_choice='any'"):
-        gen.generate(messages, tool_choice="any", **kwargs)
+        gen.generate(messages, tool_choice="any", tools=tools)
 
 
 class ChoiceRecorder(ScriptedGenerator):
@@ -86,8 +108,10 @@ class ChoiceRecorder(ScriptedGenerator):
         super().__init__(replies)
         self.choices = []
 
-    def generate(self, messages, *, tool_choice=None, **kwargs):
+    def generate(self, messages, *, tool_choice=None, tools=None, **kwargs):
         self.choices.append(tool_choice)
+        if tool_choice == "required":  # the loop hands over the schemas, so the names are known
+            assert [t["function"]["name"] for t in tools] == [s["function"]["name"] for s in tool_schemas()]
         return super().generate(messages, **kwargs)
 
 

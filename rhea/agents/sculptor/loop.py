@@ -19,8 +19,8 @@ OpenAI-compatible endpoint — and the description is left out of the system pro
 
 `force_first_tool=True` is the paper's ``tool_choice="required"`` on the first step of a run
 (section 3.1). A generator with ``supports_tool_choice = True`` gets
-``tool_choice="required"`` for that generation: an endpoint passes it to the API, a local
-model has its reply prefilled with the opening of a tool call (see
+``tool_choice="required"`` (and the schemas) for that generation: an endpoint passes it to
+the API, a local model is constrained to open a call to one of the six tools (see
 `rhea.agents.sculptor.generators`), so the first reply is a call. A generator without it
 (e.g. `ScriptedGenerator`) falls back to a nudge: a first reply without a call is answered
 with `FORCE_TOOL_PROMPT` once, and the model asked again (step kind "nudged").
@@ -218,6 +218,8 @@ class SculptorLoop:
             kwargs["tools"] = self.toolbox.schemas()
         if required and with_tools and getattr(self.generator, "supports_tool_choice", False):
             kwargs["tool_choice"] = "required"
+            # A text-tools generator does not render them, but needs their names to force a call.
+            kwargs.setdefault("tools", self.toolbox.schemas())
         reply = self.generator.generate([dict(m) for m in prompt], **kwargs)
         if not isinstance(reply, str):
             raise TypeError(f"generator returned {type(reply).__name__}, expected str")
