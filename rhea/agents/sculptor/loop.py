@@ -68,7 +68,8 @@ class Step:
 
     `sources[i]` is the index of the step that generated `prompt[i]` (an earlier reply in
     this run) or None (system, history, query, tool results). `changed_view` says whether
-    the tool calls in this completion changed the visible history.
+    the tool calls in this completion changed the visible history; `results` holds the tool
+    messages that answered them (Algorithm 1's T_i).
     """
 
     prompt: list[dict]
