@@ -17,10 +17,12 @@ def make_loop(history, replies, *, seed=0, summaries=(), **kwargs):
     return SculptorLoop(generator, toolbox, **kwargs), generator
 
 
-def planned_fragment_ids(history, seed, start_marker, end_marker, n, searches_before=0):
-    # Ids are deterministic for a seed and the sequence of id-issuing ops (searches and
-    # fragmentings share one id stream), so a script can name fragments before they exist.
+def planned_fragment_ids(history, seed, start_marker, end_marker, n, searches_before=()):
+    # Ids are deterministic for a seed and the sequence of id-issuing ops (searches, one id
+    # per search and per result kept, and fragmentings share one id stream), so a script can
+    # name fragments before they exist. `searches_before`: the search_context arguments the
+    # script runs first, in order.
     store = AcmStore(history, seed=seed)
-    for _ in range(searches_before):
-        store.search("x")
+    for arguments in searches_before:
+        store.search(**arguments)
     return [f.id for f in store.fragment(start_marker, end_marker, n)]

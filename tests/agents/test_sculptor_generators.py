@@ -6,11 +6,12 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import torch
 
 from rhea.agents.sculptor import AcmStore, SculptorLoop, SculptorToolbox, tool_schemas
-from rhea.agents.sculptor.generators import (TOOLS_CHATML_TEMPLATE, ChatTemplateToolGenerator,
-                                             EndpointToolGenerator, openai_messages, template_supports_tools,
-                                             tool_generator)
+from rhea.agents.sculptor.generators import (TOOL_CALL_PREFILL, TOOLS_CHATML_TEMPLATE, ChatTemplateToolGenerator,
+                                             EndpointToolGenerator, TextToolGenerator, openai_messages,
+                                             template_supports_tools, tool_generator)
 from rhea.agents.sculptor.loop import MALFORMED
 from rhea.backends.llm import HFGenerator, OpenAICompatibleGenerator, ScriptedGenerator
 from rhea.testing import tiny_llama, tiny_tokenizer
@@ -36,7 +37,8 @@ def test_template_detection_and_fallback(tools_model):
     assert not template_supports_tools(broken)
     assert isinstance(tool_generator(model, tok), ChatTemplateToolGenerator)
     fallback = tool_generator(model, plain)
-    assert isinstance(fallback, HFGenerator) and not getattr(fallback, "supports_tools", False)
+    assert isinstance(fallback, TextToolGenerator) and not getattr(fallback, "supports_tools", False)
+    assert isinstance(fallback.hf, HFGenerator) and fallback.supports_tool_choice
     with pytest.raises(ValueError, match="does not render tools="):
         ChatTemplateToolGenerator(model, plain)
 
@@ -57,6 +59,71 @@ def test_chat_template_renders_tools_and_tool_results(tools_model):
     gen.generate(messages, max_new_tokens=2, tools=tool_schemas())
     assert gen.prompt_tokens == len(tok(text, add_special_tokens=False)["input_ids"])
     assert gen._tokenizer.tools is None  # tools are not left behind for the next call
+
+
+def _name_scores(model, tok, prompt, names):
+    # Reference: each name's log-likelihood from a full forward pass (no cache, no shared prefix).
+    scores = []
+    base = tok(prompt, add_special_tokens=False)["input_ids"]
+    for name in names:
+        ids = tok(prompt + name + '"', add_special_tokens=False)["input_ids"]
+        k = next(i for i, (a, b) in enumerate(zip(base + [None], ids)) if a != b)
+        x = torch.tensor([ids])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=x).logits[0].float(), -1)
+        scores.append(float(sum(logp[i - 1, ids[i]] for i in range(k, len(ids)))))
+    return scores
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_tool_choice_required_forces_a_call_to_the_likeliest_tool(tools_model, native):
+    model, tok = tools_model
+    gen = ChatTemplateToolGenerator(model, tok) if native else TextToolGenerator(model, tiny_tokenizer())
+    messages = [{"role": "user", "content": "q"}]
+    tools = tool_schemas()
+    names = [t["function"]["name"] for t in tools]
+    prompt = (gen.render(messages, tools=tools) if native else
+              gen.tokenizer.apply_chat_template(messages, chat_template=TOOLS_CHATML_TEMPLATE, tokenize=False,
+                                                add_generation_prompt=True))
+    reply = gen.generate(messages, max_new_tokens=3, tool_choice="required", tools=tools)
+    name = reply[len(TOOL_CALL_PREFILL):].split('"')[0]
+    assert reply.startswith(f'{TOOL_CALL_PREFILL}{name}", "arguments": {{') and name in names
+    # The name is the one the model itself scores highest after the prefill (KV-cached scoring
+    # agrees with full forward passes).
+    scores = _name_scores(model, tok, prompt + TOOL_CALL_PREFILL, names)
+    assert name == names[scores.index(max(scores))]
+    assert gen._tokenizer.prefill is None and gen._tokenizer.tools is None
+    # One tool: no choice to make. "auto": no prefill. Unknown settings are refused.
+    one = gen.generate(messages, max_new_tokens=2, tool_choice="required", tools=tools[2:3])
+    assert one.startswith(f'{TOOL_CALL_PREFILL}fold_fragment", "arguments": {{')
+    assert not gen.generate(messages, max_new_tokens=3, tool_choice="auto", tools=tools).startswith(TOOL_CALL_PREFILL)
+    with pytest.raises(ValueError, match="tool_choice='any'"):
+        gen.generate(messages, tool_choice="any", tools=tools)
+
+
+class ChoiceRecorder(ScriptedGenerator):
+    supports_tool_choice = True
+
+    def __init__(self, replies):
+        super().__init__(replies)
+        self.choices = []
+
+    def generate(self, messages, *, tool_choice=None, tools=None, **kwargs):
+        self.choices.append(tool_choice)
+        if tool_choice == "required":  # the loop hands over the schemas, so the names are known
+            assert [t["function"]["name"] for t in tools] == [s["function"]["name"] for s in tool_schemas()]
+        return super().generate(messages, **kwargs)
+
+
+def test_loop_sends_tool_choice_required_on_the_first_step_only(conversation):
+    gen = ChoiceRecorder([hermes("search_context", query="key_1"), hermes("search_context", query="key_2"), "done"])
+    loop = SculptorLoop(gen, SculptorToolbox(AcmStore(conversation), ScriptedGenerator([])), force_first_tool=True)
+    result = loop.run(conversation, QUERY)
+    assert gen.choices == ["required", None, None] and result.answer == "done"
+    assert [s.kind for s in result.steps] == ["tool_call", "tool_call", "final"]  # no nudge needed
+    gen = ChoiceRecorder(["done"])
+    SculptorLoop(gen, SculptorToolbox(AcmStore(conversation), ScriptedGenerator([]))).run(conversation, QUERY)
+    assert gen.choices == [None]
 
 
 def test_loop_runs_natively_on_a_tiny_tool_template_model(tools_model, conversation):
@@ -128,7 +195,8 @@ def test_endpoint_function_calling_round_trip(conversation):
     with StubChatServer(responses) as server:
         client = OpenAICompatibleGenerator(server.url, "stub-model", api_key="test", timeout=5)
         gen = EndpointToolGenerator(client)
-        loop = SculptorLoop(gen, SculptorToolbox(AcmStore(conversation), ScriptedGenerator([])), max_new_tokens=64)
+        loop = SculptorLoop(gen, SculptorToolbox(AcmStore(conversation), ScriptedGenerator([])), max_new_tokens=64,
+                            force_first_tool=True)
         result = loop.run(conversation, QUERY)
 
     assert result.answer == "The latest value of key_1 is value_10."
@@ -140,6 +208,7 @@ def test_endpoint_function_calling_round_trip(conversation):
     assert server.requests[0]["path"] == "/v1/chat/completions"
     assert [t["function"]["name"] for t in first["tools"]] == [s["function"]["name"] for s in tool_schemas()]
     assert first["max_tokens"] == 64 and first["model"] == "stub-model"
+    assert first["tool_choice"] == "required" and "tool_choice" not in second  # the paper's first-step setting
     assert "<tools>" not in first["messages"][0]["content"]
     # The earlier call goes back as structured tool_calls, each answered by its tool_call_id.
     assistant, *tool_msgs = second["messages"][-3:]

@@ -16,7 +16,8 @@ QUERY = "What is the latest value of key_1?"
 
 
 def test_known_tool_sequence_then_answer(conversation):
-    ids = planned_fragment_ids(conversation, 0, "<log>", "</log>", 3, searches_before=1)
+    ids = planned_fragment_ids(conversation, 0, "<log>", "</log>", 3,
+                               searches_before=[{"query": "key_1", "max_results": 50}])
     replies = [
         "Let me look first.\n" + hermes("search_context", query="key_1", max_results=50),
         hermes("fragment_context", start_marker="<log>", end_marker="</log>", num_fragments=3),
@@ -147,3 +148,18 @@ def test_constructor_and_run_validate_their_inputs(conversation):
         SculptorLoop(ScriptedGenerator([]), box, max_tool_calls=-1)
     with pytest.raises(ValueError, match="query"):
         SculptorLoop(ScriptedGenerator([]), box).run(conversation, "  ")
+
+
+def test_prompts_are_the_papers_appendix_d_word_for_word():
+    from rhea.agents.sculptor.prompts import NEEDLEBENCH_PROMPT, PI_LLM_PROMPT
+
+    assert PAPER_UNIFIED_PROMPT == (
+        "You are a helpful assistant. You can autonomously manage your own context: fold irrelevant information, "
+        "focus on useful details, summarize long texts to keep your context concise, and use search tools to find "
+        "key information in large documents.")
+    assert PI_LLM_PROMPT.startswith("You are an intelligent assistant specialized for PI-LLM (Proactive "
+                                    "Interference) testing.")
+    assert ("divide the entire update stream into multiple fragments (e.g., ten fragments), then keep only the last "
+            "two or three fragments while folding the rest." in PI_LLM_PROMPT)
+    assert NEEDLEBENCH_PROMPT.endswith("confirm they truly have no higher-level ancestors before concluding your "
+                                       "reasoning.")

@@ -66,9 +66,20 @@ def test_search_and_detail_return_correct_positions_and_windows(box, conversatio
     first = out["results"][0]
     assert first["position"] == content.index("value_1") and first["message_index"] == 1 and first["role"] == "user"
     assert "key_1 = value_1" in first["text"] and len(first["text"]) <= len("value_1") + 2 * 50 + 2
-    detail = call(box, "get_search_detail", {"search_id": out["search_id"], "extended_context": 2000})
-    assert detail["search_id"] == out["search_id"] and detail["shown"] == 2
-    assert detail["results"][0]["text"] == content  # the window covers the whole message
+    ids = [r["search_id"] for r in out["results"]]
+    assert len(set(ids)) == 2 and all(len(i) == 6 and i[0] == "s" for i in ids)  # the paper's 's1a2b3'
+    # get_search_detail shows the ONE result its id names (appendix H, Figure 19), wider.
+    second = out["results"][1]
+    detail = call(box, "get_search_detail", {"search_id": ids[1], "extended_context": 100})
+    assert detail["search_id"] == ids[1] and detail["position"] == second["position"] != first["position"]
+    assert detail["text"] == box.store.snippet(box.store.search_result(ids[1])[1], 100)
+    assert second["text"].strip("…") in detail["text"] and len(detail["text"]) > len(second["text"])
+    whole = call(box, "get_search_detail", {"search_id": ids[0], "extended_context": 2000})
+    assert whole["text"] == content and whole["position"] == first["position"]  # the window covers the message
+    # A whole search's id is not a result's: the error says so and lists the results' ids.
+    record_id = next(iter(box.store._searches))
+    err = box.execute("get_search_detail", {"search_id": record_id}).error
+    assert "is a whole search, not one result" in err and ids[1] in err
 
 
 @pytest.mark.parametrize(
@@ -84,7 +95,7 @@ def test_search_and_detail_return_correct_positions_and_windows(box, conversatio
         ("search_context", {"query": ""}, "query must not be empty"),
         ("search_context", {"query": "a", "colour": "red"}, "unknown argument 'colour'"),
         ("get_search_detail", {"search_id": "abc123", "extended_context": 99}, "extended_context=99 is out of range [100, 2000]"),
-        ("get_search_detail", {"search_id": "abc123"}, "unknown search_id 'abc123'"),
+        ("get_search_detail", {"search_id": "abc123"}, "unknown search result id 'abc123'"),
         ("fold_fragment", {"fragment_id": 7}, "fragment_id must be a string, got int 7"),
         ("fold_fragment", {"fragment_id": "abc123"}, "unknown fragment_id 'abc123'"),
         ("restore_fragment", {}, "missing required argument 'fragment_id'"),

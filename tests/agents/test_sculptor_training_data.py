@@ -19,16 +19,17 @@ def test_jsonl_from_a_run_is_what_the_trainer_reads(conversation, tmp_path):
     result = loop.run(conversation, "What is the latest value of key_1?")
     path = tmp_path / "trajectories.jsonl"
     with open(path, "w") as fp:
-        assert write_jsonl([result], fp, rewards=[1.0]) == 2  # cut at the fold, then the answer
+        assert write_jsonl([result], fp, rewards=[1.0]) == 3  # cut at the fragment, the fold, then the answer
 
     loaded = load_trajectories(path)
-    assert [sum(mask) for _, mask in loaded] == [2, 1]  # each completion trained exactly once
-    assert loaded[0][0][-1]["content"] == replies[1] and loaded[1][0][-1]["content"] == "value_10"
+    assert [sum(mask) for _, mask in loaded] == [1, 1, 1]  # each completion trained exactly once
+    assert loaded[1][0][-2]["content"] == replies[1] and loaded[2][0][-1]["content"] == "value_10"
+    assert loaded[1][0][-1]["role"] == "tool" and not loaded[1][1][-1]  # the fold's result, without loss
     assert any(m["role"] == "tool" for m in loaded[0][0])
 
     tok = tiny_tokenizer()
     samples = build_trajectory_samples(loaded, tok, max_length=4096)
-    assert len(samples.samples) == 2 and not samples.skipped
+    assert len(samples.samples) == 3 and not samples.skipped
     for sample in samples.samples:
         trained = [t for t, label in zip(sample.input_ids, sample.labels) if label != IGNORE]
         assert trained and len(trained) < len(sample.input_ids)

@@ -5,8 +5,19 @@
   add_generation_prompt=True)``; Qwen2.5's template does, SmolLM2's does not).
 - `EndpointToolGenerator`: an OpenAI-compatible endpoint, sent ``tools=`` and read back
   from the response's ``message.tool_calls``.
+- `TextToolGenerator`: a local HF model whose template does not render tools (the loop
+  describes them in its system prompt);
 - `tool_generator(model, tokenizer)`: the chat-template generator when the template
-  renders tools, else a plain `HFGenerator` (the loop then describes the tools in text).
+  renders tools, else the text one.
+
+``tool_choice="required"`` (the paper's first-step setting, section 3.1) is honoured by all
+three (``supports_tool_choice = True``): the endpoint forwards it to the API; the local ones
+constrain the reply to open a call to one of the given tools, the way an API's constrained
+decoding does: the model scores each tool's name after ``<tool_call>\n{"name": "`` (its
+log-likelihood, one pass over the prompt, its KV cache reused for every name), the best one
+(greedy; sampled by softmax when temperature > 0) is written, and the reply is prefilled
+with ``<tool_call>\n{"name": "<tool>", "arguments": {`` before the model writes the
+arguments. Which tool and which arguments stay the model's choice.
 
 Both return text the loop parses with `parse_tool_calls`: the model's own text for a local
 model, and the endpoint's content plus one Hermes ``<tool_call>`` block per returned call
@@ -14,6 +25,8 @@ model, and the endpoint's content plus one Hermes ``<tool_call>`` block per retu
 """
 from __future__ import annotations
 
+import copy
+import inspect
 import json
 from typing import Any, Sequence
 
@@ -43,17 +56,33 @@ def template_supports_tools(tokenizer: Any) -> bool:
     return _PROBE_TOOL in text
 
 
+#: What a local generator prefills for ``tool_choice="required"``: the opening of a Hermes
+#: call, so the model's first tokens are a tool's name.
+TOOL_CALL_PREFILL = '<tool_call>\n{"name": "'
+TOOL_CHOICES = ("auto", "required", "none")
+
+
+def _check_tool_choice(tool_choice: str | None) -> None:
+    if tool_choice is not None and tool_choice not in TOOL_CHOICES:
+        raise RheaConfigError(f"tool_choice={tool_choice!r} must be one of {', '.join(TOOL_CHOICES)} (or None)")
+
+
 class _ToolsTemplateTokenizer:
-    """The wrapped tokenizer, with `tools` added to every `apply_chat_template` call while set."""
+    """The wrapped tokenizer, with `tools` added to every `apply_chat_template` call while set,
+    and `prefill` appended to the rendered prompt text (the reply's forced opening) while set."""
 
     def __init__(self, tokenizer: Any):
         self._tokenizer = tokenizer
         self.tools: list[dict] | None = None
+        self.prefill: str | None = None
 
     def apply_chat_template(self, messages, **kwargs):
         if self.tools is not None:
             kwargs["tools"] = self.tools
-        return self._tokenizer.apply_chat_template(messages, **kwargs)
+        text = self._tokenizer.apply_chat_template(messages, **kwargs)
+        if self.prefill and isinstance(text, str) and kwargs.get("add_generation_prompt"):
+            text += self.prefill
+        return text
 
     def __call__(self, *args, **kwargs):
         return self._tokenizer(*args, **kwargs)
@@ -77,6 +106,7 @@ class ChatTemplateToolGenerator:
     """
 
     supports_tools = True
+    supports_tool_choice = True
 
     def __init__(self, model, tokenizer=None, *, adapter: str | None = None, seed: int | None = None):
         tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
@@ -98,12 +128,15 @@ class ChatTemplateToolGenerator:
         return self.tokenizer.apply_chat_template([{"role": m["role"], "content": m["content"]} for m in messages],
                                                   tools=tools, tokenize=False, add_generation_prompt=True)
 
-    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None, tools=None) -> str:
-        self._tokenizer.tools = tools
-        try:
-            return self.hf.generate(messages, max_new_tokens=max_new_tokens, temperature=temperature, stop=stop)
-        finally:
-            self._tokenizer.tools = None
+    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None, tools=None,
+                 tool_choice=None) -> str:
+        """The reply; with ``tool_choice="required"`` (and tools) it is a call to one of `tools`."""
+        _check_tool_choice(tool_choice)
+        shown = tools if tool_choice != "none" else None
+        prefill = (_required_prefill(self.hf, self._tokenizer, messages, shown, tools, temperature)
+                   if tool_choice == "required" and tools else None)
+        return _prefilled(self.hf, self._tokenizer, messages, shown, prefill,
+                          max_new_tokens=max_new_tokens, temperature=temperature, stop=stop)
 
     @property
     def prompt_tokens(self) -> int:
@@ -114,18 +147,149 @@ class ChatTemplateToolGenerator:
         return self.hf.completion_tokens
 
 
-def tool_generator(model, tokenizer=None, **kwargs) -> ChatTemplateToolGenerator | HFGenerator:
-    """Native chat-template tool calling when the template supports it, else plain text generation.
+def tool_names(tools: Sequence[dict] | None) -> list[str]:
+    """The function names in OpenAI tool schemas.
+
+    >>> tool_names([{"type": "function", "function": {"name": "f"}}])
+    ['f']
+    """
+    return [t["function"]["name"] for t in tools or () if isinstance(t, dict) and isinstance(t.get("function"), dict)
+            and isinstance(t["function"].get("name"), str)]
+
+
+def _required_prefill(hf: HFGenerator, tokenizer: _ToolsTemplateTokenizer, messages, shown_tools, tools,
+                      temperature: float) -> str:
+    """`TOOL_CALL_PREFILL` + the tool name the model scores highest + the opening of its arguments."""
+    names = tool_names(tools)
+    if not names:
+        return TOOL_CALL_PREFILL
+    name = names[0] if len(names) == 1 else _choose_name(hf, tokenizer, messages, shown_tools, names, temperature)
+    return f'{TOOL_CALL_PREFILL}{name}", "arguments": {{'
+
+
+def _choose_name(hf: HFGenerator, tokenizer: _ToolsTemplateTokenizer, messages, shown_tools, names: list[str],
+                 temperature: float) -> str:
+    import torch
+
+    from rhea.backends.chat_template import apply_chat_template
+
+    tokenizer.tools, tokenizer.prefill = shown_tools, TOOL_CALL_PREFILL
+    try:
+        prompt = apply_chat_template(tokenizer, [{"role": m["role"], "content": m["content"]} for m in messages])
+    finally:
+        tokenizer.tools, tokenizer.prefill = None, None
+    raw = tokenizer._tokenizer
+
+    def encode(text: str) -> list[int]:
+        return list(raw(text, add_special_tokens=False)["input_ids"])
+
+    # Each candidate is the prompt + name + closing quote; score the tokens after the longest
+    # prefix that all candidates (and the prompt) share, so every name is scored from the same
+    # context even where a name's first token merges with the prefill's quote.
+    full = [encode(prompt + name + '"') for name in names]
+    shared = min(_common_prefix(encode(prompt), ids) for ids in full)
+    shared = min([shared] + [_common_prefix(full[0], ids) for ids in full[1:]])
+    model = hf._backbone()
+    device = next(model.parameters()).device
+    # transformers renamed `past_key_values` to `cache` (5.x); take whichever this model has.
+    # (A PEFT wrapper passes the keyword on to the model it wraps, so look at that one.)
+    inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    cache_kw = "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+    scores = []
+    with hf._context(), torch.no_grad():
+        head = model(input_ids=torch.tensor([full[0][:shared]], device=device), use_cache=True)
+        cache, last = head.get(cache_kw), head.logits[0, -1].float()
+        for ids in full:
+            rest = torch.tensor([ids[shared:]], device=device)
+            # Each name reads its own copy of the shared prompt's cache (names never see each other).
+            out = model(input_ids=rest, use_cache=True, **{cache_kw: copy.deepcopy(cache)})
+            logits = torch.cat([last[None], out.logits[0, :-1].float()])
+            scores.append(float(torch.log_softmax(logits, -1).gather(-1, rest[0, :, None]).sum()))
+    hf.prompt_tokens += shared + sum(len(ids) - shared for ids in full)
+    if temperature and temperature > 0:
+        probs = torch.softmax(torch.tensor(scores) / float(temperature), -1)
+        return names[int(torch.multinomial(probs, 1))]
+    return names[max(range(len(names)), key=scores.__getitem__)]
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _prefilled(hf: HFGenerator, tokenizer: _ToolsTemplateTokenizer, messages, tools, prefill, **kwargs) -> str:
+    tokenizer.tools, tokenizer.prefill = tools, prefill
+    try:
+        text = hf.generate(messages, **kwargs)
+    finally:
+        tokenizer.tools, tokenizer.prefill = None, None
+    # The prefill is part of the reply the model gave (the prompt only held it to force it).
+    return f"{prefill}{text}" if prefill else text
+
+
+class TextToolGenerator:
+    """A local HF model whose chat template has no tool format: the loop describes the tools
+    in its system prompt (`rhea.agents.sculptor.prompts.TOOL_FORMAT_TEMPLATE`) and parses
+    Hermes ``<tool_call>`` blocks from the text. ``tool_choice="required"`` with `tools` (used
+    only to know the names; they are not rendered) makes the reply a call to one of them.
+
+    >>> from rhea.agents.sculptor import tool_schemas
+    >>> from rhea.testing import tiny_llama, tiny_tokenizer
+    >>> tok = tiny_tokenizer()
+    >>> gen = TextToolGenerator(tiny_llama(len(tok)), tok)
+    >>> reply = gen.generate([{"role": "user", "content": "hi"}], max_new_tokens=2, tool_choice="required",
+    ...                      tools=tool_schemas())
+    >>> reply.startswith(TOOL_CALL_PREFILL) and reply.split('"')[3] in tool_names(tool_schemas())
+    True
+    """
+
+    supports_tools = False
+    supports_tool_choice = True
+
+    def __init__(self, model, tokenizer=None, *, adapter: str | None = None, seed: int | None = None):
+        tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+        if tokenizer is None:
+            raise RheaConfigError("TextToolGenerator needs a tokenizer: pass tokenizer= (a RheaForCausalLM carries its own)")
+        self._tokenizer = _ToolsTemplateTokenizer(tokenizer)
+        self.hf = HFGenerator(model, self._tokenizer, adapter=adapter, seed=seed)
+
+    @property
+    def tokenizer(self):
+        return self._tokenizer._tokenizer
+
+    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None, tools=None,
+                 tool_choice=None) -> str:
+        _check_tool_choice(tool_choice)
+        prefill = (_required_prefill(self.hf, self._tokenizer, messages, None, tools, temperature)
+                   if tool_choice == "required" else None)
+        return _prefilled(self.hf, self._tokenizer, messages, None, prefill,
+                          max_new_tokens=max_new_tokens, temperature=temperature, stop=stop)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.hf.prompt_tokens
+
+    @property
+    def completion_tokens(self) -> int:
+        return self.hf.completion_tokens
+
+
+def tool_generator(model, tokenizer=None, **kwargs) -> ChatTemplateToolGenerator | TextToolGenerator:
+    """Native chat-template tool calling when the template supports it, else text-described tools.
 
     >>> from rhea.testing import tiny_llama, tiny_tokenizer
     >>> tok = tiny_tokenizer()
     >>> type(tool_generator(tiny_llama(len(tok)), tok)).__name__
-    'HFGenerator'
+    'TextToolGenerator'
     """
     tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
     if tokenizer is not None and template_supports_tools(tokenizer):
         return ChatTemplateToolGenerator(model, tokenizer, **kwargs)
-    return HFGenerator(model, tokenizer, **kwargs)
+    return TextToolGenerator(model, tokenizer, **kwargs)
 
 
 class EndpointToolGenerator:
@@ -141,18 +305,23 @@ class EndpointToolGenerator:
     """
 
     supports_tools = True
+    supports_tool_choice = True
 
     def __init__(self, client: OpenAICompatibleGenerator):
         if not callable(getattr(client, "chat", None)):
             raise TypeError(f"client must be an OpenAICompatibleGenerator (with .chat), got {type(client).__name__}")
         self.client = client
 
-    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None, tools=None) -> str:
+    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None, tools=None,
+                 tool_choice=None) -> str:
+        _check_tool_choice(tool_choice)
         params: dict[str, Any] = {"max_tokens": max_new_tokens, "temperature": temperature}
         if stop:
             params["stop"] = list(stop)
         if tools:
             params["tools"] = tools
+            if tool_choice is not None:
+                params["tool_choice"] = tool_choice  # the API's own setting, sent as is
         data = self.client.chat(openai_messages(messages), **params)
         try:
             message = data["choices"][0]["message"]

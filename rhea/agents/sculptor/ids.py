@@ -1,4 +1,8 @@
-"""Short, unique, reproducible ids for fragments and searches."""
+"""Short, unique, reproducible ids for fragments and searches.
+
+The paper's examples are 6 characters with a kind letter first: 'f1a2b3' for a fragment,
+'sla2b3' (read 's1a2b3') for a search result (appendix H); `AcmStore` issues ids the same way.
+"""
 from __future__ import annotations
 
 import random
@@ -26,10 +30,17 @@ class IdGenerator:
         self._rng = random.Random(seed)
         self._issued: set[str] = set()
 
-    def new(self) -> str:
-        # 16**6 ≈ 16.7M ids; a collision only costs one more draw.
+    def new(self, prefix: str = "") -> str:
+        """A fresh id: `prefix` (the paper's 'f' for fragments, 's' for search results) then hex.
+
+        >>> IdGenerator(seed=0).new("f")[0], len(IdGenerator(seed=0).new("f"))
+        ('f', 6)
+        """
+        if len(prefix) >= self.LENGTH:
+            raise ValueError(f"prefix {prefix!r} leaves no room in a {self.LENGTH}-character id")
+        # 16**5 ≈ 1M ids per prefix; a collision only costs one more draw.
         while True:
-            candidate = "".join(self._rng.choice(_HEX) for _ in range(self.LENGTH))
+            candidate = prefix + "".join(self._rng.choice(_HEX) for _ in range(self.LENGTH - len(prefix)))
             if candidate not in self._issued:
                 self._issued.add(candidate)
                 return candidate

@@ -16,6 +16,14 @@ fenced JSON or OpenAI-style; see `rhea.agents.toolcalls`). A generator whose
 `generate(messages, tools=schemas, ...)` instead — e.g. one that renders
 `tokenizer.apply_chat_template(messages, tools=schemas)` or forwards `tools` to an
 OpenAI-compatible endpoint — and the description is left out of the system prompt.
+
+`force_first_tool=True` is the paper's ``tool_choice="required"`` on the first step of a run
+(section 3.1). A generator with ``supports_tool_choice = True`` gets
+``tool_choice="required"`` (and the schemas) for that generation: an endpoint passes it to
+the API, a local model is constrained to open a call to one of the six tools (see
+`rhea.agents.sculptor.generators`), so the first reply is a call. A generator without it
+(e.g. `ScriptedGenerator`) falls back to a nudge: a first reply without a call is answered
+with `FORCE_TOOL_PROMPT` once, and the model asked again (step kind "nudged").
 """
 from __future__ import annotations
 
@@ -37,6 +45,8 @@ from rhea.errors import RheaConfigError
 
 #: Name recorded for a reply whose tool call could not be read.
 MALFORMED = "<malformed>"
+#: `TraceEntry.error_type` of an unreadable call, and of a call refused because the budget was spent.
+MALFORMED_ERROR, OVER_BUDGET_ERROR = "MalformedCall", "OverBudget"
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,7 @@ class TraceEntry:
     result: str  # the tool message content
     error: str | None
     changed_view: bool  # whether the visible history changed
+    error_type: str | None = None  # class name of the error ("MalformedCall" for an unreadable call)
 
 
 @dataclass(frozen=True)
@@ -57,7 +68,8 @@ class Step:
 
     `sources[i]` is the index of the step that generated `prompt[i]` (an earlier reply in
     this run) or None (system, history, query, tool results). `changed_view` says whether
-    the tool calls in this completion changed the visible history.
+    the tool calls in this completion changed the visible history; `results` holds the tool
+    messages that answered them (Algorithm 1's T_i).
     """
 
     prompt: list[dict]
@@ -65,6 +77,7 @@ class Step:
     sources: list[int | None]
     kind: str  # "tool_call" | "final" | "nudged" | "budget_final"
     changed_view: bool = False
+    results: tuple[dict, ...] = ()  # the tool messages answering this completion's calls (T_i)
 
 
 @dataclass
@@ -130,7 +143,8 @@ class SculptorLoop:
         run = _Run(query, system or "")
         while True:
             prompt, sources = self._prompt(run)
-            reply = self._generate(prompt, with_tools=True)
+            first = not run.steps
+            reply = self._generate(prompt, with_tools=True, required=first and self.force_first_tool)
             parsed = parse_tool_calls(reply)
             step_index = len(run.steps)
             if not parsed.calls and not parsed.errors:
@@ -143,8 +157,10 @@ class SculptorLoop:
                 run.steps.append(Step(prompt, reply, sources, "final"))
                 return self._result(run, parsed.text or reply.strip(), prompt, budget_exhausted=False)
             run.add({"role": "assistant", "content": reply}, step_index)
+            before = len(run.trail)
             changed = self._execute(run, parsed, step_index)
-            run.steps.append(Step(prompt, reply, sources, "tool_call", changed))
+            results = tuple(dict(m) for m in run.trail[before:])
+            run.steps.append(Step(prompt, reply, sources, "tool_call", changed, results))
             if run.n_calls >= self.max_tool_calls:
                 return self._final_without_tools(run)
 
@@ -154,23 +170,25 @@ class SculptorLoop:
         if parsed.errors:
             # An unreadable call still spends budget, so a model stuck on bad syntax stops.
             problem = MALFORMED_CALL_MESSAGE.format(problems="; ".join(parsed.errors))
-            self._record(run, step_index, MALFORMED, {}, json.dumps({"error": problem}), problem, False)
+            self._record(run, step_index, MALFORMED, {}, json.dumps({"error": problem}), problem, False,
+                         error_type=MALFORMED_ERROR)
         for call in parsed.calls:
             if run.n_calls >= self.max_tool_calls:
                 problem = f"tool budget of {self.max_tool_calls} calls is spent; {call.name} was not run"
                 self._record(run, step_index, call.name, call.arguments, json.dumps({"error": problem}), problem,
-                             False, spend=False)
+                             False, spend=False, error_type=OVER_BUDGET_ERROR)
                 continue
             outcome = self.toolbox.execute(call.name, call.arguments)
-            self._record(run, step_index, call.name, call.arguments, outcome.content, outcome.error, outcome.changed_view)
+            self._record(run, step_index, call.name, call.arguments, outcome.content, outcome.error, outcome.changed_view,
+                         error_type=outcome.error_type)
             changed |= outcome.changed_view
         return changed
 
     def _record(self, run: "_Run", step: int, name: str, arguments: dict, content: str, error: str | None,
-                changed: bool, *, spend: bool = True) -> None:
+                changed: bool, *, spend: bool = True, error_type: str | None = None) -> None:
         run.n_calls += spend
         run.add(self._tool_message(name, content), None)
-        run.trace.append(TraceEntry(step, name, dict(arguments), content, error, changed))
+        run.trace.append(TraceEntry(step, name, dict(arguments), content, error, changed, error_type))
 
     def _final_without_tools(self, run: "_Run") -> LoopResult:
         run.add({"role": "user", "content": BUDGET_EXHAUSTED_PROMPT.format(max_tool_calls=self.max_tool_calls)}, None)
@@ -195,10 +213,14 @@ class SculptorLoop:
         head = [{"role": "system", "content": system}, *history, {"role": "user", "content": run.query}]
         return [*head, *run.trail], [None] * len(head) + list(run.sources)
 
-    def _generate(self, prompt: list[dict], *, with_tools: bool) -> str:
+    def _generate(self, prompt: list[dict], *, with_tools: bool, required: bool = False) -> str:
         kwargs = {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature}
         if self.native_tools and with_tools:
             kwargs["tools"] = self.toolbox.schemas()
+        if required and with_tools and getattr(self.generator, "supports_tool_choice", False):
+            kwargs["tool_choice"] = "required"
+            # A text-tools generator does not render them, but needs their names to force a call.
+            kwargs.setdefault("tools", self.toolbox.schemas())
         reply = self.generator.generate([dict(m) for m in prompt], **kwargs)
         if not isinstance(reply, str):
             raise TypeError(f"generator returned {type(reply).__name__}, expected str")

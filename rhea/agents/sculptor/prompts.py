@@ -1,33 +1,52 @@
-"""Prompts of the Sculptor loop.
+"""Prompts of the Sculptor loop, the paper's word for word where it prints one.
 
-`PAPER_UNIFIED_PROMPT` is a faithful paraphrase, not the verbatim text: the paper's unified
-system prompt (arXiv 2508.04664, appendix) could not be retrieved offline. It states what
-the paper's prompt conveys — the model owns ACM tools over its own history, long contexts
-carry interfering (outdated, irrelevant) information, the three tool families and their
-reversibility, and to answer directly once the context serves the question.
+From the Sculptor paper's appendix D (arXiv 2508.04664):
+
+- `PAPER_UNIFIED_PROMPT` (D.2, Figure 9): the minimal, generic prompt of the zero-shot
+  evaluations and of RL training; the loop's default;
+- `PI_LLM_PROMPT` (D.1, Figure 7): the benchmark-specific prompt for PI-LLM (fragment, then
+  fold the earlier updates); `benchmarks/sculptor_pi.py` uses it, as the paper's Table 1 does;
+- `NEEDLEBENCH_PROMPT` (D.1, Figure 8): the benchmark-specific prompt for NeedleBench
+  Multi-Needle Reasoning (chained search_context / get_search_detail).
+
+The paper prints tool names in code font; the prompts below keep its backticks (PI-LLM) and
+quotes (NeedleBench) as printed. The other prompts here (`TOOL_FORMAT_TEMPLATE`, the budget,
+nudge and malformed-call messages) have no counterpart in the paper: they are the loop's
+plumbing for models without native tool calling (see docs/fidelity.md, Sculptor).
 """
 from __future__ import annotations
 
 import json
 
 PAPER_UNIFIED_PROMPT = (
-    "You are a helpful assistant equipped with Active Context Management (ACM) tools that let you "
-    "sculpt your own working memory: the conversation history you see. Long histories hold "
-    "outdated, repeated or irrelevant information that interferes with recall and reasoning, so "
-    "you may reshape the context before you answer:\n"
-    "1. fragment_context splits a long span, between two exact markers, into fragments with ids.\n"
-    "2. summarize_fragment replaces a fragment by a summary focused on what the task needs, and "
-    "fold_fragment hides a fragment behind a short marker. Both are reversible: restore_fragment "
-    "brings the original text back.\n"
-    "3. search_context finds exact, case-insensitive matches anywhere in the original history, "
-    "folded or summarized parts included; get_search_detail shows more text around the matches "
-    "of an earlier search.\n"
-    "Use the tools when the context is long or noisy, or when values were updated over time: fold "
-    "or summarize what is superseded or unrelated, search for the exact key or name you are asked "
-    "about, restore anything you need to read again. Skip them when the answer is plain. Each "
-    "tool result arrives as a tool message after your call. When the context serves the question, "
-    "answer the user's last message directly, without calling a tool."
+    "You are a helpful assistant. You can autonomously manage your own context: fold irrelevant "
+    "information, focus on useful details, summarize long texts to keep your context concise, and use "
+    "search tools to find key information in large documents."
 )
+
+PI_LLM_PROMPT = (
+    "You are an intelligent assistant specialized for PI-LLM (Proactive Interference) testing. Your task "
+    "is to track continuous updates to multiple key-value pairs and accurately remember the latest value "
+    "for each key amidst substantial interference information.\n"
+    "Remember: First use the `fragment_context` tool to split the long text into multiple fragments, then "
+    "use `fold_fragment` to fold unimportant, earlier key-value updates, allowing you to concentrate on "
+    "the final updates. The recommended approach is to divide the entire update stream into multiple "
+    "fragments (e.g., ten fragments), then keep only the last two or three fragments while folding the "
+    "rest. This strategy enables focus on the current, most recent content without being distracted by "
+    "earlier information."
+)
+
+NEEDLEBENCH_PROMPT = (
+    "You are an agent skilled at analyzing family relationships between different people. You have "
+    "\"search_context\" and \"get_search_detail\" tools. You excel at conducting chained searches for key "
+    "information in long texts until you find complete information to reach your desired final answer.\n"
+    "When searching for the oldest ancestor, ensure that every person name found has been verified "
+    "through the search tools to confirm they truly have no higher-level ancestors before concluding "
+    "your reasoning."
+)
+
+#: The paper's system prompts by name (``--prompt`` of benchmarks/sculptor_pi.py).
+PAPER_PROMPTS = {"unified": PAPER_UNIFIED_PROMPT, "pi-llm": PI_LLM_PROMPT, "needlebench": NEEDLEBENCH_PROMPT}
 
 TOOL_FORMAT_TEMPLATE = (
     "# Tools\n\n"
@@ -43,10 +62,8 @@ BUDGET_EXHAUSTED_PROMPT = (
     "give your final answer to the question now."
 )
 
-FORCE_TOOL_PROMPT = (
-    "Before answering, use at least one context management tool (for example search_context for "
-    "the key you are asked about) to check the relevant part of the history, then answer."
-)
+#: The fallback for ``tool_choice="required"`` when a generator cannot take it (see loop.py).
+FORCE_TOOL_PROMPT = "Before answering, call at least one of the context management tools."
 
 MALFORMED_CALL_MESSAGE = (
     "could not read your tool call ({problems}). Write each call as "

@@ -35,10 +35,13 @@ class SearchMatch:
     end: int
     fragment_id: str | None  # the fragment holding the match, if any
     fragment_state: str | None  # its state when the search ran
+    id: str = ""  # the result's own id ('s' + 5 hex), what get_search_detail takes
 
 
 @dataclass(frozen=True)
 class SearchRecord:
+    """One search_context call: its id, its query, and the matches it showed (each with an id)."""
+
     id: str
     query: str
     role: str

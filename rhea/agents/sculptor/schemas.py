@@ -1,9 +1,14 @@
-"""The six Sculptor tools as OpenAI function-calling JSON schemas.
+"""The six Sculptor tools as OpenAI function-calling JSON schemas, as the paper prints them.
 
-Names, parameters, defaults and limits follow the Sculptor paper's tool list (arXiv
-2508.04664, appendix H). The paper's exact description strings were not available to us
-offline, so the descriptions below are our own wording of each tool's documented behaviour.
-`role` additionally accepts "all" (any role), a rhea extension.
+Names, descriptions, parameters, defaults, limits and `required` lists are the Sculptor
+paper's appendix H (Figures 14-19, arXiv 2508.04664), word for word. The id examples read
+'f1a2b3' / 's1a2b3' where the extracted text shows 'fla2b3' / 'sla2b3' (an 'l' for a '1').
+Two places differ, see docs/fidelity.md (Sculptor):
+
+- Figure 17 (`summarize_fragment`) is cut off after the `focus` property in the paper; its
+  `required` list is not printed. Both properties are required here (a summary needs its focus).
+- string parameters carry ``"minLength": 1`` (the paper's have none): an empty marker or
+  query would match everywhere, so it is refused with a message instead.
 
 These dicts are what `tokenizer.apply_chat_template(messages, tools=TOOL_SCHEMAS)` and
 OpenAI-compatible endpoints take.
@@ -12,7 +17,8 @@ from __future__ import annotations
 
 import copy
 
-ROLES = ["user", "assistant", "system", "all"]
+#: The paper's role enum for fragment_context and search_context ("all": any role).
+ROLES = ["user", "assistant", "all"]
 
 
 def _function(name: str, description: str, properties: dict, required: list[str]) -> dict:
@@ -32,75 +38,74 @@ def _function(name: str, description: str, properties: dict, required: list[str]
 
 
 def _int(description: str, default: int, minimum: int, maximum: int) -> dict:
-    return {"type": "integer", "description": description, "default": default, "minimum": minimum, "maximum": maximum}
+    return {"type": "integer", "default": default, "minimum": minimum, "maximum": maximum, "description": description}
 
 
 def _role(description: str) -> dict:
-    return {"type": "string", "description": description, "enum": ROLES, "default": "user"}
+    return {"type": "string", "enum": ROLES, "default": "user", "description": description}
 
 
 def _text(description: str) -> dict:
     return {"type": "string", "description": description, "minLength": 1}
 
 
-_FRAGMENT_ID = _text("The 6-character id of a fragment, as returned by fragment_context.")
-
 TOOL_SCHEMAS: list[dict] = [
     _function(
         "fragment_context",
-        "Split a span of the conversation into fragments with unique ids, so that parts of it can "
-        "later be summarized, folded or restored. The span runs from the first occurrence of "
-        "start_marker through the following end_marker, inside one message of the given role. "
-        "The visible text does not change; the result lists each fragment id with a preview.",
+        "Fragment conversation content between specified markers into manageable pieces. Useful for "
+        "breaking down long text sections for detailed analysis.",
         {
-            "start_marker": _text("Exact text where the span starts (included)."),
-            "end_marker": _text("Exact text where the span ends (included); must come after start_marker in the same message."),
-            "num_fragments": _int("How many fragments to split the span into.", 5, 1, 20),
-            "role": _role("Role of the messages to look in."),
+            "start_marker": _text("Start marker text to identify the beginning of content to fragment"),
+            "end_marker": _text("End marker text to identify the end of content to fragment"),
+            "num_fragments": _int("Number of fragments to create (default: 5)", 5, 1, 20),
+            "role": _role("Which role's messages to search in (default: user)"),
         },
         ["start_marker", "end_marker"],
     ),
     _function(
         "summarize_fragment",
-        "Replace a fragment in the context by a summary focused on what matters for the task. "
-        "The original stays stored and restore_fragment brings it back.",
+        "Summarize a conversation fragment using LLM to compress content while preserving key information. "
+        "Supports focus-oriented summarization.",
         {
-            "fragment_id": _FRAGMENT_ID,
-            "focus": _text("What the summary should keep (e.g. 'the latest value of each key')."),
+            "fragment_id": _text("ID of the fragment to summarize (e.g., 'f1a2b3')"),
+            "focus": _text("Focus area for the summary (e.g., 'technical details', 'key decisions', "
+                           "'action items', 'main points', 'problems', 'solutions')"),
         },
         ["fragment_id", "focus"],
     ),
     _function(
         "fold_fragment",
-        "Hide a fragment behind a short marker to remove distracting content from the context. "
-        "The original stays stored and restore_fragment brings it back.",
-        {"fragment_id": _FRAGMENT_ID},
+        "Fold (hide) a conversation fragment to reduce visible context length. The content is preserved "
+        "and can be expanded later.",
+        {"fragment_id": _text("ID of the fragment to fold (e.g., 'f1a2b3')")},
         ["fragment_id"],
     ),
     _function(
         "restore_fragment",
-        "Show the original text of a folded or summarized fragment again.",
-        {"fragment_id": _FRAGMENT_ID},
+        "Restore a fragment to its original content from ACM storage. Works for both summarized and "
+        "folded fragments.",
+        {"fragment_id": _text("ID of the fragment to restore (e.g., 'f1a2b3')")},
         ["fragment_id"],
     ),
     _function(
         "search_context",
-        "Find exact, case-insensitive matches of a query in the original conversation, including "
-        "folded or summarized parts. Returns a search id and each match with surrounding text.",
+        "Search tool for finding exact text matches in conversation history.",
         {
-            "query": _text("The exact text to look for (case-insensitive)."),
-            "role": _role("Role of the messages to search."),
-            "max_results": _int("Most matches to return.", 10, 1, 50),
-            "context_size": _int("Characters of surrounding text to show on each side of a match.", 200, 50, 1000),
+            "query": _text("Exact text to search for in conversation history"),
+            "role": _role("Filter by message role (default: user)"),
+            "max_results": _int("Maximum number of results to return", 10, 1, 50),
+            "context_size": _int("Context characters before/after match", 200, 50, 1000),
         },
         ["query"],
     ),
     _function(
         "get_search_detail",
-        "Show the matches of an earlier search_context call with more surrounding text.",
+        "Get detailed context for a search result by its ID. Retrieves extended context around the search "
+        "match position.",
         {
-            "search_id": _text("The search id returned by search_context."),
-            "extended_context": _int("Characters of surrounding text to show on each side of a match.", 500, 100, 2000),
+            "search_id": _text("Search result ID from search_context (e.g., 's1a2b3')"),
+            "extended_context": _int("Number of characters to show before and after the match (default: 500)",
+                                     500, 100, 2000),
         },
         ["search_id"],
     ),

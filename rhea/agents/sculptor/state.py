@@ -33,12 +33,14 @@ def search_to_dict(record: SearchRecord) -> dict:
     return {"id": record.id, "query": record.query, "role": record.role, "context_size": record.context_size,
             "total_matches": record.total_matches,
             "matches": [{"message_index": m.message_index, "role": m.role, "start": m.start, "end": m.end,
-                         "fragment_id": m.fragment_id, "fragment_state": m.fragment_state} for m in record.matches]}
+                         "fragment_id": m.fragment_id, "fragment_state": m.fragment_state, "id": m.id}
+                        for m in record.matches]}
 
 
 def search_from_dict(data: dict) -> SearchRecord:
     matches = tuple(SearchMatch(int(m["message_index"]), str(m["role"]), int(m["start"]), int(m["end"]),
-                                m.get("fragment_id"), m.get("fragment_state")) for m in data["matches"])
+                                m.get("fragment_id"), m.get("fragment_state"), str(m.get("id", "")))
+                    for m in data["matches"])
     return SearchRecord(str(data["id"]), str(data["query"]), str(data["role"]), int(data["context_size"]),
                         int(data["total_matches"]), matches)
 

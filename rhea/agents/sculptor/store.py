@@ -38,6 +38,8 @@ from rhea.agents.sculptor.records import (  # noqa: F401 (the records stay impor
 from rhea.agents.sculptor.text import find_all, split_span, window
 
 ANY_ROLE = "all"
+#: First letter of a fragment's and of a search result's id (the paper's 'f1a2b3', 's1a2b3').
+FRAGMENT_PREFIX, SEARCH_PREFIX = "f", "s"
 #: Rough English average, used only for the approximate token counts in `stats()`.
 CHARS_PER_TOKEN = 4
 
@@ -49,7 +51,7 @@ class AcmStore:
     >>> ids = [f.id for f in store.fragment("DATA:", "END.", 1)]
     >>> _ = store.fold(ids[0])
     >>> store.render()[0]["content"]
-    'intro. [Folded fragment cd18fc: 18 chars] question?'
+    'intro. [Folded fragment fcd18f: 18 chars] question?'
     >>> _ = store.restore(ids[0]); store.render() == store.original
     True
     """
@@ -79,6 +81,20 @@ class AcmStore:
             return self._fragments[fragment_id]
         except KeyError:
             raise UnknownFragmentError(self._unknown_fragment_message(fragment_id)) from None
+
+    def search_result(self, result_id: str) -> tuple[SearchRecord, SearchMatch]:
+        """The search and the one match that `result_id` (a result's id from `search`) names."""
+        for record in self._searches.values():
+            for match in record.matches:
+                if match.id and match.id == result_id:
+                    return record, match
+        known = [m.id for r in self._searches.values() for m in r.matches if m.id]
+        shown = ", ".join(known[-10:]) + (f" (and {len(known) - 10} earlier)" if len(known) > 10 else "")
+        hint = (f"{result_id!r} is a whole search, not one result; " if result_id in self._searches else "")
+        raise UnknownSearchError(
+            f"unknown search result id {result_id!r}; {hint}search_context gives each result its own search_id "
+            f"(known: {shown or 'none yet'}). Run search_context first and pass one result's search_id"
+        )
 
     def search_record(self, search_id: str) -> SearchRecord:
         try:
@@ -134,7 +150,7 @@ class AcmStore:
             pieces = split_span(content, start, end, num_fragments)
         except ValueError as exc:
             raise FragmentStateError(str(exc)) from None
-        made = [Fragment(self._ids.new(), index, lo, hi) for lo, hi in pieces]
+        made = [Fragment(self._ids.new(FRAGMENT_PREFIX), index, lo, hi) for lo, hi in pieces]
         for frag in made:
             self._fragments[frag.id] = frag
         # Fragmenting only adds ids: the rendered text stays the same.
@@ -163,7 +179,10 @@ class AcmStore:
         return self._set_state("restore", frag, VISIBLE, None, None)
 
     def search(self, query: str, role: str = "user", max_results: int = 10, context_size: int = 200) -> SearchRecord:
-        """Exact, case-insensitive search over the ORIGINAL content (folded text included)."""
+        """Exact, case-insensitive search over the ORIGINAL content (folded text included).
+
+        The record and each match it keeps (at most `max_results`) get their own id.
+        """
         matches = []
         for index in self._message_indices(role):
             message = self._original[index]
@@ -173,7 +192,9 @@ class AcmStore:
                     SearchMatch(index, message["role"], pos, pos + len(query),
                                 holder.id if holder else None, holder.state if holder else None)
                 )
-        record = SearchRecord(self._ids.new(), query, role, context_size, len(matches), tuple(matches[:max_results]))
+        record_id = self._ids.new(SEARCH_PREFIX)
+        shown = tuple(replace(m, id=self._ids.new(SEARCH_PREFIX)) for m in matches[:max_results])
+        record = SearchRecord(record_id, query, role, context_size, len(matches), shown)
         self._searches[record.id] = record
         self._log.append(OpRecord("search", (record.id,), False))
         return record
@@ -268,6 +289,10 @@ class AcmStore:
 
     def _fragments_in(self, index: int) -> list[Fragment]:
         return sorted((f for f in self._fragments.values() if f.message_index == index), key=lambda f: f.start)
+
+    def fragment_at(self, index: int, pos: int) -> Fragment | None:
+        """The fragment (in its current state) holding character `pos` of message `index`, if any."""
+        return self._fragment_at(index, pos)
 
     def _fragment_at(self, index: int, pos: int) -> Fragment | None:
         return next((f for f in self._fragments_in(index) if f.start <= pos < f.end), None)

@@ -29,6 +29,7 @@ class ToolOutcome:
     content: str
     error: str | None
     changed_view: bool
+    error_type: str | None = None  # the error's class name, e.g. "ToolArgumentError"
 
 
 class SculptorToolbox:
@@ -77,7 +78,7 @@ class SculptorToolbox:
         try:
             result = self._dispatch(name, arguments)
         except AcmError as exc:
-            return ToolOutcome(_dump({"error": str(exc)}), str(exc), False)
+            return ToolOutcome(_dump({"error": str(exc)}), str(exc), False, type(exc).__name__)
         changed = any(op.changes_view for op in self.store.op_log[ops_before:])
         return ToolOutcome(_dump(result), None, changed)
 
@@ -129,18 +130,30 @@ class SculptorToolbox:
         return self._search_result(record, context_size)
 
     def _get_search_detail(self, search_id: str, extended_context: int) -> dict:
-        return self._search_result(self.store.search_record(search_id), extended_context)
+        # The paper's schema: "Get detailed context for a search result by its ID" — one result.
+        record, match = self.store.search_result(search_id)
+        holder = self.store.fragment_at(match.message_index, match.start)
+        return {
+            "search_id": match.id,
+            "query": record.query,
+            "message_index": match.message_index,
+            "role": match.role,
+            "position": match.start,
+            "fragment_id": holder.id if holder else None,
+            "fragment_state": holder.state if holder else None,
+            "extended_context": extended_context,
+            "text": self.store.snippet(match, extended_context),
+        }
 
     # ------------------------------------------------------------------- helpers
     def _search_result(self, record: SearchRecord, radius: int) -> dict:
         return {
-            "search_id": record.id,
             "query": record.query,
             "total_matches": record.total_matches,
             "shown": len(record.matches),
             "results": [
                 {
-                    "result": k + 1,
+                    "search_id": m.id,
                     "message_index": m.message_index,
                     "role": m.role,
                     "position": m.start,
@@ -148,7 +161,7 @@ class SculptorToolbox:
                     "fragment_state": m.fragment_state,
                     "text": self.store.snippet(m, radius),
                 }
-                for k, m in enumerate(record.matches)
+                for m in record.matches
             ],
         }
 
