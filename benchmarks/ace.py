@@ -26,17 +26,14 @@ import random
 import time
 from pathlib import Path
 
-#: The paper's numbers (LLaMA-3.1-8B-Instruct), for the table beside ours.
-PAPER_TABLE1 = {  # method: {dataset: (accuracy %, avg tokens)}
-    "Vanilla": {"MultiHop-RAG": (36.1, 333), "HotpotQA": (25.7, 194), "2WikiQA": (28.2, 155)},
-    "RAG": {"MultiHop-RAG": (49.2, 1127), "HotpotQA": (38.9, 723), "2WikiQA": (28.8, 639)},
-    "IterDRAG": {"MultiHop-RAG": (47.0, 18196), "HotpotQA": (38.9, 723), "2WikiQA": (27.2, 9760)},
-    "ACE": {"MultiHop-RAG": (57.9, 10653), "HotpotQA": (62.8, 3271), "2WikiQA": (47.9, 2945)},
-}
-PAPER_TABLE2_THINK = {  # N: Think % on (MultiHop-RAG, HotpotQA, 2WikiQA), k = 5
-    1: (0.0, 0.0, 0.0), 2: (50.0, 50.0, 50.0), 3: (62.0, 58.9, 58.7), 4: (67.1, 67.5, 67.3),
-    5: (73.0, 73.6, 73.0), 6: (76.9, 77.8, 77.2), 7: (79.5, 80.8, 80.1), 8: (84.8, 83.0, 82.3),
-}
+PAPER_TABLES = Path(__file__).parent / "paper_tables.json"
+
+
+def paper_ace_tables() -> dict:
+    """ACE Tables 1-2 as transcribed in benchmarks/paper_tables.json: {table: {row: {column: value}}}."""
+    tables = json.loads(PAPER_TABLES.read_text(encoding="utf-8"))["papers"]["ace"]["tables"]
+    return {name: {row["name"]: {c["column"]: c["value"] for c in row["cells"]} for row in t["rows"]}
+            for name, t in tables.items()}
 
 
 def load_items(paths, n, max_passages, seed):
@@ -142,7 +139,8 @@ def write(args, rows, per_question, seconds):
                 think_token_share="ours: share of tokens spent on THINK steps",
                 tokens="prompt+completion of every call per question, from the generator's counters (chat template "
                        "included); constrained votes score the decision prompt once per round",
-                paper_table1=PAPER_TABLE1, paper_table2_think_share=PAPER_TABLE2_THINK)
+                paper="LLaMA-3.1-8B-Instruct on MultiHop-RAG / HotpotQA / 2WikiQA (benchmarks/paper_tables.json)",
+                paper_tables=paper_ace_tables())
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "table": table, "questions": per_question}, indent=1))
     try:
         import matplotlib
