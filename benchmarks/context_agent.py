@@ -161,6 +161,13 @@ def topic_only(args, episodes: list[dict]) -> dict:
 
     embedder = MiniLMEmbedder()
     out = {}
+    trivial = {"baseline: one tree": lambda n: ["t1"] * n, "baseline: a new tree every turn": lambda n: [str(i) for i in range(n)]}
+    for name, labels in trivial.items():
+        agree = [topic_agreement(labels(len(ep["topics"])), ep["topics"]) for ep in episodes]
+        out[name] = {"pair_agreement": _interval([a["pair_agreement"] for a in agree]),
+                     "switch_accuracy": _interval([a["switch_accuracy"] for a in agree]),
+                     "predicted_switches": sum(a["predicted_switches"] for a in agree),
+                     "gold_switches": sum(a["gold_switches"] for a in agree)}
     for threshold in args.thresholds:
         agree = []
         for ep in episodes:
@@ -201,7 +208,7 @@ def main(argv=None) -> None:
     parser.add_argument("--judge-url", help="OpenAI-compatible base URL of a judge (e.g. http://127.0.0.1:8000/v1)")
     parser.add_argument("--judge-name", default="judge", help="model name sent to --judge-url")
     parser.add_argument("--topic-only", action="store_true", help="no LLM: embedding-only topic decisions vs gold")
-    parser.add_argument("--thresholds", type=float, nargs="+", default=[0.3, 0.4, 0.5, 0.6])
+    parser.add_argument("--thresholds", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=str(RESULTS / "context_agent.json"))
     args = parser.parse_args(argv)

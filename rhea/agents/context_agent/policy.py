@@ -60,7 +60,7 @@ class ContextAgent(ContextPolicy):
         embedder: Embedder | None = None,
         *,
         top_k: int = 3,
-        topic_threshold: float = 0.4,
+        topic_threshold: float = 0.2,
         branch_threshold: float = 0.6,
         max_topic_candidates: int | None = None,
         summaries_per_topic: int | None = None,

@@ -82,10 +82,11 @@ def apply_placement(forest: Forest, placement: Placement) -> TopicTree:
 class NavigatorConfig:
     """Defaults are the reference's: k = 3 retrieved nodes, a 0.6 similarity gate, every leaf path
     asked, whole-path summaries, CONTINUE when a branch reply cannot be read. `topic_threshold`
-    (0.4) is ours: the reference has no embedding fallback for topics (an unreadable reply is "no")."""
+    (0.2) is ours: the reference has no embedding fallback for topics (an unreadable reply is "no");
+    0.2 is where MiniLM-only decisions switch topic as often as TopiOCQA's gold segments (docs/fidelity.md)."""
 
     top_k: int = 3
-    topic_threshold: float = 0.4
+    topic_threshold: float = 0.2
     branch_threshold: float = 0.6
     max_topic_candidates: int | None = None
     summaries_per_topic: int | None = None
