@@ -1,20 +1,32 @@
-"""Context-Agent vs vanilla on non-linear conversations: task completion and tokens per turn.
+"""Context-Agent vs vanilla (full history) on real topic-switching dialogue and on NTM.
 
-Data:
-- `--ntm PATH`: the NTM benchmark's JSONL (github.com/Steve2457/Context-Agent, input/dataset-full.jsonl):
-  one object per line, {"conversation_id", "metadata": {"rounds"}, "user_turns": [{"turn_id", "content"}],
-  "checkpoint_question"}. The last user turn is the checkpoint turn; its reply is judged against
-  the checkpoint question (needs `--judge-url`: NTM checkpoints are not rule-checkable).
-- generated: branching conversations this script writes (two interleaved topics, a change of an
-  option, a return to the earlier option, then a checkpoint turn), each with rule checks
-  (strings the final reply must contain / must not contain), so no judge is needed.
+Data (give at least one; paths, nothing is copied in):
+- `--topiocqa PATH`: TopiOCQA conversations as MemoChat packs them (``topiocqa_test_question.jsonl``,
+  e.g. ../shared/data/dialogue_corpora/memochat_topiocqa_test_question.jsonl): real information-
+  seeking dialogue that switches topic (2-8 gold topics per conversation). The history holds the
+  gold replies (so every turn is answered from the same history by both policies); each turn's reply
+  is scored by token F1 against the gold reply, and with a judge by `rhea.eval.judge.Judge` (1-10,
+  with the gold reply as reference). The forest's trees are scored against the gold topic segments.
+- `--ntm PATH`: the paper's NTM benchmark JSONL (github.com/Steve2457/Context-Agent,
+  input/dataset-full.jsonl). The model's own replies form the history; the final reply is judged
+  against the checkpoint question as "x/y goals met" (the paper's task completion rate, TCR): needs
+  a judge (--judge-model or --judge-url).
+- `--generated N`: our synthetic branching conversations with rule checks (no judge needed).
 
-Each conversation runs twice on the same reply model: policy "vanilla" (full history) and
-"context-agent" (whose topic/branch decisions and summaries use the same model as a
-`TextGenerator`, embeddings from MiniLM). Tokens per turn = chat-template prompt tokens of the
-reply call; the controller's own prompt tokens are reported separately.
+Tokens per turn are counted as the paper's code counts them: the context before the current query
+(system block and earlier turns; neither the query nor the reply). Chat-template prompt tokens of the
+reply call and the controller's own tokens are reported beside them.
 
-    python benchmarks/context_agent.py --generated 3 --ntm /path/dataset-full.jsonl --ntm-limit 1
+`--topic-only` runs no LLM: embedding-only topic decisions over the TopiOCQA conversations at each
+`--thresholds` value (the fallback threshold `topic_threshold`), scored against the gold segments.
+
+    # GPU session, the capable model for replies, decisions, summaries and the judge:
+    python benchmarks/context_agent.py --model qwen2.5-coder-1.5b --device cuda --judge-model qwen2.5-coder-1.5b \
+        --topiocqa ../shared/data/dialogue_corpora/memochat_topiocqa_test_question.jsonl --limit 30 \
+        --out benchmarks/results/context_agent_qwen.json
+    # smoke on the embedded 135M model (it cannot write the JSON decisions; fallbacks are recorded):
+    python benchmarks/context_agent.py --topiocqa ../shared/data/dialogue_corpora/memochat_topiocqa_test_question.jsonl \
+        --limit 1 --out benchmarks/results/context_agent_smoke.json
 """
 from __future__ import annotations
 
@@ -30,28 +42,12 @@ RESULTS = Path(__file__).parent / "results"
 CITIES = ["Lisbon", "Vienna", "Krakow", "Seville", "Porto", "Bergen"]
 BAKES = [("banana bread", "walnuts"), ("focaccia", "rosemary"), ("scones", "raisins"), ("brioche", "chocolate")]
 
-JUDGE_SYSTEM = (
+#: NTM's judging (the paper's evaluate.py protocol, paraphrased): split the checkpoint into goals, count those met.
+NTM_JUDGE_SYSTEM = (
     "You grade an assistant's final reply against a checkpoint question that may list several goals. "
     "Split it into its separate goals, check each against the reply only, and count a goal as met only "
     "when the reply clearly meets it. Answer with 'x/y' only: x goals met out of y."
 )
-
-
-def load_ntm_jsonl(path: str | Path) -> list[dict]:
-    """NTM conversations as episodes {"id", "user_turns", "checkpoint_question", "checks": None}."""
-    episodes = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            turns = [t["content"] for t in sorted(obj["user_turns"], key=lambda t: int(t["turn_id"]))]
-            episodes.append({"id": str(obj["conversation_id"]), "user_turns": turns,
-                             "checkpoint_question": str(obj["checkpoint_question"]).strip(), "checks": None})
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{path}:{number} is not an NTM record ({exc}); expected conversation_id, "
-                             "user_turns [{turn_id, content}], checkpoint_question") from exc
-    return episodes
 
 
 def branching_conversation(rng: random.Random, index: int) -> dict:
@@ -68,7 +64,7 @@ def branching_conversation(rng: random.Random, index: int) -> dict:
         f"About {city} again: forget {changed}, go back to the original budget of {first} euros per night.",
         f"Summarize my {city} trip plan: the city and the hotel budget per night.",
     ]
-    return {"id": f"generated-{index}", "user_turns": turns,
+    return {"id": f"generated-{index}", "source": "generated", "user_turns": turns,
             "checkpoint_question": f"Does the reply name (1) {city} and (2) a budget of {first} euros, (3) not {changed}?",
             "checks": {"required": [city, str(first)], "forbidden": [str(changed)]}}
 
@@ -79,127 +75,242 @@ def rule_score(reply: str, checks: dict) -> tuple[int, int]:
     return met, len(checks["required"]) + len(checks["forbidden"])
 
 
-def judge_score(judge, reply: str, question: str) -> tuple[int, int, str]:
-    verdict = judge.generate([{"role": "system", "content": JUDGE_SYSTEM},
+def ntm_judge_score(judge, reply: str, question: str) -> tuple[int | None, int | None, str]:
+    verdict = judge.generate([{"role": "system", "content": NTM_JUDGE_SYSTEM},
                               {"role": "user", "content": f"Final reply: {{{reply}}}\nCheckpoint question: {question}"}],
                              max_new_tokens=16)
     match = re.search(r"(\d+)\s*/\s*(\d+)", verdict)
-    if not match:
-        raise ValueError(f"judge verdict {verdict!r} is not 'x/y'")
+    if not match or int(match.group(2)) == 0 or int(match.group(1)) > int(match.group(2)):
+        return None, None, verdict  # recorded as unscored, never guessed
     return int(match.group(1)), int(match.group(2)), verdict
 
 
-def run_episode(policy, answerer, tokenizer, episode: dict, max_new_tokens: int) -> dict:
+def run_episode(policy, answerer, tokenizer, episode: dict, max_new_tokens: int, judge=None) -> dict:
+    from rhea.agents.context_agent.evaluation import context_tokens, token_f1
     from rhea.context import Conversation, Turn, render
 
     policy.reset()
     conv, per_turn = Conversation(), []
-    for user in episode["user_turns"]:
+    gold = episode.get("gold_replies")
+    for t, user in enumerate(episode["user_turns"]):
         t0 = time.perf_counter()
         plan = policy.build(conv, user)
         t_build = time.perf_counter() - t0
-        prompt_tokens = int(render(plan, tokenizer).input_ids.shape[1])
-        reply = answerer.generate(plan.text_messages(), max_new_tokens=max_new_tokens)
-        conv.append(Turn(user, reply))
+        messages = plan.text_messages()
+        reply = answerer.generate(messages, max_new_tokens=max_new_tokens)
+        row = {"context_tokens": context_tokens(messages, tokenizer),
+               "prompt_tokens": int(render(plan, tokenizer).input_ids.shape[1]), "build_s": round(t_build, 2),
+               "reply": reply, "tiers": [d.tier for d in plan.decisions.turns],
+               "records": plan.decisions.records if policy.name == "context-agent" else []}
+        if gold is not None:
+            row["f1"] = token_f1(reply, gold[t])
+            if judge is not None:
+                j = judge.rate(user, reply, reference=gold[t])
+                row.update(judge_rating=j.rating, judge_error=j.error)
+        conv.append(Turn(user, gold[t] if gold is not None else reply))
         policy.observe(conv[-1])
-        per_turn.append({"prompt_tokens": prompt_tokens, "build_s": round(t_build, 2),
-                         "tiers": [d.tier for d in plan.decisions.turns],
-                         "records": plan.decisions.records if policy.name == "context-agent" else []})
-    return {"id": episode["id"], "final_reply": conv[-1].assistant, "turns": per_turn,
-            "forest_trace": policy.forest.trace() if hasattr(policy, "forest") else None}
+        per_turn.append(row)
+    out = {"id": episode["id"], "source": episode["source"], "final_reply": per_turn[-1]["reply"], "turns": per_turn}
+    if hasattr(policy, "forest"):
+        out["forest_trace"] = policy.forest.trace()
+        out["tree_per_turn"] = [n.tree_id for n in sorted(policy.forest.nodes(), key=lambda n: n.turn)]
+    return out
 
 
-def main() -> None:
+def _interval(values):
+    from rhea.eval.stats import bootstrap_ci
+
+    values = [v for v in values if v is not None]
+    return bootstrap_ci(values).to_dict() if values else None
+
+
+def summarise(rows: list[dict], episodes: dict, names: list[str]) -> dict:
+    """Means over conversations (each conversation's mean over its turns) with 95% bootstrap intervals."""
+    from rhea.agents.context_agent.evaluation import topic_agreement
+
+    summary = {}
+    for name in names:
+        mine = [r for r in rows if r["policy"] == name]
+        s = {"conversations": len(mine),
+             "context_tokens_per_turn": _interval([sum(t["context_tokens"] for t in r["turns"]) / len(r["turns"]) for r in mine]),
+             "prompt_tokens_per_turn": _interval([sum(t["prompt_tokens"] for t in r["turns"]) / len(r["turns"]) for r in mine])}
+        topi = [r for r in mine if r["source"] == "topiocqa"]
+        if topi:
+            s["topiocqa_f1"] = _interval([sum(t["f1"] for t in r["turns"]) / len(r["turns"]) for r in topi])
+            ratings = [[t["judge_rating"] for t in r["turns"] if t.get("judge_rating") is not None] for r in topi]
+            s["topiocqa_judge_rating"] = _interval([sum(x) / len(x) for x in ratings if x])
+            s["topiocqa_judge_unparsed_turns"] = sum(1 for r in topi for t in r["turns"] if "judge_rating" in t
+                                                     and t["judge_rating"] is None)
+            if name == "context-agent":
+                agree = [topic_agreement(r["tree_per_turn"], episodes[r["id"]]["topics"]) for r in topi]
+                s["topic_pair_agreement"] = _interval([a["pair_agreement"] for a in agree])
+                s["topic_switch_accuracy"] = _interval([a["switch_accuracy"] for a in agree])
+        scored = [r for r in mine if r.get("met") is not None]
+        s["task_completion_rate"] = _interval([r["met"] / r["goals"] for r in scored])
+        s["unscored_checkpoints"] = sum(1 for r in mine if r["source"] in ("ntm", "generated") and r.get("met") is None)
+        summary[name] = s
+    return summary
+
+
+def topic_only(args, episodes: list[dict]) -> dict:
+    """Embedding-only topic decisions (no LLM) at each threshold, against the gold segments."""
+    from rhea.agents.context_agent import ContextAgent
+    from rhea.agents.context_agent.evaluation import topic_agreement
+    from rhea.backends.embedding import MiniLMEmbedder
+    from rhea.context import Conversation, Turn
+
+    embedder = MiniLMEmbedder()
+    out = {}
+    trivial = {"baseline: one tree": lambda n: ["t1"] * n, "baseline: a new tree every turn": lambda n: [str(i) for i in range(n)]}
+    for name, labels in trivial.items():
+        agree = [topic_agreement(labels(len(ep["topics"])), ep["topics"]) for ep in episodes]
+        out[name] = {"pair_agreement": _interval([a["pair_agreement"] for a in agree]),
+                     "switch_accuracy": _interval([a["switch_accuracy"] for a in agree]),
+                     "predicted_switches": sum(a["predicted_switches"] for a in agree),
+                     "gold_switches": sum(a["gold_switches"] for a in agree)}
+    for threshold in args.thresholds:
+        agree = []
+        for ep in episodes:
+            agent = ContextAgent(None, embedder, topic_threshold=threshold)
+            conv = Conversation()
+            for user, gold in zip(ep["user_turns"], ep["gold_replies"]):
+                agent.build(conv, user)
+                conv.append(Turn(user, gold))
+                agent.observe(conv[-1])
+            trees = [n.tree_id for n in sorted(agent.forest.nodes(), key=lambda n: n.turn)]
+            agree.append(topic_agreement(trees, ep["topics"]))
+        out[str(threshold)] = {"pair_agreement": _interval([a["pair_agreement"] for a in agree]),
+                               "switch_accuracy": _interval([a["switch_accuracy"] for a in agree]),
+                               "predicted_switches": sum(a["predicted_switches"] for a in agree),
+                               "gold_switches": sum(a["gold_switches"] for a in agree)}
+        print(f"topic_threshold={threshold}: pair agreement {out[str(threshold)]['pair_agreement']['mean']:.3f} "
+              f"switch accuracy {out[str(threshold)]['switch_accuracy']['mean']:.3f} "
+              f"switches {out[str(threshold)]['predicted_switches']} predicted / {out[str(threshold)]['gold_switches']} gold",
+              flush=True)
+    return out
+
+
+def main(argv=None) -> None:
+    from rhea.errors import RheaConfigError
+    from rhea.modeling.loading import add_device_argument
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ntm", help="path to the NTM JSONL (dataset-full.jsonl)")
-    parser.add_argument("--ntm-limit", type=int, default=1)
-    parser.add_argument("--generated", type=int, default=3, help="number of generated branching conversations")
+    parser.add_argument("--model", default="smollm2-135m", help="zoo name or directory: replies, decisions, summaries")
+    add_device_argument(parser)
+    parser.add_argument("--topiocqa", help="MemoChat's topiocqa_test_question.jsonl (real topic-switching dialogue)")
+    parser.add_argument("--ntm", help="the NTM benchmark JSONL (dataset-full.jsonl)")
+    parser.add_argument("--generated", type=int, default=0, help="number of generated branching conversations")
+    parser.add_argument("--limit", type=int, default=None, help="conversations per data file")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--topic-mode", choices=["per-path", "batched"], default="per-path")
+    parser.add_argument("--judge-model", help="local judge: zoo name or directory (e.g. qwen2.5-coder-1.5b)")
     parser.add_argument("--judge-url", help="OpenAI-compatible base URL of a judge (e.g. http://127.0.0.1:8000/v1)")
-    parser.add_argument("--judge-model", default="judge")
+    parser.add_argument("--judge-name", default="judge", help="model name sent to --judge-url")
+    parser.add_argument("--topic-only", action="store_true", help="no LLM: embedding-only topic decisions vs gold")
+    parser.add_argument("--thresholds", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=str(RESULTS / "context_agent.json"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+
+    from rhea.agents.context_agent.evaluation import load_ntm, load_topiocqa
+
+    if not (args.topiocqa or args.ntm or args.generated > 0):
+        raise RheaConfigError("no data: pass --topiocqa PATH, --ntm PATH and/or --generated N")
+    if args.limit is not None and args.limit < 1:
+        raise RheaConfigError(f"--limit {args.limit} must be >= 1")
+    if args.judge_model and args.judge_url:
+        raise RheaConfigError("pass one judge: --judge-model (local) or --judge-url (a server), not both")
+    if args.topic_only and not args.topiocqa:
+        raise RheaConfigError("--topic-only scores topics against TopiOCQA's gold segments: pass --topiocqa PATH")
+    rng = random.Random(args.seed)
+    episodes = load_topiocqa(args.topiocqa, args.limit) if args.topiocqa else []  # validated before any model loads
+    if args.ntm:
+        episodes += load_ntm(args.ntm, args.limit)
+    episodes += [branching_conversation(rng, i) for i in range(args.generated)]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
 
     import torch
 
+    torch.set_num_threads(args.threads)
+    if args.topic_only:
+        topiocqa = [e for e in episodes if e["source"] == "topiocqa"]
+        result = topic_only(args, topiocqa)
+        out.write_text(json.dumps({"mode": "topic-only (embedding decisions, MiniLM, no LLM)", "args": vars(args),
+                                   "conversations": len(topiocqa), "by_threshold": result}, indent=1))
+        return
+
     from rhea.agents.context_agent import ContextAgent
-    from rhea.policies import get_policy
     from rhea.backends.embedding import MiniLMEmbedder
     from rhea.backends.llm import HFGenerator, OpenAICompatibleGenerator
-    from rhea.modeling import load_default_model
+    from rhea.eval.judge import Judge
+    from rhea.modeling.loading import load_rhea_model
+    from rhea.policies import get_policy
 
-    torch.set_num_threads(args.threads)
-    rng = random.Random(args.seed)
-    episodes = [branching_conversation(rng, i) for i in range(args.generated)]
-    if args.ntm:
-        episodes += load_ntm_jsonl(args.ntm)[: args.ntm_limit]
-    model, tokenizer = load_default_model()
-    model.eval()
-    answerer = HFGenerator(model, tokenizer)  # adapters off: the plain SmolLM2 answers for both policies
+    model = load_rhea_model(args.model, device=args.device).eval()
+    tokenizer = model.tokenizer
+    answerer = HFGenerator(model, tokenizer)  # adapters off: the plain base model answers for both policies
     controller = HFGenerator(model, tokenizer)
-    judge = OpenAICompatibleGenerator(args.judge_url, args.judge_model) if args.judge_url else None
+    judge_gen = None
+    if args.judge_model:
+        judge_gen = HFGenerator(model, tokenizer) if args.judge_model == args.model else \
+            HFGenerator(load_rhea_model(args.judge_model, device=args.device).eval())
+    elif args.judge_url:
+        judge_gen = OpenAICompatibleGenerator(args.judge_url, args.judge_name)
+    judge = Judge(judge_gen) if judge_gen is not None else None
     policies = {
         "vanilla": get_policy("vanilla", tokenizer=tokenizer),
-        "context-agent": ContextAgent(controller, MiniLMEmbedder(), tokenizer=tokenizer,
-                                      decision_max_new_tokens=40, summary_max_new_tokens=32),
+        "context-agent": ContextAgent(controller, MiniLMEmbedder(), tokenizer=tokenizer, topic_mode=args.topic_mode),
     }
+    by_id = {e["id"]: e for e in episodes}
     rows = []
     for episode in episodes:
         for name, policy in policies.items():
             t0 = time.perf_counter()
-            result = run_episode(policy, answerer, tokenizer, episode, args.max_new_tokens)
+            result = run_episode(policy, answerer, tokenizer, episode, args.max_new_tokens,
+                                 judge if episode["source"] == "topiocqa" else None)
             result.update(policy=name, seconds=round(time.perf_counter() - t0, 1))
-            if judge is not None:
-                met, total, verdict = judge_score(judge, result["final_reply"], episode["checkpoint_question"])
-                result.update(met=met, goals=total, scored_by="judge", verdict=verdict)
-            elif episode["checks"] is not None:
+            if episode["source"] == "generated":
                 met, total = rule_score(result["final_reply"], episode["checks"])
                 result.update(met=met, goals=total, scored_by="rules")
-            else:
-                result.update(met=None, goals=None, scored_by="unscored (NTM needs --judge-url)")
+            elif episode["source"] == "ntm":
+                if judge_gen is not None:
+                    met, total, verdict = ntm_judge_score(judge_gen, result["final_reply"], episode["checkpoint_question"])
+                    result.update(met=met, goals=total, scored_by="judge", verdict=verdict)
+                else:
+                    result.update(met=None, goals=None, scored_by="unscored (NTM needs --judge-model or --judge-url)")
             rows.append(result)
-            print(f"{episode['id']:>14} {name:>13}: score {result['met']}/{result['goals']} "
-                  f"mean prompt tokens {sum(t['prompt_tokens'] for t in result['turns']) / len(result['turns']):.0f} "
-                  f"({result['seconds']} s)", flush=True)
-    summary = {}
-    for name in policies:
-        mine = [r for r in rows if r["policy"] == name]
-        scored = [r for r in mine if r["met"] is not None]
-        turns = [t["prompt_tokens"] for r in mine for t in r["turns"]]
-        summary[name] = {
-            "conversations": len(mine), "scored": len(scored),
-            "task_completion": round(sum(r["met"] / r["goals"] for r in scored) / len(scored), 3) if scored else None,
-            "mean_prompt_tokens_per_turn": round(sum(turns) / len(turns), 1),
-            "mean_prompt_tokens_by_turn": [round(sum(r["turns"][i]["prompt_tokens"] for r in mine
-                                                     if i < len(r["turns"])) / sum(1 for r in mine if i < len(r["turns"])), 1)
-                                           for i in range(max(len(r["turns"]) for r in mine))],
-        }
-    summary["context-agent"]["controller_prompt_tokens"] = controller.prompt_tokens
-    summary["context-agent"]["controller_completion_tokens"] = controller.completion_tokens
-    summary["context-agent"]["controller_llm_calls"] = policies["context-agent"].navigator.llm_calls
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"model": "SmolLM2-135M-Instruct (embedded)", "args": vars(args), "summary": summary,
-                               "episodes": rows}, indent=1, ensure_ascii=False))
-    plot(summary, out.with_suffix(".png"))
+            turns = result["turns"]
+            extra = f" F1 {sum(t['f1'] for t in turns) / len(turns):.3f}" if "f1" in turns[0] else ""
+            print(f"{episode['id']:>16} {name:>13}: context tokens/turn {sum(t['context_tokens'] for t in turns) / len(turns):.0f}"
+                  f"{extra} score {result.get('met')}/{result.get('goals')} ({result['seconds']} s)", flush=True)
+            summary = summarise(rows, by_id, list(policies))
+            summary["context-agent"].update(controller_prompt_tokens=controller.prompt_tokens,
+                                            controller_completion_tokens=controller.completion_tokens,
+                                            controller_llm_calls=policies["context-agent"].navigator.llm_calls)
+            out.write_text(json.dumps({"model": args.model, "args": vars(args), "config": policies["context-agent"].config(),
+                                       "summary": summary, "episodes": rows}, indent=1, ensure_ascii=False))
+    plot(rows, out.with_suffix(".png"), args.model)
     print(json.dumps(summary, indent=1))
 
 
-def plot(summary: dict, path: Path) -> None:
+def plot(rows: list[dict], path: Path, model: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    for name, s in summary.items():
-        ax.plot(range(1, len(s["mean_prompt_tokens_by_turn"]) + 1), s["mean_prompt_tokens_by_turn"], marker="o",
-                label=f"{name} (completion {s['task_completion']})")
+    for name in sorted({r["policy"] for r in rows}):
+        mine = [r for r in rows if r["policy"] == name]
+        longest = max(len(r["turns"]) for r in mine)
+        means = [sum(r["turns"][i]["context_tokens"] for r in mine if i < len(r["turns"])) /
+                 sum(1 for r in mine if i < len(r["turns"])) for i in range(longest)]
+        ax.plot(range(1, longest + 1), means, marker="o", label=name)
     ax.set_xlabel("turn")
-    ax.set_ylabel("prompt tokens of the reply call")
-    ax.set_title("Context-Agent vs vanilla, SmolLM2-135M")
+    ax.set_ylabel("context tokens (before the query)")
+    ax.set_title(f"Context-Agent vs vanilla, {model}, {len({r['id'] for r in rows})} conversations", fontsize=9)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)

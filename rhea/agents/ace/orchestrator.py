@@ -1,8 +1,12 @@
 """ACE: k agents vote RETRIEVE or THINK each round; the working memory grows only with
 what the vote chose; after N rounds the answer is generated from the memory.
 
-The baselines share every piece but the decision: `IterativeRetrieval` retrieves every
-round (IterDRAG-style), and with ``rounds=1`` it is single-step RAG.
+Round 1 is RETRIEVE without a vote (paper §3.2, Table 2: "The THINK action is not available
+when N = 1", and single-step ACE is identical to RAG). The baselines of Table 1 share every
+piece but the decision: `answer_without_retrieval` (Vanilla: the LLM alone), single-step RAG
+(`IterativeRetrieval` with ``rounds=1``) and the retrieve-every-round baseline
+(`IterativeRetrieval`, the IterDRAG row). `answer_with_all_passages` (every passage in
+context) is an extra long-context baseline of ours, not in the paper.
 """
 from __future__ import annotations
 
@@ -59,14 +63,16 @@ class ACE:
     query_mode: "llm" (the model writes the search query from the memory) or "memory"
     (the question plus the memory's text: deterministic query expansion for models whose
     written queries drift off the question).
+    force_first_retrieve: round 1 is RETRIEVE without a vote (the paper's setting, True);
+    False lets the agents vote in round 1 too (an ablation, not the paper).
 
     >>> from rhea.backends.llm import ScriptedGenerator
     >>> from rhea.agents.ace.retrievers import BM25Passages
     >>> corpus = ["Mary got the milk there.", "John went to the office.", "Mary went to the garden."]
-    >>> llm = ScriptedGenerator(["RETRIEVE", "THINK", "RETRIEVE", "garden"])
-    >>> ans = ACE(llm, BM25Passages(corpus), n_agents=3, rounds=1, passages_per_retrieval=2).answer("Where is the milk?")
-    >>> ans.text, ans.trace.actions, ans.memory.passage_indices
-    ('garden', ['RETRIEVE'], [0])
+    >>> llm = ScriptedGenerator(["THINK", "THINK", "RETRIEVE", "Who had it?", "Mary.", "garden"])
+    >>> ans = ACE(llm, BM25Passages(corpus), n_agents=3, rounds=2, passages_per_retrieval=2).answer("Where is the milk?")
+    >>> ans.text, ans.trace.actions, ans.memory.passage_indices, ans.trace.think_share
+    ('garden', ['RETRIEVE', 'THINK'], [0], 0.5)
     """
 
     def __init__(
@@ -79,12 +85,13 @@ class ACE:
         passages_per_retrieval: int = 3,
         vote_temperature: float = 0.7,
         tie_break: str = RETRIEVE,
-        vote_max_new_tokens: int = 4,
+        vote_max_new_tokens: int = 24,
         query_max_new_tokens: int = 24,
         think_max_new_tokens: int = 32,
         answer_max_new_tokens: int = 16,
         vote_mode: str = "generate",
         query_mode: str = "llm",
+        force_first_retrieve: bool = True,
         seed: int | None = 0,
         tokenizer: Any = None,
     ):
@@ -99,7 +106,10 @@ class ACE:
                                  "use vote_mode='generate'")
         if query_mode not in ("llm", "memory"):
             raise AceConfigError(f"query_mode={query_mode!r} must be 'llm' or 'memory'")
+        if not isinstance(force_first_retrieve, bool):
+            raise AceConfigError(f"force_first_retrieve={force_first_retrieve!r} must be True (the paper) or False")
         self.vote_mode, self.query_mode, self._rng = vote_mode, query_mode, random.Random(seed)
+        self.force_first_retrieve = force_first_retrieve
         self.llm = MeteredLLM(llm, tokenizer)
         self.retriever = retriever
         self.n_agents = positive_int(n_agents, "n_agents")
@@ -118,6 +128,7 @@ class ACE:
         return {"n_agents": self.n_agents, "rounds": self.rounds, "passages_per_retrieval": self.passages_per_retrieval,
                 "vote_temperature": self.vote_temperature, "tie_break": self.tie_break,
                 "vote_mode": self.vote_mode, "query_mode": self.query_mode,
+                "force_first_retrieve": self.force_first_retrieve,
                 "max_new_tokens": dict(self.max_new_tokens), "retriever": getattr(self.retriever, "kind", "custom")}
 
     def _ask(self, role: str, messages: list[dict], record: RoundRecord, temperature: float = 0.0) -> str:
@@ -155,7 +166,8 @@ class ACE:
             memory.add_passage(index, self.retriever.texts[index])
 
     def think(self, memory: WorkingMemory, record: RoundRecord) -> None:
-        """f_T(M_i): pose a sub-question and answer it from the memory (no retrieval)."""
+        """f_T(M_i, Q) -> (Q_sub, A_sub) (Eq. 7): ask one sub-query needed to answer Q, then answer
+        it internally (the model, given the memory; no retrieval); the pair joins the memory (Eq. 8)."""
         sub = clean_line(self._ask("thinking", prompts.subquestion_messages(memory), record))
         if not sub:
             sub = memory.question
@@ -169,6 +181,9 @@ class ACE:
 
     # ------------------------------------------------------------------ whole runs
     def choose(self, memory: WorkingMemory, record: RoundRecord) -> str:
+        if record.round == 1 and self.force_first_retrieve:
+            record.notes.append("round 1: RETRIEVE without a vote (paper: THINK is not available at N = 1)")
+            return RETRIEVE
         return self.decide(memory, record)
 
     def evolve(self, question: str) -> tuple[WorkingMemory, Trace]:
@@ -228,9 +243,26 @@ class IterativeRetrieval(ACE):
         return RETRIEVE
 
 
+def answer_without_retrieval(llm, question: str, *, answer_max_new_tokens: int = 16, tokenizer: Any = None) -> Answer:
+    """The paper's Vanilla baseline (Table 1, "a Vanilla LLM without any retrieval"): the shared
+    answer prompt with no facts, one call.
+
+    >>> from rhea.backends.llm import ScriptedGenerator
+    >>> llm = ScriptedGenerator(["Paris"])
+    >>> answer_without_retrieval(llm, "Capital of France?").text, "(none)" in llm.calls[0][-1]["content"]
+    ('Paris', True)
+    """
+    memory = WorkingMemory(question)
+    metered = MeteredLLM(llm, tokenizer)
+    trace = Trace(counter=metered.meter.counter)
+    reply = metered("answering", prompts.answer_messages(question, ""), trace.answer_tokens,
+                    max_new_tokens=positive_int(answer_max_new_tokens, "answer_max_new_tokens"))
+    return Answer(clean_line(reply), memory, trace)
+
+
 def answer_with_all_passages(llm, passages: list[str], question: str, *, answer_max_new_tokens: int = 16,
                              tokenizer: Any = None) -> Answer:
-    """The vanilla baseline: every passage in context, one answer call.
+    """A long-context baseline of ours (not in the paper): every passage in context, one answer call.
 
     >>> from rhea.backends.llm import ScriptedGenerator
     >>> answer_with_all_passages(ScriptedGenerator(["office"]), ["John went to the office."], "Where is John?").text
@@ -246,4 +278,4 @@ def answer_with_all_passages(llm, passages: list[str], question: str, *, answer_
     return Answer(clean_line(reply), memory, trace)
 
 
-__all__ = ["ACE", "IterativeRetrieval", "answer_with_all_passages", "clean_line", "THINK", "RETRIEVE"]
+__all__ = ["ACE", "IterativeRetrieval", "answer_without_retrieval", "answer_with_all_passages", "clean_line", "THINK", "RETRIEVE"]

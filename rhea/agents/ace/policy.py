@@ -7,7 +7,7 @@ thoughts go into the system block. The full ACE trace is in `plan.decisions.reco
 >>> from rhea.context import Conversation, Turn
 >>> from rhea.backends.llm import ScriptedGenerator
 >>> conv = Conversation([Turn("My cat is called Tom.", "Nice!"), Turn("Sort a list in Python?", "Use sorted().")])
->>> policy = AcePolicy(ScriptedGenerator(["RETRIEVE"]), n_agents=1, rounds=1, passages_per_retrieval=1)
+>>> policy = AcePolicy(ScriptedGenerator([]), n_agents=1, rounds=1, passages_per_retrieval=1)  # round 1: no vote
 >>> plan = policy.build(conv, "What is my cat called?")
 >>> [d.tier for d in plan.decisions.turns], plan.decisions.records[0]["rounds"][0]["action"]
 (['raw', 'drop'], 'RETRIEVE')

@@ -7,7 +7,7 @@ counted with the tokenizer given, or approximated (`counter` says which).
 
 >>> u = RoundTokens()
 >>> u.add("voting", 120, 2); u.add("thinking", 80, 10)
->>> u.total, round(think_share([u]), 3)
+>>> u.total, round(think_token_share([u]), 3)
 (212, 0.425)
 """
 from __future__ import annotations
@@ -51,8 +51,10 @@ def sum_tokens(rounds: list[RoundTokens]) -> RoundTokens:
     return out
 
 
-def think_share(rounds: list[RoundTokens]) -> float:
-    """Share of all tokens spent on THINK steps (0.0 when nothing was spent)."""
+def think_token_share(rounds: list[RoundTokens]) -> float:
+    """Share of all tokens spent on THINK steps (0.0 when nothing was spent).
+
+    Not the paper's "Think (%)", which is a share of actions (`Trace.think_share`)."""
     total = sum_tokens(rounds)
     return total.of("thinking") / total.total if total.total else 0.0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rhea.agents.ace.memory import WorkingMemory
-from rhea.agents.ace.tokens import RoundTokens, sum_tokens, think_share
+from rhea.agents.ace.tokens import RoundTokens, sum_tokens, think_token_share
 from rhea.agents.ace.votes import Tally, Vote
 
 
@@ -52,7 +52,13 @@ class Trace:
 
     @property
     def think_share(self) -> float:
-        return think_share([r.tokens for r in self.rounds] + [self.answer_tokens])
+        """The paper's "Think (%)" (Table 2): THINK rounds / rounds (0.0 with no round)."""
+        return self.actions.count("THINK") / len(self.rounds) if self.rounds else 0.0
+
+    @property
+    def think_token_share(self) -> float:
+        """Share of this run's tokens spent on THINK steps (ours; not the paper's Think %)."""
+        return think_token_share([r.tokens for r in self.rounds] + [self.answer_tokens])
 
     @property
     def actions(self) -> list[str]:
@@ -63,7 +69,8 @@ class Trace:
 
     def to_dict(self) -> dict:
         return {"rounds": [r.to_dict() for r in self.rounds], "answer_tokens": self.answer_tokens.to_dict(),
-                "tokens": self.tokens.to_dict(), "think_share": self.think_share, "counter": self.counter}
+                "tokens": self.tokens.to_dict(), "think_share": self.think_share,
+                "think_token_share": self.think_token_share, "counter": self.counter}
 
 
 @dataclass

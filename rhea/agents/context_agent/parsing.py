@@ -60,28 +60,37 @@ def parse_topic_choice(text: str, n_candidates: int) -> tuple[int, str]:
     return topic, str(obj.get("reason", ""))
 
 
-def parse_branch_decision(text: str, node_ids: set[str], branch_ids: set[str]) -> dict:
-    """{"action", "fork_node_id"?, "target_branch_id"?, "reason"} with ids checked against the tree.
+def parse_branch_decision(text: str) -> dict:
+    """{"action", "reason"} plus, for the record only, any id the LLM wrote ("llm_fork_node_id",
+    "llm_target_branch_id"): the navigator takes the ids from retrieval, as the reference does.
 
-    >>> parse_branch_decision('{"action": "CREATE_BRANCH", "fork_node_id": "n2"}', {"n2"}, set())["fork_node_id"]
-    'n2'
+    >>> parse_branch_decision('{"action": "CREATE_BRANCH", "fork_node_id": "n2"}')
+    {'action': 'CREATE_BRANCH', 'reason': '', 'llm_fork_node_id': 'n2'}
     """
     obj = first_json_object(text)
     action = str(obj.get("action", "")).strip().upper()
     if action not in ACTIONS:
         raise DecisionParseError(f"action={obj.get('action')!r} must be one of {ACTIONS}")
     out = {"action": action, "reason": str(obj.get("reason", ""))}
-    if action == "CREATE_BRANCH":
-        fork = obj.get("fork_node_id")
-        if fork not in node_ids:
-            raise DecisionParseError(f"fork_node_id={fork!r} is not a node of this topic ({sorted(node_ids)})")
-        out["fork_node_id"] = fork
-    elif action == "SWITCH_BRANCH":
-        target = obj.get("target_branch_id")
-        if target not in branch_ids:
-            raise DecisionParseError(f"target_branch_id={target!r} is not another branch of this topic ({sorted(branch_ids)})")
-        out["target_branch_id"] = target
+    for key in ("fork_node_id", "target_branch_id"):
+        if obj.get(key) is not None:
+            out[f"llm_{key}"] = str(obj[key])
     return out
+
+
+_YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
+
+
+def parse_yes_no(text: str) -> bool:
+    """The first standalone yes/no of a reply (code fences and punctuation allowed).
+
+    >>> parse_yes_no("```\\nYes\\n```"), parse_yes_no("no.")
+    (True, False)
+    """
+    match = _YES_NO.search(text or "")
+    if not match:
+        raise DecisionParseError(f"reply {str(text)[:120]!r} says neither yes nor no")
+    return match.group(1).lower() == "yes"
 
 
 def parse_summary(text: str) -> str:

@@ -60,12 +60,14 @@ class ContextAgent(ContextPolicy):
         embedder: Embedder | None = None,
         *,
         top_k: int = 3,
-        topic_threshold: float = 0.4,
+        topic_threshold: float = 0.2,
         branch_threshold: float = 0.6,
-        max_topic_candidates: int = 6,
+        max_topic_candidates: int | None = None,
+        summaries_per_topic: int | None = None,
+        topic_mode: str = "per-path",
         decision_max_new_tokens: int = 64,
         summary_max_new_tokens: int = 48,
-        branch_fallback: str = "embedding",
+        branch_fallback: str = "continue",
         embed_replies: bool = True,
         compress_fn: CompressFn | None = None,
         keep_raw_last: int | None = None,
@@ -80,8 +82,8 @@ class ContextAgent(ContextPolicy):
         self.embeddings = EmbeddingCache(embedder)
         self.navigator = Navigator(generator, NavigatorConfig(
             top_k=top_k, topic_threshold=topic_threshold, branch_threshold=branch_threshold,
-            max_topic_candidates=max_topic_candidates, decision_max_new_tokens=decision_max_new_tokens,
-            branch_fallback=branch_fallback))
+            max_topic_candidates=max_topic_candidates, summaries_per_topic=summaries_per_topic,
+            decision_max_new_tokens=decision_max_new_tokens, branch_fallback=branch_fallback, topic_mode=topic_mode))
         self.summary_max_new_tokens = positive_int(summary_max_new_tokens, "summary_max_new_tokens")
         self.embed_replies = bool(embed_replies)
         if compress_fn is not None and not callable(compress_fn):
@@ -99,7 +101,8 @@ class ContextAgent(ContextPolicy):
     def config(self) -> dict:
         c = self.navigator.config
         return {"top_k": c.top_k, "topic_threshold": c.topic_threshold, "branch_threshold": c.branch_threshold,
-                "max_topic_candidates": c.max_topic_candidates, "decision_max_new_tokens": c.decision_max_new_tokens,
+                "max_topic_candidates": c.max_topic_candidates, "summaries_per_topic": c.summaries_per_topic,
+                "topic_mode": c.topic_mode, "decision_max_new_tokens": c.decision_max_new_tokens,
                 "summary_max_new_tokens": self.summary_max_new_tokens, "branch_fallback": c.branch_fallback,
                 "embed_replies": self.embed_replies, "keep_raw_last": self.keep_raw_last}
 

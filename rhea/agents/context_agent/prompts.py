@@ -1,9 +1,14 @@
-"""The three prompts Context-Agent sends: topic attribution, branch decision, node summary.
+"""The prompts Context-Agent sends: topic attribution (per leaf path, or batched), branch
+decision, node summary.
 
-Written for this project after the Context-Agent paper (Hu et al., 2026, arXiv 2604.05552)
-and its released code, paraphrased; the decisions ask for one JSON object so they can be
-parsed strictly. Topic attribution is one batched call over every candidate leaf path
-(the original asks once per leaf).
+The paper (Hu et al., 2026, arXiv 2604.05552, §3.3) describes these steps but our copy of it
+prints no prompt; the authors' released code (github.com/Steve2457/Context-Agent) has them.
+Ours are paraphrases of the released ones with the same decision rules (the per-path yes/no
+topic check: same core object AND dependence on the history; the branch rules: fork when the
+message returns to an earlier node and the current path no longer helps, switch when it
+resumes another branch, continue when it follows the last turn), not copies of its text.
+The branch reply names only the action: ids come from retrieval, as the reference overrides
+them. The batched topic prompt is ours (one call instead of one per leaf path).
 """
 from __future__ import annotations
 
@@ -16,21 +21,34 @@ TOPIC_SYSTEM = (
     '{"topic": <number>, "reason": "<a few words>"}. Use "topic": 0 for a new topic.'
 )
 
+TOPIC_PATH_SYSTEM = (
+    "You decide whether a user's new message stays on a conversation topic, given a summary of that "
+    "topic's turns. Check two things. (1) Core object: is the message about the same thing or the same "
+    "task as the summary? Another place, tool or product is another object, even when the words look "
+    "alike (weather in Paris vs weather in Rome are different). (2) Dependence: does the message build on "
+    "that history, through pronouns (it, this, them), follow-up questions, or phrases such as 'back to' "
+    "or 'as mentioned'? Answer yes only when both hold, otherwise no. Reply with one word: yes or no."
+)
+
 BRANCH_SYSTEM = (
     "You steer the flow inside one conversation topic. Turns are nodes with ids like n3; a branch is "
-    "a line of turns. Decide how the user's new message relates to the current path:\n"
-    "- CONTINUE: it follows on from the last turn of the current path.\n"
-    "- CREATE_BRANCH: it goes back to an earlier turn of the path and explores an alternative from there "
-    "(for example rejecting a later change); give that turn as fork_node_id.\n"
-    "- SWITCH_BRANCH: it resumes another existing branch listed below; give its id as target_branch_id.\n"
+    "a line of turns. Compare the user's new message with the current path and the retrieved turns "
+    "most similar to it, and choose one action:\n"
+    "- CREATE_BRANCH: the message goes back to the most similar earlier turn and diverges from the current "
+    "path (for example rejecting a later change), and the rest of the current path does not help answer it; "
+    "the new branch starts from that most similar turn.\n"
+    "- SWITCH_BRANCH: the message resumes the other branch that the most similar turn belongs to (or says "
+    "so explicitly), and that branch's turns clearly help answer it.\n"
+    "- CONTINUE: the message follows on from the last turn of the current path, which helps answer it.\n"
     "Reply with one JSON object and nothing else, e.g. "
-    '{"action": "CONTINUE", "reason": "..."} or {"action": "CREATE_BRANCH", "fork_node_id": "n2", "reason": "..."} '
-    'or {"action": "SWITCH_BRANCH", "target_branch_id": "b3", "reason": "..."}.'
+    '{"action": "CONTINUE", "reason": "..."} or {"action": "CREATE_BRANCH", "reason": "..."} '
+    'or {"action": "SWITCH_BRANCH", "reason": "..."}.'
 )
 
 SUMMARY_SYSTEM = (
-    "You write a one-sentence note about one exchange for another assistant's memory. Third person, "
-    "keep every name, number and decision the user stated, no preamble. Reply with the sentence only."
+    "You write a one-sentence note about one exchange for another assistant's memory: in the third person, "
+    "one declarative sentence joining what the user wanted and what the assistant did, keeping every name, "
+    "number and decision stated. No preamble. Reply with the sentence only."
 )
 
 
@@ -46,6 +64,16 @@ def topic_messages(candidates: list[tuple[int, str, list[str]]], query: str) -> 
         lines.append(f"{number}. {tag}{' | '.join(summaries) or '(no summary yet)'}")
     lines += ["", f"New message: {query}"]
     return [{"role": "system", "content": TOPIC_SYSTEM}, {"role": "user", "content": "\n".join(lines)}]
+
+
+def topic_path_messages(summary: str, query: str) -> list[dict]:
+    """Messages asking whether `query` continues the topic whose leaf path `summary` sums up (yes/no).
+
+    >>> topic_path_messages("User plans a Rome trip.", "Which hotel?")[1]["content"]
+    'Topic summary: User plans a Rome trip.\\nNew message: Which hotel?'
+    """
+    return [{"role": "system", "content": TOPIC_PATH_SYSTEM},
+            {"role": "user", "content": f"Topic summary: {summary or '(no summary yet)'}\nNew message: {query}"}]
 
 
 def branch_messages(path: list[tuple[str, str]], similar: list[tuple[str, str, str, float]],

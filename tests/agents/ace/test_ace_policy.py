@@ -12,7 +12,7 @@ CONV = Conversation([
 
 
 def test_plan_keeps_retrieved_turns_and_records_the_trace():
-    llm = ScriptedGenerator(["RETRIEVE", "RETRIEVE", "THINK", "THINK", "What is the cat's name?", "Tom."])
+    llm = ScriptedGenerator(["THINK", "THINK", "What is the cat's name?", "Tom."])  # round 1 retrieves unvoted
     policy = get_policy("ace", llm=llm, n_agents=2, rounds=2, passages_per_retrieval=2)
     plan = policy.build(CONV, "Which food does my cat Tom love?")
     tiers = [d.tier for d in plan.decisions.turns]
@@ -25,7 +25,7 @@ def test_plan_keeps_retrieved_turns_and_records_the_trace():
 
 
 def test_dense_retriever_and_empty_history():
-    policy = AcePolicy(ScriptedGenerator(["RETRIEVE"]), retriever=HashingEmbedder(128), n_agents=1, rounds=1,
+    policy = AcePolicy(ScriptedGenerator([]), retriever=HashingEmbedder(128), n_agents=1, rounds=1,
                        passages_per_retrieval=1)
     plan = policy.build(CONV, "Tom likes fish?")
     assert [d.tier for d in plan.decisions.turns] == ["drop", "drop", "raw", "drop"]

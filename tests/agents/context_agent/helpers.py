@@ -23,15 +23,19 @@ class KeywordEmbedder:
         return out
 
 
-# user message, LLM replies the agent consumes for this turn (decisions, then the summary)
+# user message, LLM replies the agent consumes for this turn (decisions, then the summary).
+# Topic attribution asks each leaf path yes/no, the active tree first; the branch LLM is asked
+# only when the reference's gate opens (turns 5 and 6).
 SCRIPT = [
     ("Plan a Rome trip for May", ["User plans a Rome trip in May."]),
-    ("Banana bread recipe with an oven at 180", ['{"topic": 0, "reason": "baking is new"}', "User asks for banana bread."]),
-    ("Back to Rome: a cheap hotel", ['{"topic": 2, "reason": "Rome again"}', "User wants a cheap hotel in Rome."]),
-    ("Rome trip with luxury instead", ['{"topic": 1, "reason": "same trip"}',
-                                       '{"action": "CREATE_BRANCH", "fork_node_id": "n1", "reason": "alternative"}',
+    ("Banana bread recipe with an oven at 180", ["no", "User asks for banana bread."]),
+    ("Back to Rome: a cheap hotel", ["no", "yes", "User wants a cheap hotel in Rome."]),
+    ("Cheap hotel near the station", ["yes", "User wants the cheap hotel near the station."]),
+    ("Rome trip with luxury instead", ["yes",
+                                       '{"action": "CREATE_BRANCH", "fork_node_id": "n3", "reason": "alternative"}',
                                        "User considers luxury for the Rome trip."]),
-    ("Cheap hotel after all", ['{"topic": 2}', "Sure! Let us switch back.", ""]),
+    ("Cheap hotel after all", ["Sure! Let us switch back.", "Yes.",
+                               '{"action": "SWITCH_BRANCH", "target_branch_id": "b9"}', ""]),
 ]
 
 

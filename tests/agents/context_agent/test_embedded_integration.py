@@ -30,7 +30,10 @@ def test_context_agent_runs_as_a_policy_on_the_embedded_model():
     # a plan records the events since the previous build: the last reply's summary, then this turn's decisions
     assert events.count("summary") == 1 and "topic" in events and events[-1] == "placement"
     topic = [r for r in plan.decisions.records if r["event"] == "topic"][-1]
-    assert topic["source"] in ("llm", "fallback:embedding") and ("fallback_reason" in topic) == (topic["source"] != "llm")
+    # per-path attribution: one yes/no per leaf path asked, each read or (the 135M model) fallen back, and said so
+    assert topic["mode"] == "per-path" and 1 <= len(topic["asked"]) <= 2 and topic["choice"] in ("t1", "t2", "new")
+    assert all(a["source"] in ("llm", "fallback:embedding") and ("fallback_reason" in a) == (a["source"] != "llm")
+               for a in topic["asked"])
     assert all(agent.forest.node(n).summary for n in ("n1", "n2"))
     assert controller.prompt_tokens > 0
     reply = generate_from_plan(model, plan, max_new_tokens=8)

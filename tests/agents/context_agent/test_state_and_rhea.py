@@ -21,7 +21,7 @@ def test_forest_round_trip_is_exact_through_json():
     again = Forest.from_dict(json.loads(json.dumps(data)))
     assert again.to_dict() == data
     assert again.trace() == agent.forest.trace()
-    assert (again.active_tree_id, again.active_branch_id, again.current_node.id) == ("t1", "b1", "n5")
+    assert (again.active_tree_id, again.active_branch_id, again.current_node.id) == ("t1", "b1", "n6")
 
 
 def test_policy_state_dict_resumes_the_same_plan():

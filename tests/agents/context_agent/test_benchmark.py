@@ -1,0 +1,69 @@
+"""benchmarks/context_agent.py end to end with scripted models: TopiOCQA scoring, judge, NTM verdicts."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from rhea.agents.context_agent import ContextAgent
+from rhea.backends.llm import ScriptedGenerator
+from rhea.errors import RheaError
+from rhea.eval.judge import Judge
+from rhea.policies import get_policy
+from rhea.testing import tiny_tokenizer
+
+from .helpers import KeywordEmbedder
+
+_PATH = Path(__file__).resolve().parents[3] / "benchmarks" / "context_agent.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("rhea_context_agent_bench", _PATH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+EPISODE = {"id": "topiocqa-1", "source": "topiocqa", "user_turns": ["plan a rome trip", "banana bread oven", "rome hotel"],
+           "gold_replies": ["rome in may", "bake it", "a cheap hotel"], "topics": ["Rome", "Bread", "Rome"]}
+
+
+def test_topiocqa_episode_is_scored_per_turn_with_gold_history_and_judge(bench):
+    tok = tiny_tokenizer(["rome", "trip", "banana", "bread", "oven", "hotel", "bake", "cheap", "plan", "may"])
+    judge = Judge(ScriptedGenerator(["ok [[7]]", "no rating", "good [[9]]"]))
+    rows = []
+    for policy in (get_policy("vanilla", tokenizer=tok), ContextAgent(None, KeywordEmbedder(), tokenizer=tok)):
+        answerer = ScriptedGenerator(["rome in may", "bake", "a cheap hotel please"])
+        row = bench.run_episode(policy, answerer, tok, EPISODE, 8, judge if policy.name == "vanilla" else None)
+        row["policy"] = policy.name
+        rows.append(row)
+        if policy.name == "vanilla":  # the history holds the gold replies, whatever the model said
+            assert [m["content"] for m in answerer.calls[-1] if m["role"] == "assistant"] == ["rome in may", "bake it"]
+    vanilla, agent = rows
+    assert [round(t["f1"], 2) for t in vanilla["turns"]] == [1.0, 0.67, 0.8]
+    assert [t.get("judge_rating") for t in vanilla["turns"]] == [7.0, None, 9.0]
+    # context tokens leave out the query: none before the first turn
+    assert vanilla["turns"][0]["context_tokens"] == 0 and vanilla["turns"][2]["context_tokens"] > 0
+    assert agent["tree_per_turn"] == ["t1", "t2", "t1"]
+    summary = bench.summarise(rows, {EPISODE["id"]: EPISODE}, ["vanilla", "context-agent"])
+    assert summary["vanilla"]["topiocqa_judge_unparsed_turns"] == 1
+    assert summary["vanilla"]["topiocqa_judge_rating"]["mean"] == 8.0
+    assert summary["context-agent"]["topic_pair_agreement"]["mean"] == 1.0
+    # back on Rome, the bread turn is a summary line (its header costs tokens on turns this short)
+    assert agent["turns"][2]["tiers"] == ["raw", "drop"] and agent["turns"][2]["context_tokens"] > 0
+    assert summary["context-agent"]["context_tokens_per_turn"]["n"] == 1
+
+
+def test_ntm_verdicts_are_read_or_left_unscored(bench):
+    assert bench.ntm_judge_score(ScriptedGenerator(["2/3"]), "reply", "goals?")[:2] == (2, 3)
+    for bad in ("I cannot tell", "4/3", "0/0"):
+        assert bench.ntm_judge_score(ScriptedGenerator([bad]), "reply", "goals?")[:2] == (None, None)
+
+
+def test_the_benchmark_refuses_to_run_without_data(bench):
+    with pytest.raises(RheaError, match="no data"):
+        bench.main([])
+    with pytest.raises(RheaError, match="--topic-only"):
+        bench.main(["--generated", "1", "--topic-only"])
