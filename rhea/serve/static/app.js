@@ -206,6 +206,11 @@
       }
       botText.textContent = reply;
       bot.classList.remove("pending");
+      if (!reply.trim()) {
+        // kept as sent back; the server may refuse an empty assistant message on the next turn
+        botText.textContent = "(the model returned an empty reply)";
+        botText.classList.add("empty");
+      }
       messages.push({ role: "assistant", content: reply });
       if (rhea) {
         const meta = document.createElement("span");
