@@ -50,8 +50,11 @@ def _bad(message: str, param: str | None = None, code: str | None = None) -> API
     return APIError(message, param=param, code=code)
 
 
-def _text_content(content: object, where: str) -> str:
-    """A message's text: a str, or a list of ``{"type": "text", "text": ...}`` parts (joined)."""
+def _text_content(content: object, where: str, *, allow_empty: bool = False) -> str:
+    """A message's text: a str, or a list of ``{"type": "text", "text": ...}`` parts (joined).
+    An assistant reply may be empty (a model can answer nothing, as `Turn` allows); other messages may not."""
+    if content is None and allow_empty:
+        content = ""
     if isinstance(content, str):
         text = content
     elif isinstance(content, list):
@@ -66,7 +69,7 @@ def _text_content(content: object, where: str) -> str:
     else:
         raise _bad(f"{where}.content must be a string or a list of text parts, got "
                    f"{'null' if content is None else type(content).__name__}", f"{where}.content")
-    if not text.strip():
+    if not text.strip() and not allow_empty:
         raise _bad(f"{where}.content is empty; every message needs text", f"{where}.content", "empty_message")
     if len(text) > MAX_MESSAGE_CHARS:
         raise _bad(f"{where}.content has {len(text):,} characters (limit {MAX_MESSAGE_CHARS:,}); split it",
@@ -120,7 +123,7 @@ def conversation_from_messages(messages: object) -> tuple[list[str], Conversatio
                            "messages must alternate, starting with a user message", f"{where}.role")
             if message.get("tool_calls"):
                 raise _bad(f"{where} has tool_calls; this server does not run tools", f"{where}.tool_calls")
-            conversation.append(Turn(pending_user, _text_content(message.get("content"), where)))
+            conversation.append(Turn(pending_user, _text_content(message.get("content"), where, allow_empty=True)))
             pending_user = None
         elif role in ("tool", "function"):
             raise _bad(f"{where} has role {role!r}; this server does not run tools", f"{where}.role")
