@@ -12,6 +12,8 @@
     bar: $("tokens-bar"), barFed: $("tokens-bar-fed"), instructions: $("instructions"),
     instructionsEmpty: $("instructions-empty"), turnsBody: $("turns-body"), turnsEmpty: $("turns-empty"),
   };
+  // the library's plans name a left-out turn "drop"; the page shows the tier words raw / latent / dropped
+  const TIER_ALIASES = { drop: "dropped" };
   const messages = [];       // [{role, content}] sent whole on every request
   let busy = false;
 
@@ -107,10 +109,10 @@
     const turns = Array.isArray(rhea.turns) ? rhea.turns : [];
     for (const t of turns) {
       const tr = document.createElement("tr");
-      const tier = String(t.tier || "unknown");
+      const tier = TIER_ALIASES[t.tier] || String(t.tier || "unknown");
       const score = num(t.score);
       tr.dataset.turnIndex = String(t.index);
-      tr.dataset.tier = tier;
+      tr.dataset.tier = tier;                 // raw | latent | dropped (read by the browser test)
       tr.dataset.score = score === null ? "" : String(score);
 
       const tdIndex = document.createElement("td");
