@@ -230,6 +230,9 @@ def test_messages_render_the_memory_of_the_last_turn(server, browser, tmp_path):
     users: list[str] = []
     for text in (FIRST, SECOND, THIRD):
         users.append(text)
+        if text == THIRD:  # the first two replies stream (SSE), the third comes as one JSON body
+            drv.find_element(By.ID, "stream").click()
+            assert not drv.find_element(By.ID, "stream").is_selected()
         state = _send(drv, text)
         assert state == "idle", f"the page shows an error: {_text(drv.find_element(By.ID, 'error'))}"
         if len(users) >= 2:
@@ -241,6 +244,14 @@ def test_messages_render_the_memory_of_the_last_turn(server, browser, tmp_path):
     png = tmp_path / "serve_page.png"
     assert drv.save_screenshot(str(png)) and png.stat().st_size > 10_000
     _keep(png)
+
+    # a narrow window: the Memory panel moves under the chat instead of squeezing it
+    chat, memory = drv.find_element(By.ID, "chat"), drv.find_element(By.ID, "memory")
+    assert memory.rect["x"] > chat.rect["x"] + chat.rect["width"] - 1  # side by side at 1280 px
+    drv.set_window_size(500, 900)
+    assert memory.rect["y"] >= chat.rect["y"] + chat.rect["height"] - 1
+    assert drv.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    drv.set_window_size(1280, 900)
 
 
 def test_a_server_error_is_shown_and_the_message_kept(server, browser):
