@@ -31,6 +31,8 @@ def check_args(args) -> dict:
     for name in ("max_queue", "max_batch", "max_tokens"):
         if getattr(args, name) < 1:
             raise ServeConfigError(f"--{name.replace('_', '-')} {getattr(args, name)} must be >= 1")
+    if not 0 <= args.batch_wait_ms <= 10_000:
+        raise ServeConfigError(f"--batch-wait-ms {args.batch_wait_ms} must be between 0 and 10000")
     if args.cache_entries < 0:
         raise ServeConfigError(f"--cache-entries {args.cache_entries} must be >= 0 (0: no in-memory cache)")
     check_model_path(args.model)
@@ -43,6 +45,20 @@ def check_args(args) -> dict:
     if args.cache_dir is not None and Path(args.cache_dir).exists() and not Path(args.cache_dir).is_dir():
         raise ServeConfigError(f"--cache-dir {args.cache_dir} is a file; pass a directory")
     return kwargs
+
+
+def warm_up(engine) -> float:
+    """Answer one tiny request before listening, so the first client does not pay for loading the
+    recognizer's and the scorer's models (MiniLM, a few seconds) or the first prefill. Returns seconds."""
+    import time
+
+    from rhea.context import Conversation
+    from rhea.serve.protocol import ChatRequest
+
+    t0 = time.perf_counter()
+    engine.submit(ChatRequest(model=engine.model_id, system=[], conversation=Conversation(), query="Hello.",
+                              max_tokens=1)).result()
+    return time.perf_counter() - t0
 
 
 def _cmd_serve(args) -> int:
@@ -59,7 +75,9 @@ def _cmd_serve(args) -> int:
     model = load_rhea_model(args.model, device=args.device)
     engine = Engine(model, model_id=args.served_model_name or served_name(args.model), policy=args.policy,
                     policy_kwargs=policy_kwargs, max_tokens=args.max_tokens, max_queue=args.max_queue,
-                    max_batch=args.max_batch, cache_entries=args.cache_entries, cache_dir=args.cache_dir)
+                    max_batch=args.max_batch, cache_entries=args.cache_entries, cache_dir=args.cache_dir,
+                    batch_wait_ms=args.batch_wait_ms)
+    warm_up(engine)
     print(f"rhea serve: model {engine.model_id!r}, policy {engine.policy_name!r} on http://{args.host}:{args.port}",
           flush=True)
     try:
@@ -82,6 +100,8 @@ def register(sub) -> None:
     p.add_argument("--max-tokens", type=int, default=128, help="reply length when a request sets no max_tokens")
     p.add_argument("--max-queue", type=int, default=64, help="requests waiting at most; more get 503 + Retry-After")
     p.add_argument("--max-batch", type=int, default=8, help="waiting requests generated together (1: one by one)")
+    p.add_argument("--batch-wait-ms", type=float, default=50.0,
+                   help="how long a request waits for others to batch with when too few are queued (default 50)")
     p.add_argument("--cache-entries", type=int, default=4096, help="in-memory entries per cache (LRU)")
     p.add_argument("--cache-dir", default=None, help="shared latent store: a directory of safetensors files that "
                    "replicas read and write")

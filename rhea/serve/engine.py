@@ -5,7 +5,9 @@ One thread owns the model (torch generation is not re-entrant); the HTTP layer o
 jobs and awaits their futures. A full queue raises `QueueFullError` at once (503 +
 Retry-After) instead of letting clients hang. Waiting non-streaming jobs with the same
 generation settings are planned one after another and generated together
-(`rhea.session.batch.generate_batch`), up to ``max_batch`` rows.
+(`rhea.session.batch.generate_batch`), up to ``max_batch`` rows; when a non-streaming job finds
+too few fellows waiting, the worker waits up to ``batch_wait_ms`` for more (a burst of clients
+answered together comes back together).
 
 Rebuilding: the engine keeps one `ChatSession` (its policy and the caches wrapped around it)
 and, for every request, resets the policy and replays the past turns exactly as
@@ -151,7 +153,8 @@ class Engine:
 
     def __init__(self, model, *, model_id: str, policy: str = "rhea", policy_kwargs: dict | None = None,
                  max_tokens: int = 128, max_queue: int = 64, max_batch: int = 8, cache_entries: int = 4096,
-                 cache_dir: str | None = None, prefix_blocks: int = 8, start: bool = True):
+                 cache_dir: str | None = None, prefix_blocks: int = 8, batch_wait_ms: float = 50.0,
+                 start: bool = True):
         from rhea.session import ChatSession
 
         for name, value, lo in (("max_tokens", max_tokens, 1), ("max_queue", max_queue, 1),
@@ -159,6 +162,9 @@ class Engine:
                                 ("prefix_blocks", prefix_blocks, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise ServeConfigError(f"{name}={value!r} must be an int >= {lo}")
+        if isinstance(batch_wait_ms, bool) or not isinstance(batch_wait_ms, (int, float)) or not 0 <= batch_wait_ms <= 10_000:
+            raise ServeConfigError(f"batch_wait_ms={batch_wait_ms!r} must be a number of milliseconds in [0, 10000]")
+        self.batch_wait = batch_wait_ms / 1000.0
         self.model, self.model_id = model, model_id
         self.max_tokens, self.max_queue, self.max_batch = max_tokens, max_queue, max_batch
         self.session = ChatSession(model, policy=policy, max_new_tokens=max_tokens, policy_kwargs=policy_kwargs,
@@ -255,6 +261,15 @@ class Engine:
             batch = [first]
             if first.on_event is None and self.max_batch > 1:
                 key = first.request.generation_key(self.max_tokens)
+
+                def fellows() -> int:
+                    return sum(j.on_event is None and j.request.generation_key(self.max_tokens) == key
+                               for j in self._jobs)
+
+                # a short window for the rest of a burst (clients answered together send together)
+                deadline = time.monotonic() + self.batch_wait
+                while not self._closed and fellows() < self.max_batch - 1 and (left := deadline - time.monotonic()) > 0:
+                    self._cv.wait(left)
                 for job in list(self._jobs):
                     if len(batch) >= self.max_batch:
                         break

@@ -306,3 +306,20 @@ def test_waiting_requests_are_batched_and_not_mixed_up(model):
             assert 1 <= answer.completion_tokens <= 3
     finally:
         eng.close()
+
+
+def test_a_burst_arriving_just_after_the_first_request_joins_its_batch(model):
+    import time
+
+    eng = Engine(model, model_id="tiny", policy="vanilla", max_tokens=2, max_batch=4, batch_wait_ms=3000)
+    try:
+        reqs = [parse_request(json.dumps({"model": "tiny", "messages": [{"role": "user", "content": f"hi {w}"}]}
+                                         ).encode(), "tiny") for w in ("one", "two", "three")]
+        first = eng.submit(reqs[0])
+        time.sleep(0.2)  # the worker holds the first request in its batch window meanwhile
+        rest = [eng.submit(r) for r in reqs[1:]]
+        answers = [f.result(timeout=60) for f in [first, *rest]]
+        assert eng.batches == 1 and eng.batched_rows == 3
+        assert [a.plan.messages[-1]["content"] for a in answers] == ["hi one", "hi two", "hi three"]
+    finally:
+        eng.close()
