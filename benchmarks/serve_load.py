@@ -8,7 +8,9 @@ messages name it again. Checks (the run fails on any): every turn of every conve
 back (nothing lost), and each reply's ``rhea`` object lists exactly that conversation's own past
 user messages, in order (nothing mixed up between conversations). The number of requests is
 N x M per configuration and run (--repeats runs each, in alternating order), each bounded by --request-timeout and the whole phase by --deadline.
-503s (queue full) are counted; the client retries them after Retry-After.
+503s (queue full) are counted; the client retries them after Retry-After. A last run gives the
+batched server a queue smaller than the burst (--overload-queue), so 503s happen, and checks
+that the retried requests are still all answered.
 
 Latency is the client's wall time per request (p50/p95); throughput is requests and completion
 tokens per second of the phase. The replies of the two configurations are compared (greedy;
@@ -213,6 +215,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="the server's torch threads")
     parser.add_argument("--request-timeout", type=float, default=300.0)
     parser.add_argument("--deadline", type=float, default=900.0, help="seconds per phase at most")
+    parser.add_argument("--overload-queue", type=int, default=2,
+                        help="one more batched run with this --max-queue, below the burst size (0: skip)")
     parser.add_argument("--repeats", type=int, default=2, help="runs per configuration, alternating the order")
     parser.add_argument("--cache-replies", type=int, default=16)
     parser.add_argument("--out", default="benchmarks/results/serve_load")
@@ -248,6 +252,22 @@ def main() -> int:
                   f"{phase['requests_per_s']:.3f} req/s, {phase['completion_tokens_per_s']:.2f} tok/s, batches "
                   f"{h['batches']} ({h['batched_rows']} rows), statuses {phase['http_statuses']}, load "
                   f"{phase['load_avg']:.1f}", flush=True)
+    overload = None
+    if args.overload_queue:  # a queue smaller than the burst: 503 + Retry-After, retried by the client, nothing lost
+        port, log = _free_port(), out.with_suffix(".server.log")
+        server = start_server(args.model, port, batch, args.max_tokens, args.threads, log,
+                              ["--max-queue", str(args.overload_queue)])
+        try:
+            run_phase(port, args.model, 1, 1, 2, args.request_timeout, args.deadline)
+            overload = run_phase(port, args.model, args.conversations, args.turns, args.max_tokens,
+                                 args.request_timeout, args.deadline)
+        finally:
+            server.kill()
+            server.wait(timeout=30)
+        overload.update(config=f"batched (max {batch}), --max-queue {args.overload_queue}", load_avg=os.getloadavg()[0])
+        print(f"{overload['config']}: {overload['requests']}/{overload['expected_requests']} requests, lost "
+              f"{overload['lost']}, mixed up {overload['mixed_up']}, p50 {overload['p50_s']:.2f}s p95 "
+              f"{overload['p95_s']:.2f}s, statuses {overload['http_statuses']}", flush=True)
     phases = {}
     for name, _ in configs:
         mine = [r for r in runs if r["config"] == name]
@@ -268,6 +288,7 @@ def main() -> int:
                   "command": " ".join(sys.argv)},
         "phases": phases,
         "runs": runs,
+        "overload": overload,
         "batched_over_one_by_one_throughput": phases[b]["completion_tokens_per_s"] / phases[a]["completion_tokens_per_s"],
         "batched_over_one_by_one_p50": phases[b]["p50_s"] / phases[a]["p50_s"],
         "identical_replies": {"same": sum(x == y for x, y in pairs), "compared": len(pairs),
@@ -282,7 +303,7 @@ def main() -> int:
           f"{result['identical_replies']['same']}/{result['identical_replies']['compared']}; cache per reply: miss "
           f"{c['miss_compress_s'] * 1e3:.1f} ms, memory hit {c['hit_memory_s'] * 1e3:.3f} ms, directory hit "
           f"{c['hit_directory_s'] * 1e3:.2f} ms -> {out}.json/.png")
-    ok = all(r["lost"] == 0 and r["mixed_up"] == 0 for r in runs)
+    ok = all(r["lost"] == 0 and r["mixed_up"] == 0 for r in runs + ([overload] if overload else []))
     if not ok:
         print("FAIL: requests lost or mixed up", file=sys.stderr)
     return 0 if ok else 1

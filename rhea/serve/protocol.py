@@ -135,12 +135,15 @@ def conversation_from_messages(messages: object) -> tuple[list[str], Conversatio
     return system, conversation, pending_user
 
 
-def _number(body: dict, name: str, lo: float, hi: float, default):
+def _number(body: dict, name: str, lo: float, hi: float, default, *, above: bool = False):
+    """A number in [lo, hi] (in (lo, hi] when `above`), or `default` when absent."""
     value = body.get(name)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not lo <= value <= hi:
-        raise _bad(f"{name}={value!r} must be a number between {lo} and {hi}", name)
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not lo <= value <= hi or (above and value == lo)):
+        raise _bad(f"{name}={value!r} must be a number {'above' if above else 'from'} {lo} {'up ' if above else ''}to "
+                   f"{hi}", name)
     return float(value)
 
 
@@ -200,7 +203,7 @@ def parse_request(raw: bytes, served_model: str) -> ChatRequest:
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise _bad(f"seed={seed!r} must be an integer", "seed")
     return ChatRequest(model=model, system=system, conversation=conversation, query=query, max_tokens=max_tokens,
-                       temperature=_number(body, "temperature", 0.0, 2.0, 0.0), top_p=_number(body, "top_p", 0.0, 1.0, 1.0),
+                       temperature=_number(body, "temperature", 0.0, 2.0, 0.0), top_p=_number(body, "top_p", 0.0, 1.0, 1.0, above=True),
                        stop=stop, stream=stream, include_usage=bool(options.get("include_usage", False)),
                        rhea=rhea, trace=trace, seed=seed)
 

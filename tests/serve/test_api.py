@@ -190,6 +190,9 @@ def test_streaming_format_matches_the_non_streamed_reply(client):
      "messages[0].content"),
     ({"model": "tiny", "messages": HISTORY, "n": 2}, 400, None, "n"),
     ({"model": "tiny", "messages": HISTORY, "temperature": 3}, 400, None, "temperature"),
+    ({"model": "tiny", "messages": HISTORY, "top_p": 0}, 400, None, "top_p"),
+    ({"model": "tiny", "messages": HISTORY, "seed": "x"}, 400, None, "seed"),
+    ({"model": "tiny", "messages": HISTORY, "stream": "yes"}, 400, None, "stream"),
     ({"model": "tiny", "messages": HISTORY, "max_tokens": 0}, 400, None, "max_tokens"),
     ({"model": "tiny", "messages": HISTORY, "stop": [""]}, 400, None, "stop"),
     ({"model": "tiny", "messages": HISTORY, "tools": [{"type": "function"}]}, 400, "unsupported_parameter", "tools"),
@@ -245,6 +248,14 @@ def test_sampling_with_a_seed_is_reproducible(client):
     a = _post(client, temperature=1.0, seed=7).json()["choices"][0]["message"]["content"]
     b = _post(client, temperature=1.0, seed=7).json()["choices"][0]["message"]["content"]
     assert a == b
+
+
+def test_engine_settings_are_checked(model):
+    from rhea.serve.errors import ServeConfigError
+
+    for bad in ({"max_queue": 0}, {"max_batch": 0}, {"max_tokens": 0}, {"cache_entries": -1}, {"batch_wait_ms": -1}):
+        with pytest.raises(ServeConfigError):
+            Engine(model, model_id="tiny", policy="vanilla", start=False, **bad)
 
 
 def test_system_message_refused_where_the_policy_would_lose_it(model):
