@@ -38,6 +38,7 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SERVER_LOG = Path(tempfile.gettempdir()) / "rhea_serve_load.server.log"  # the servers' output, for a failed run
 WORDS = ["ORCHID", "GRANITE", "PELICAN", "SAFFRON", "TUNDRA", "COBALT", "MAGNOLIA", "QUARTZ", "WALRUS", "EMBER",
          "FJORD", "JASPER", "LANTERN", "NEBULA", "OSPREY", "PRAIRIE"]
 QUESTIONS = ["What is the capital of France?", "Name a primary colour.", "What is two plus two?",
@@ -232,7 +233,7 @@ def main() -> int:
     runs, replies = [], {}
     for rep in range(args.repeats):  # alternate the order, so a change in machine load hits both alike
         for name, max_batch in (configs if rep % 2 == 0 else configs[::-1]):
-            port, log = _free_port(), out.with_suffix(".server.log")
+            port, log = _free_port(), SERVER_LOG
             server = start_server(args.model, port, max_batch, args.max_tokens, args.threads, log, [])
             try:
                 run_phase(port, args.model, 1, 1, 2, args.request_timeout, args.deadline)  # warm-up
@@ -254,7 +255,7 @@ def main() -> int:
                   f"{phase['load_avg']:.1f}", flush=True)
     overload = None
     if args.overload_queue:  # a queue smaller than the burst: 503 + Retry-After, retried by the client, nothing lost
-        port, log = _free_port(), out.with_suffix(".server.log")
+        port, log = _free_port(), SERVER_LOG
         server = start_server(args.model, port, batch, args.max_tokens, args.threads, log,
                               ["--max-queue", str(args.overload_queue)])
         try:
