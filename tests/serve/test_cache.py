@@ -129,3 +129,40 @@ def test_latents_are_computed_once_and_shared_between_replicas(tmp_path):
     finally:
         for e in (first, replica, uncached):
             e.close()
+
+
+def test_another_process_reads_what_this_one_wrote(tmp_path):
+    """Two processes (replicas) share latents through the directory: a child writes, we read."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import sys, torch; from rhea.serve.cache import LatentStore; "
+            "LatentStore('m', 'd', 4, directory=sys.argv[1]).put('shared reply', torch.arange(6.).reshape(2, 3))")
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, env=env, timeout=120)
+    got = LatentStore("m", "d", 4, directory=tmp_path).get("shared reply")
+    assert torch.equal(got, torch.arange(6.).reshape(2, 3))
+
+
+def test_instruction_block_kv_is_reused_across_requests_without_changing_replies():
+    from rhea.serve.engine import Engine
+
+    model = tiny_rhea()
+    msgs = [{"role": "system", "content": "always answer in french ."}, {"role": "user", "content": "the cat is blue"},
+            {"role": "assistant", "content": "yes"}, {"role": "user", "content": "what color is the cat ?"}]
+    kw = {"scorer": "bm25", "recognizer": None}
+    pooled = Engine(model, model_id="tiny", policy="rhea", policy_kwargs=kw, max_tokens=3)
+    plain = Engine(model, model_id="tiny", policy="rhea", policy_kwargs=kw, max_tokens=3, prefix_blocks=0)
+    try:
+        a = pooled.submit(_request(msgs)).result(timeout=60)
+        b = pooled.submit(_request(msgs[:1] + [{"role": "user", "content": "the dog ?"}])).result(timeout=60)
+        stats = pooled.cache_stats()["prefix_kv"]
+        assert stats["kv_misses"] == 1 and stats["kv_hits"] == 1  # same block: the second prefill skips it
+        assert b.timings["prefix_reused_tokens"] > 0
+        assert plain.submit(_request(msgs)).result(timeout=60).text == a.text
+        assert plain.cache_stats()["prefix_kv"]["kv_misses"] == 0
+    finally:
+        pooled.close()
+        plain.close()
