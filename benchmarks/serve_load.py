@@ -153,14 +153,14 @@ def cache_costs(model_name: str, k: int) -> dict:
              for i in range(k)]
     with tempfile.TemporaryDirectory() as d, torch.no_grad():
         store = LatentStore(model_name, digest, 4096, directory=d)
-        compress = CachedCompress(model.compress, store)
+        compress = CachedCompress(model.compress, store, model.device)
         t = time.perf_counter()
         miss = compress(texts)
         t_miss = (time.perf_counter() - t) / k
         t = time.perf_counter()
         hit = compress(texts)
         t_mem = (time.perf_counter() - t) / k
-        replica = CachedCompress(model.compress, LatentStore(model_name, digest, 4096, directory=d))
+        replica = CachedCompress(model.compress, LatentStore(model_name, digest, 4096, directory=d), model.device)
         t = time.perf_counter()
         disk = replica(texts)
         t_dir = (time.perf_counter() - t) / k

@@ -169,24 +169,23 @@ class LatentStore:
 class CachedCompress:
     """A `compress_fn` for `EpisodicMemory` that compresses each text alone and keeps the result."""
 
-    def __init__(self, compress: Callable[[Sequence[str]], torch.Tensor], store: LatentStore):
-        self.compress, self.store = compress, store
+    def __init__(self, compress: Callable[[Sequence[str]], torch.Tensor], store: LatentStore,
+                 device: torch.device | str = "cpu"):
+        self.compress, self.store, self.device = compress, store, torch.device(device)
         self.computed = 0
 
     def __call__(self, texts: Sequence[str]) -> torch.Tensor:
+        """``[len(texts), n_mem, hidden]`` fp32 latents on `device` (the model's), hits and misses alike,
+        so where the scores are computed never depends on the cache's state."""
         out = []
-        device = None
         for text in texts:
             hit = self.store.get(text)
             if hit is None:
-                fresh = self.compress([text]).detach()
-                device = fresh.device
-                hit = fresh[0].float().cpu()
+                hit = self.compress([text]).detach()[0].float().cpu()
                 self.store.put(text, hit)
                 self.computed += 1
             out.append(hit)
-        stacked = torch.stack(out)
-        return stacked.to(device) if device is not None else stacked
+        return torch.stack(out).to(self.device)
 
 
 class CachedRecognizer:

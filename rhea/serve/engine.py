@@ -195,7 +195,7 @@ class Engine:
         if "dense" in getattr(policy, "components", ()):
             self.embedder_cache = policy._embedder = CachedEmbedder(policy.embedder, entries)
         if hasattr(policy, "episodic"):
-            self.compress = CachedCompress(self.model.compress, self.latents)
+            self.compress = CachedCompress(self.model.compress, self.latents, self.model.device)
             policy.episodic.compress_fn = self.compress
 
     def cache_stats(self) -> dict:
