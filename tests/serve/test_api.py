@@ -230,6 +230,23 @@ def test_internal_errors_are_a_generic_500(client, engine, monkeypatch):
     assert "secret" not in err["message"] and err["type"] == "server_error"
 
 
+def test_an_error_after_the_stream_started_is_an_error_event(client, monkeypatch):
+    import rhea.session.generation as generation
+
+    def half_then_fail(model, plan, *, on_text=None, **kwargs):
+        on_text("partial")
+        raise RuntimeError("secret internal detail")
+
+    monkeypatch.setattr(generation, "generate_from_plan", half_then_fail)
+    with client.stream("POST", "/v1/chat/completions",
+                       json={"model": "tiny", "messages": HISTORY, "stream": True}) as r:
+        lines = [line for line in r.iter_lines() if line]
+    assert r.status_code == 200 and lines[-1] == "data: [DONE]"
+    events = [json.loads(line[6:]) for line in lines[:-1]]
+    assert events[1]["choices"][0]["delta"]["content"] == "partial"
+    assert events[-1]["error"]["code"] == "internal_error" and "secret" not in json.dumps(events)
+
+
 def test_max_tokens_and_stop(client):
     r = _post(client, max_completion_tokens=2).json()
     assert r["usage"]["completion_tokens"] == 2 and r["choices"][0]["finish_reason"] == "length"
