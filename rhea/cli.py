@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "rhea.eval.cli",         # bench
     "rhea.calibration.cli",  # calibrate
     "rhea.modeling.zoo_cli",  # models (the model zoo)
+    "rhea.serve.cli",        # serve (OpenAI-compatible HTTP server)
     "rhea_kernels.cli",      # kernels
 ]
 

@@ -21,7 +21,7 @@ LAYERS = [
     ["rhea.eval"],
     ["rhea.agents"],
     ["rhea.training"],
-    ["rhea.cli"],
+    ["rhea.serve", "rhea.cli"],
 ]
 ROOT = Path(rhea.__file__).parent
 

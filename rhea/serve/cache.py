@@ -1,0 +1,266 @@
+"""Content-keyed caches that make a stateless server cheap: what costs compute is keyed by what
+it was computed from, so any replica can use it and a restart loses nothing but warmth.
+
+- `LRU`: a bounded in-memory map (least recently used out first).
+- `LatentStore`: each text's compressor latents, keyed by (model id, adapter digest, text),
+  in an LRU, optionally backed by a directory of safetensors files that several processes
+  (replicas on one host, or a shared volume) read and write; writes are atomic (temp file +
+  rename), so a reader never sees half a file.
+- `CachedRecognizer`, `CachedEmbedder`: the instruction recognizer's verdicts and the dense
+  embeddings, per text.
+- `PrefixPool`: a few `PrefixKVCache`s (the instruction block's keys/values), one per block.
+
+Every cached value is computed for one text on its own (a batch of one), so a hit returns
+exactly what a miss would compute: replies do not change with the cache's state.
+
+>>> lru = LRU(2); lru.put("a", 1); lru.put("b", 2); _ = lru.get("a"); lru.put("c", 3)
+>>> sorted(lru.keys()), lru.evictions
+(['a', 'c'], 1)
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable, Hashable, Sequence
+
+import numpy as np
+import torch
+
+from rhea.serve.errors import ServeConfigError
+
+
+class LRU:
+    """A thread-safe map holding at most `max_entries` items (0: holds nothing)."""
+
+    def __init__(self, max_entries: int):
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 0:
+            raise ServeConfigError(f"cache size {max_entries!r} must be an int >= 0")
+        self.max_entries = max_entries
+        self._data: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = self.evictions = 0
+
+    def get(self, key: Hashable, default=None):
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                self.hits += 1
+                return self._data[key]
+            self.misses += 1
+            return default
+
+    def put(self, key: Hashable, value) -> None:
+        with self._lock:
+            if self.max_entries == 0:
+                return
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.max_entries:
+                self._data.popitem(last=False)
+                self.evictions += 1
+
+    def keys(self) -> list:
+        with self._lock:
+            return list(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def stats(self) -> dict:
+        return {"entries": len(self._data), "max_entries": self.max_entries, "hits": self.hits,
+                "misses": self.misses, "evictions": self.evictions}
+
+
+def adapter_digest(model) -> str:
+    """A short sha256 of the weights that shape the latents (LoRA adapters, `<mem>` rows, injector)
+    and of the base model's name: latents cached under another digest are never reused."""
+    h = hashlib.sha256(str(getattr(model.config, "base_model", "")).encode())
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            if "lora" in name or "mem" in name or "inject" in name or "projector" in name:
+                h.update(name.encode())
+                h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+class LatentStore:
+    """Latents per text: ``get(text)`` / ``put(text, tensor)``, in memory (LRU) and optionally
+    in `directory` (safetensors, one file per key, shared between processes).
+
+    >>> import tempfile, torch
+    >>> d = tempfile.mkdtemp()
+    >>> a, b = LatentStore("m", "x", 4, directory=d), LatentStore("m", "x", 4, directory=d)
+    >>> a.put("reply", torch.ones(2, 3)); b.get("reply").shape, b.stats()["dir_hits"]
+    (torch.Size([2, 3]), 1)
+    """
+
+    def __init__(self, model_id: str, digest: str, max_entries: int = 4096, *, directory: str | os.PathLike | None = None):
+        self.model_id, self.digest = model_id, digest
+        self.memory = LRU(max_entries)
+        self.directory = Path(directory) if directory is not None else None
+        if self.directory is not None:
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                probe = tempfile.NamedTemporaryFile(dir=self.directory, delete=True)
+                probe.close()
+            except OSError as e:
+                raise ServeConfigError(f"--cache-dir {self.directory}: cannot write there ({e}); pass a writable "
+                                       "directory (shared by the replicas)") from None
+        self.dir_hits = self.dir_misses = self.dir_writes = 0
+
+    def key(self, text: str) -> str:
+        return hashlib.sha256(f"{self.model_id}\0{self.digest}\0{text}".encode("utf-8")).hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.safetensors"
+
+    def get(self, text: str) -> torch.Tensor | None:
+        key = self.key(text)
+        hit = self.memory.get(key)
+        if hit is not None or self.directory is None:
+            return hit
+        from safetensors.torch import load_file
+
+        path = self._path(key)
+        try:
+            tensor = load_file(str(path))["latents"]
+        except (FileNotFoundError, KeyError):
+            self.dir_misses += 1
+            return None
+        except Exception:  # a corrupt file (another writer's crash): recompute and overwrite it
+            self.dir_misses += 1
+            return None
+        self.dir_hits += 1
+        self.memory.put(key, tensor)
+        return tensor
+
+    def put(self, text: str, latents: torch.Tensor) -> None:
+        key = self.key(text)
+        latents = latents.detach().cpu().contiguous()
+        self.memory.put(key, latents)
+        if self.directory is None:
+            return
+        from safetensors.torch import save_file
+
+        path = self._path(key)
+        path.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        os.close(fd)
+        try:
+            save_file({"latents": latents}, tmp, metadata={"model": self.model_id, "digest": self.digest})
+            os.replace(tmp, path)  # atomic: readers see the old file or the whole new one
+            self.dir_writes += 1
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def stats(self) -> dict:
+        out = self.memory.stats()
+        if self.directory is not None:
+            out.update(directory=str(self.directory), dir_hits=self.dir_hits, dir_misses=self.dir_misses,
+                       dir_writes=self.dir_writes)
+        return out
+
+
+class CachedCompress:
+    """A `compress_fn` for `EpisodicMemory` that compresses each text alone and keeps the result."""
+
+    def __init__(self, compress: Callable[[Sequence[str]], torch.Tensor], store: LatentStore,
+                 device: torch.device | str = "cpu"):
+        self.compress, self.store, self.device = compress, store, torch.device(device)
+        self.computed = 0
+
+    def __call__(self, texts: Sequence[str]) -> torch.Tensor:
+        """``[len(texts), n_mem, hidden]`` fp32 latents on `device` (the model's), hits and misses alike,
+        so where the scores are computed never depends on the cache's state."""
+        out = []
+        for text in texts:
+            hit = self.store.get(text)
+            if hit is None:
+                hit = self.compress([text]).detach()[0].float().cpu()
+                self.store.put(text, hit)
+                self.computed += 1
+            out.append(hit)
+        return torch.stack(out).to(self.device)
+
+
+class CachedRecognizer:
+    """The instruction recognizer with its verdicts kept per message text (the rest delegates)."""
+
+    def __init__(self, recognizer, max_entries: int = 4096):
+        self.inner = recognizer
+        self.verdicts = LRU(max_entries)
+
+    def __call__(self, text: str):
+        verdict = self.verdicts.get(text)
+        if verdict is None:
+            verdict = self.inner(text)
+            self.verdicts.put(text, verdict)
+        return verdict
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class CachedEmbedder:
+    """An `Embedder` whose vectors are computed one text at a time and kept in an LRU."""
+
+    def __init__(self, embedder, max_entries: int = 8192):
+        self.inner = embedder
+        self.vectors = LRU(max_entries)
+
+    def _one(self, text: str) -> np.ndarray:
+        model = getattr(self.inner, "model", None)
+        if model is not None and hasattr(model, "encode"):  # a SentenceTransformer (MiniLMEmbedder.model)
+            vec = model.encode([text], batch_size=1, normalize_embeddings=True, convert_to_numpy=True,
+                               show_progress_bar=False)[0]
+        else:
+            vec = self.inner.encode([text])[0]
+        return np.asarray(vec, dtype=np.float32)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        out = []
+        for text in texts:
+            vec = self.vectors.get(text)
+            if vec is None:
+                vec = self._one(text)
+                self.vectors.put(text, vec)
+            out.append(vec)
+        if not out:
+            return self.inner.encode([])
+        return np.stack(out)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class PrefixPool:
+    """Up to `max_entries` `PrefixKVCache`s, one per instruction block (the plan's system text)."""
+
+    def __init__(self, max_entries: int = 8):
+        self.pool = LRU(max_entries)
+
+    def for_block(self, system_text: str | None):
+        from rhea.session.generation import PrefixKVCache
+
+        if system_text is None or self.pool.max_entries == 0:
+            return None
+        cache = self.pool.get(system_text)
+        if cache is None:
+            cache = PrefixKVCache()
+            self.pool.put(system_text, cache)
+        return cache
+
+    def stats(self) -> dict:
+        with self.pool._lock:
+            caches = list(self.pool._data.values())
+        return {**self.pool.stats(), "kv_hits": sum(c.hits for c in caches if c),
+                "kv_misses": sum(c.misses for c in caches if c)}
+
+
+__all__ = ["LRU", "CachedCompress", "CachedEmbedder", "CachedRecognizer", "LatentStore", "PrefixPool",
+           "adapter_digest"]

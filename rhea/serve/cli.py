@@ -1,0 +1,115 @@
+"""`rhea serve`: check the arguments, load the model, run the OpenAI-compatible server (uvicorn)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rhea.serve.errors import ServeConfigError
+
+
+def served_name(model: str) -> str:
+    """The id clients send as ``model``: a zoo name as is, a directory by its folder name.
+
+    >>> import tempfile, os
+    >>> folder = os.path.join(tempfile.mkdtemp(), "my-rhea")
+    >>> os.mkdir(folder); served_name("smollm2-135m"), served_name(folder + "/")
+    ('smollm2-135m', 'my-rhea')
+    """
+    return Path(model).resolve().name if os.path.isdir(model) else model
+
+
+def check_args(args) -> dict:
+    """Every check that needs no model, so a typo fails in a second; returns the policy kwargs."""
+    from rhea.modeling.zoo import check_model_path
+    from rhea.policies import policy_class
+
+    if not 1 <= args.port <= 65535:
+        raise ServeConfigError(f"--port {args.port} must be between 1 and 65535 (0 is not allowed: clients need "
+                               "to know the port)")
+    if not args.host:
+        raise ServeConfigError("--host must be an address to listen on, e.g. 127.0.0.1 or 0.0.0.0")
+    for name in ("max_queue", "max_batch", "max_tokens"):
+        if getattr(args, name) < 1:
+            raise ServeConfigError(f"--{name.replace('_', '-')} {getattr(args, name)} must be >= 1")
+    if not 0 <= args.batch_wait_ms <= 10_000:
+        raise ServeConfigError(f"--batch-wait-ms {args.batch_wait_ms} must be between 0 and 10000")
+    if args.cache_entries < 0:
+        raise ServeConfigError(f"--cache-entries {args.cache_entries} must be >= 0 (0: no in-memory cache)")
+    check_model_path(args.model)
+    cls = policy_class(args.policy)  # raises the registry's named error for an unknown policy
+    kwargs = {k: v for k, v in (("tau_low", args.tau_low), ("tau_high", args.tau_high), ("scorer", args.scorer),
+                                ("latent_tier", args.latent_tier)) if v is not None}
+    if kwargs and cls.model_arg is None:
+        raise ServeConfigError(f"--tau-low/--tau-high/--scorer/--latent-tier set the rhea policies; policy "
+                               f"{args.policy!r} takes none of them")
+    if args.cache_dir is not None and Path(args.cache_dir).exists() and not Path(args.cache_dir).is_dir():
+        raise ServeConfigError(f"--cache-dir {args.cache_dir} is a file; pass a directory")
+    return kwargs
+
+
+def warm_up(engine) -> float:
+    """Answer one tiny request before listening, so the first client does not pay for loading the
+    recognizer's and the scorer's models (MiniLM, a few seconds) or the first prefill. Returns seconds."""
+    import time
+
+    from rhea.context import Conversation
+    from rhea.serve.protocol import ChatRequest
+
+    t0 = time.perf_counter()
+    engine.submit(ChatRequest(model=engine.model_id, system=[], conversation=Conversation(), query="Hello.",
+                              max_tokens=1)).result()
+    return time.perf_counter() - t0
+
+
+def _cmd_serve(args) -> int:
+    import logging
+
+    import uvicorn
+
+    from rhea.modeling.loading import load_rhea_model
+    from rhea.serve.app import create_app
+    from rhea.serve.engine import Engine
+
+    policy_kwargs = check_args(args)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    model = load_rhea_model(args.model, device=args.device)
+    engine = Engine(model, model_id=args.served_model_name or served_name(args.model), policy=args.policy,
+                    policy_kwargs=policy_kwargs, max_tokens=args.max_tokens, max_queue=args.max_queue,
+                    max_batch=args.max_batch, cache_entries=args.cache_entries, cache_dir=args.cache_dir,
+                    batch_wait_ms=args.batch_wait_ms)
+    warm_up(engine)
+    print(f"rhea serve: model {engine.model_id!r}, policy {engine.policy_name!r} on http://{args.host}:{args.port}",
+          flush=True)
+    try:
+        uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        engine.close()
+    return 0
+
+
+def register(sub) -> None:
+    from rhea.constants import DEFAULT_POLICY
+    from rhea.modeling.loading import add_device_argument, add_threads_argument
+
+    p = sub.add_parser("serve", help="OpenAI-compatible chat server (POST /v1/chat/completions) over a policy")
+    p.add_argument("--model", default="smollm2-135m", help="model-zoo name or Rhea/HF model directory")
+    p.add_argument("--served-model-name", default=None, help="the id clients send (default: the zoo name or folder name)")
+    p.add_argument("--policy", default=DEFAULT_POLICY, help=f"context policy (default {DEFAULT_POLICY})")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-tokens", type=int, default=128, help="reply length when a request sets no max_tokens")
+    p.add_argument("--max-queue", type=int, default=64, help="requests waiting at most; more get 503 + Retry-After")
+    p.add_argument("--max-batch", type=int, default=8, help="waiting requests generated together (1: one by one)")
+    p.add_argument("--batch-wait-ms", type=float, default=50.0,
+                   help="how long a request waits for others to batch with when too few are queued (default 50)")
+    p.add_argument("--cache-entries", type=int, default=4096, help="in-memory entries per cache (LRU)")
+    p.add_argument("--cache-dir", default=None, help="shared latent store: a directory of safetensors files that "
+                   "replicas read and write")
+    p.add_argument("--tau-low", type=float, default=None)
+    p.add_argument("--tau-high", type=float, default=None)
+    p.add_argument("--scorer", choices=["latent", "bm25", "dense", "fused"], default=None)
+    p.add_argument("--latent-tier", choices=["auto", "on", "off"], default=None)
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    add_device_argument(p)
+    add_threads_argument(p)
+    p.set_defaults(func=_cmd_serve)

@@ -1,0 +1,428 @@
+"""The model's one worker: a bounded queue in front, requests rebuilt from their messages,
+answered one by one (streams) or several per generation batch.
+
+One thread owns the model (torch generation is not re-entrant); the HTTP layer only queues
+jobs and awaits their futures. A full queue raises `QueueFullError` at once (503 +
+Retry-After) instead of letting clients hang. Waiting non-streaming jobs with the same
+generation settings are planned one after another and generated together
+(`rhea.session.batch.generate_batch`), up to ``max_batch`` rows; when a non-streaming job finds
+too few fellows waiting, the worker waits up to ``batch_wait_ms`` for more (a burst of clients
+answered together comes back together).
+
+Rebuilding: the engine keeps one `ChatSession` (its policy and the caches wrapped around it)
+and, for every request, resets the policy and replays the past turns exactly as
+`ChatSession.set_policy` catches a new policy up (the recognizer reads every past user
+message into the instructional memory; `observe` sees every turn), then plans the query with
+`ChatSession.begin_turn`. So the plan is the one a `ChatSession` would make after those turns.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from rhea.context import ContextOverflowError, ContextPlan, Conversation, render
+from rhea.errors import RheaError
+from rhea.serve.cache import (CachedCompress, CachedEmbedder, CachedRecognizer, LatentStore, PrefixPool,
+                              adapter_digest)
+from rhea.serve.errors import APIError, QueueFullError, ServeConfigError
+from rhea.serve.protocol import ChatRequest
+
+log = logging.getLogger("rhea.serve")
+
+
+class StopFilter:
+    """Cuts a streamed reply at the first stop string and holds back what could still be one,
+    plus leading/trailing whitespace, so the streamed text equals the final reply.
+
+    >>> f = StopFilter(["END"]); out = f.feed(" Hello E") + f.feed("ND more"); out + f.finish(), f.stopped
+    ('Hello', True)
+    """
+
+    def __init__(self, stop: list[str]):
+        self.stop = list(stop)
+        self.text = ""  # everything received
+        self.sent = 0  # characters of the (left-stripped) text already emitted
+        self.stopped = False
+
+    def _visible(self) -> str:
+        text = self.text.lstrip()
+        for s in self.stop:
+            at = text.find(s)
+            if at >= 0:
+                text, self.stopped = text[:at], True
+        return text
+
+    def feed(self, piece: str) -> str:
+        if self.stopped:
+            return ""
+        self.text += piece
+        text = self._visible()
+        if self.stopped:
+            safe = len(text.rstrip())
+        else:
+            hold = max((len(s) - 1 for s in self.stop), default=0)
+            safe = min(len(text) - hold, len(text.rstrip()))
+        if safe <= self.sent:
+            return ""
+        out, self.sent = text[self.sent:safe], safe
+        return out
+
+    def final(self) -> str:
+        return self._visible().rstrip()
+
+    def finish(self) -> str:
+        """What is still held back once generation ended."""
+        text = self.final()
+        out, self.sent = text[self.sent:], len(text)
+        return out
+
+
+@dataclass
+class Job:
+    request: ChatRequest
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    on_event: Callable[[str, Any], None] | None = None  # streaming: ("start" | "text", payload)
+    enqueued: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class Answer:
+    """A finished request: the reply, why it ended, token counts, and the plan behind it."""
+
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    plan: ContextPlan
+    conversation: Conversation
+    timings: dict = field(default_factory=dict)
+
+
+def _finite(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return str(x)
+
+
+def rhea_usage(answer: Answer, policy: str, *, trace: bool = False) -> dict:
+    """The response's ``rhea`` object: tokens fed vs the full history, the instruction block and
+    each past turn's tier and score, read from the plan's own decisions and ledger."""
+    plan, led = answer.plan, answer.plan.ledger
+    turns = []
+    for d in plan.decisions.turns:
+        user = answer.conversation[d.turn].user
+        row = {"index": d.turn, "user": user if len(user) <= 80 else user[:79] + "…", "tier": d.tier,
+               "score": d.score, "components": dict(d.components)}
+        if trace:
+            row["note"] = d.note
+        turns.append(row)
+    out = {"policy": policy, "tokens_fed": led.text_tokens + led.latent_slots,
+           "tokens_full_history": led.full_history_tokens, "tokens_saved": led.saved_tokens,
+           "instructions": list(plan.decisions.instructions), "turns": turns}
+    if trace:
+        out["records"] = list(plan.decisions.records)
+        out["timings"] = dict(answer.timings)
+    return _finite(out)
+
+
+class Engine:
+    """Owns the model, the policy, the caches and the worker thread.
+
+    >>> from rhea.testing import tiny_rhea
+    >>> from rhea.serve.protocol import parse_request
+    >>> engine = Engine(tiny_rhea(), model_id="tiny", policy="vanilla", max_tokens=3)
+    >>> req = parse_request(b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}', "tiny")
+    >>> answer = engine.submit(req).result(timeout=60); answer.completion_tokens <= 3
+    True
+    >>> engine.close()
+    """
+
+    def __init__(self, model, *, model_id: str, policy: str = "rhea", policy_kwargs: dict | None = None,
+                 max_tokens: int = 128, max_queue: int = 64, max_batch: int = 8, cache_entries: int = 4096,
+                 cache_dir: str | None = None, prefix_blocks: int = 8, batch_wait_ms: float = 50.0,
+                 start: bool = True):
+        from rhea.session import ChatSession
+
+        for name, value, lo in (("max_tokens", max_tokens, 1), ("max_queue", max_queue, 1),
+                                ("max_batch", max_batch, 1), ("cache_entries", cache_entries, 0),
+                                ("prefix_blocks", prefix_blocks, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+                raise ServeConfigError(f"{name}={value!r} must be an int >= {lo}")
+        if isinstance(batch_wait_ms, bool) or not isinstance(batch_wait_ms, (int, float)) or not 0 <= batch_wait_ms <= 10_000:
+            raise ServeConfigError(f"batch_wait_ms={batch_wait_ms!r} must be a number of milliseconds in [0, 10000]")
+        self.batch_wait = batch_wait_ms / 1000.0
+        self.model, self.model_id = model, model_id
+        self.max_tokens, self.max_queue, self.max_batch = max_tokens, max_queue, max_batch
+        self.session = ChatSession(model, policy=policy, max_new_tokens=max_tokens, policy_kwargs=policy_kwargs,
+                                   reuse_prefix_cache=False)
+        self.policy_name = self.session.policy.name
+        self.digest = adapter_digest(model)
+        self.latents = LatentStore(model_id, self.digest, cache_entries, directory=cache_dir)
+        self.prefixes = PrefixPool(prefix_blocks)
+        self.recognizer_cache: CachedRecognizer | None = None
+        self.embedder_cache: CachedEmbedder | None = None
+        self.compress: CachedCompress | None = None
+        self._wrap_policy(self.session.policy, cache_entries)
+        self._jobs: deque[Job] = deque()
+        self._cv = threading.Condition()
+        self._paused = False
+        self._closed = False
+        self._job_seconds = 1.0  # running mean of one job's seconds, for Retry-After
+        self.served = self.batches = self.batched_rows = 0
+        self._thread: threading.Thread | None = None
+        if start:
+            self.start()
+
+    # ------------------------------------------------------------ caches
+    def _wrap_policy(self, policy, entries: int) -> None:
+        recognizer = getattr(policy, "recognizer", None)
+        if recognizer is not None:
+            self.recognizer_cache = policy.recognizer = CachedRecognizer(recognizer, entries)
+        if "dense" in getattr(policy, "components", ()):
+            self.embedder_cache = policy._embedder = CachedEmbedder(policy.embedder, entries)
+        if hasattr(policy, "episodic"):
+            self.compress = CachedCompress(self.model.compress, self.latents, self.model.device)
+            policy.episodic.compress_fn = self.compress
+
+    def cache_stats(self) -> dict:
+        out = {"latents": self.latents.stats(), "prefix_kv": self.prefixes.stats(), "adapter_digest": self.digest}
+        if self.compress is not None:
+            out["latents"]["computed"] = self.compress.computed
+        if self.recognizer_cache is not None:
+            out["recognizer"] = self.recognizer_cache.verdicts.stats()
+        if self.embedder_cache is not None:
+            out["embeddings"] = self.embedder_cache.vectors.stats()
+        return out
+
+    # ------------------------------------------------------------ queue
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="rhea-serve-worker", daemon=True)
+            self._thread.start()
+
+    def pause(self) -> None:
+        """Hold the worker before its next job (jobs queue up); `resume` lets it go on."""
+        with self._cv:
+            self._paused = True
+
+    def resume(self) -> None:
+        with self._cv:
+            self._paused = False
+            self._cv.notify_all()
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._jobs)
+
+    def retry_after(self) -> int:
+        return max(1, math.ceil(self._job_seconds * max(1, len(self._jobs)) / self.max_batch))
+
+    def submit(self, request: ChatRequest, on_event: Callable[[str, Any], None] | None = None) -> concurrent.futures.Future:
+        """Queue `request`; its future resolves to an `Answer` (or raises). Raises `QueueFullError`
+        at once when ``max_queue`` jobs are already waiting."""
+        job = Job(request, on_event=on_event)
+        with self._cv:
+            if self._closed:
+                raise APIError("the server is shutting down", status=503, type="server_error", code="shutting_down")
+            if len(self._jobs) >= self.max_queue:
+                raise QueueFullError(self.max_queue, self.retry_after())
+            self._jobs.append(job)
+            self._cv.notify()
+        return job.future
+
+    def _take(self) -> list[Job] | None:
+        with self._cv:
+            while not self._closed and (self._paused or not self._jobs):
+                self._cv.wait()
+            if self._closed:
+                return None
+            first = self._jobs.popleft()
+            batch = [first]
+            if first.on_event is None and self.max_batch > 1:
+                key = first.request.generation_key(self.max_tokens)
+
+                def fellows() -> int:
+                    return sum(j.on_event is None and j.request.generation_key(self.max_tokens) == key
+                               for j in self._jobs)
+
+                # a short window for the rest of a burst (clients answered together send together)
+                deadline = time.monotonic() + self.batch_wait
+                while not self._closed and fellows() < self.max_batch - 1 and (left := deadline - time.monotonic()) > 0:
+                    self._cv.wait(left)
+                for job in list(self._jobs):
+                    if len(batch) >= self.max_batch:
+                        break
+                    if job.on_event is None and job.request.generation_key(self.max_tokens) == key:
+                        self._jobs.remove(job)
+                        batch.append(job)
+            return batch
+
+    def _run(self) -> None:
+        torch.set_grad_enabled(False)
+        while (batch := self._take()) is not None:
+            t0 = time.perf_counter()
+            try:
+                if len(batch) == 1:
+                    self._one(batch[0])
+                else:
+                    self._batch(batch)
+            except BaseException as e:  # never let the worker die: fail the jobs instead
+                log.exception("worker failed on a batch of %d", len(batch))
+                for job in batch:
+                    if not job.future.done():
+                        job.future.set_exception(e)
+            dt = (time.perf_counter() - t0) / len(batch)
+            self._job_seconds = 0.8 * self._job_seconds + 0.2 * dt
+
+    # ------------------------------------------------------------ one request
+    def rebuild(self, request: ChatRequest):
+        """Plan `request` on the engine's session: reset, replay the past turns, plan the query."""
+        session, policy = self.session, self.session.policy
+        policy.reset()
+        if hasattr(policy, "episodic") and self.compress is not None:
+            policy.episodic.compress_fn = self.compress  # reset() made a new episodic memory
+        im = getattr(policy, "im", None)
+        if hasattr(policy, "use_im"):
+            if request.system:
+                if not policy.use_im or im is None:
+                    raise APIError(f"policy {policy.name!r} has no instruction block, so the system message would be "
+                                   "lost; send it as a user message, or serve a policy with one (e.g. 'rhea')",
+                                   param="messages", code="system_not_supported")
+                for text in request.system:
+                    im.add(text, 0, source_message=text)
+        else:
+            policy.system_prompt = "\n\n".join(request.system) or None
+        recognizer = getattr(policy, "recognizer", None)
+        replay_im = getattr(policy, "use_im", False) and im is not None and recognizer is not None
+        for i, turn in enumerate(request.conversation):  # as ChatSession.set_policy catches a policy up
+            if replay_im:
+                decision = recognizer(turn.user)
+                if decision.is_global:
+                    im.update(turn.user, decision, i)
+            policy.observe(turn)
+        session.conversation = request.conversation
+        return session.begin_turn(request.query)
+
+    def _gen_kwargs(self, request: ChatRequest) -> dict:
+        if request.temperature > 0:
+            return {"do_sample": True, "temperature": request.temperature, "top_p": request.top_p}
+        return {}
+
+    def _check_fits(self, plan: ContextPlan, max_new: int) -> int:
+        n_prompt = int(render(plan, self.model.tokenizer).input_ids.shape[1])
+        limit = self.model.max_context
+        if limit is not None and n_prompt + max_new > limit:
+            raise ContextOverflowError(
+                f"this model's maximum context length is {limit} tokens; the planned prompt is {n_prompt} tokens "
+                f"and max_tokens={max_new} (policy {plan.policy!r} kept "
+                f"{sum(d.tier != 'drop' for d in plan.decisions.turns)} of {len(plan.decisions.turns)} past turns). "
+                "Shorten the messages or lower max_tokens")
+        return n_prompt
+
+    def _answer(self, job: Job, staged, text: str, new_tokens: int, prompt_tokens: int, timings: dict,
+                filt: StopFilter | None = None) -> Answer:
+        max_new = job.request.max_tokens or self.max_tokens
+        if filt is None:
+            filt = StopFilter(job.request.stop)
+            filt.feed(text)
+        final = filt.final()
+        reason = "stop" if filt.stopped or new_tokens < max_new else "length"
+        return Answer(final, reason, prompt_tokens, new_tokens, staged.plan, job.request.conversation,
+                      {"plan_s": staged.t_plan, **timings})
+
+    def _one(self, job: Job) -> None:
+        from rhea.session.generation import generate_from_plan
+
+        request = job.request
+        try:
+            staged = self.rebuild(request)
+            max_new = request.max_tokens or self.max_tokens
+            if staged.answered is None:
+                self._check_fits(staged.plan, max_new)
+        except RheaError as e:
+            job.future.set_exception(e)
+            return
+        filt = StopFilter(request.stop)
+        if job.on_event is not None:
+            job.on_event("start", None)
+
+        def on_text(piece: str) -> None:
+            out = filt.feed(piece)
+            if out and job.on_event is not None:
+                job.on_event("text", out)
+
+        if staged.answered is not None:
+            on_text(staged.answered)
+            n_new = len(self.model.tokenizer(staged.answered, add_special_tokens=False)["input_ids"])
+            answer = self._answer(job, staged, staged.answered, n_new, staged.plan.ledger.text_tokens, {}, filt)
+        else:
+            if request.seed is not None:
+                torch.manual_seed(request.seed)
+            gen = generate_from_plan(self.model, staged.plan, max_new_tokens=max_new,
+                                     adapter=self.session._adapter_for(staged.plan), on_text=on_text,
+                                     prefix_cache=self.prefixes.for_block(staged.plan.system_text),
+                                     **self._gen_kwargs(request))
+            answer = self._answer(job, staged, gen.text, gen.new_tokens, gen.prompt_tokens,
+                                  {**gen.timings, "batch_rows": 1.0}, filt)
+        if job.on_event is not None:
+            rest = filt.finish()
+            if rest:
+                job.on_event("text", rest)
+        self.served += 1
+        job.future.set_result(answer)
+
+    def _batch(self, jobs: list[Job]) -> None:
+        from rhea.session.batch import generate_batch
+
+        request0 = jobs[0].request
+        max_new = request0.max_tokens or self.max_tokens
+        groups: dict[str, list] = {}
+        for job in jobs:
+            try:
+                staged = self.rebuild(job.request)
+                if staged.answered is not None:
+                    n_new = len(self.model.tokenizer(staged.answered, add_special_tokens=False)["input_ids"])
+                    job.future.set_result(self._answer(job, staged, staged.answered, n_new,
+                                                       staged.plan.ledger.text_tokens, {}))
+                    continue
+                self._check_fits(staged.plan, max_new)
+            except RheaError as e:
+                job.future.set_exception(e)
+                continue
+            # the plan is self-contained (messages + latents); the conversation is the request's own
+            groups.setdefault(self.session._adapter_for(staged.plan), []).append((job, staged))
+        for adapter, rows in groups.items():
+            if request0.seed is not None:
+                torch.manual_seed(request0.seed)
+            gens = generate_batch(self.model, [staged.plan for _, staged in rows], max_new_tokens=max_new,
+                                  adapter=adapter, **self._gen_kwargs(request0))
+            self.batches += 1
+            self.batched_rows += len(rows)
+            for (job, staged), gen in zip(rows, gens):
+                answer = self._answer(job, staged, gen.text, gen.new_tokens, gen.prompt_tokens, dict(gen.timings))
+                self.served += 1
+                job.future.set_result(answer)
+
+
+__all__ = ["Answer", "Engine", "StopFilter", "rhea_usage"]

@@ -1,0 +1,168 @@
+"""The content-keyed caches of `rhea serve`: LRU bound, the shared safetensors directory, and
+that a cache's state never changes a reply (latent tier forced on, so latents are computed)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from rhea.serve.cache import LRU, CachedRecognizer, LatentStore, adapter_digest
+from rhea.serve.errors import ServeConfigError
+from rhea.testing import tiny_rhea
+
+LATENT_ON = {"scorer": "latent", "latent_tier": "on", "tier_mode": "budget", "max_raw": 1, "max_latent": 4,
+             "recognizer": None}
+
+
+def test_lru_keeps_the_most_recently_used_within_its_bound():
+    lru = LRU(3)
+    for k in "abcd":
+        lru.put(k, k.upper())
+    assert lru.keys() == ["b", "c", "d"] and lru.evictions == 1 and lru.get("a") is None
+    assert lru.get("b") == "B"  # b is now the most recent
+    lru.put("e", "E")
+    assert lru.keys() == ["d", "b", "e"] and len(lru) == 3
+    assert lru.stats() == {"entries": 3, "max_entries": 3, "hits": 1, "misses": 1, "evictions": 2}
+    off = LRU(0)
+    off.put("a", 1)
+    assert off.get("a") is None and len(off) == 0
+    with pytest.raises(ServeConfigError):
+        LRU(-1)
+
+
+def test_latent_store_is_shared_through_a_directory(tmp_path):
+    a = LatentStore("m", "digest1", 2, directory=tmp_path)
+    b = LatentStore("m", "digest1", 2, directory=tmp_path)
+    x = torch.randn(4, 8)
+    a.put("a reply", x)
+    assert torch.equal(b.get("a reply"), x) and b.stats()["dir_hits"] == 1
+    assert torch.equal(b.get("a reply"), x) and b.stats()["dir_hits"] == 1  # now from b's memory
+    assert b.get("another reply") is None and b.stats()["dir_misses"] == 1
+    assert LatentStore("m", "digest2", 2, directory=tmp_path).get("a reply") is None  # other adapters: no reuse
+    assert LatentStore("other", "digest1", 2, directory=tmp_path).get("a reply") is None  # other model: no reuse
+    files = sorted(p.name for p in tmp_path.rglob("*") if p.is_file())
+    assert files == [f"{a.key('a reply')}.safetensors"]  # atomic write: no temp file left behind
+    # a corrupt file (e.g. a writer killed mid-way on a filesystem without atomic rename) is a miss, then rewritten
+    path = next(tmp_path.rglob("*.safetensors"))
+    path.write_bytes(b"garbage")
+    c = LatentStore("m", "digest1", 2, directory=tmp_path)
+    assert c.get("a reply") is None
+    c.put("a reply", x)
+    assert torch.equal(LatentStore("m", "digest1", 2, directory=tmp_path).get("a reply"), x)
+
+
+def test_latent_store_memory_is_bounded():
+    store = LatentStore("m", "d", 2)
+    for i in range(5):
+        store.put(f"reply {i}", torch.full((2, 2), float(i)))
+    assert len(store.memory) == 2 and store.get("reply 0") is None and store.get("reply 4")[0, 0] == 4
+
+
+def test_cache_dir_must_be_writable(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ServeConfigError, match="cannot write"):
+        LatentStore("m", "d", 2, directory=blocker / "sub")
+
+
+def test_adapter_digest_changes_with_the_adapter_weights():
+    model = tiny_rhea()
+    before = adapter_digest(model)
+    assert before == adapter_digest(tiny_rhea())  # same weights, same digest
+    with torch.no_grad():
+        next(p for n, p in model.named_parameters() if "lora_B" in n).add_(1.0)
+    assert adapter_digest(model) != before
+
+
+def test_recognizer_verdicts_are_cached_per_text():
+    calls = []
+
+    def recognizer(text):
+        calls.append(text)
+        return len(text)
+
+    cached = CachedRecognizer(recognizer, 8)
+    assert [cached("ab"), cached("abc"), cached("ab")] == [2, 3, 2] and calls == ["ab", "abc"]
+
+
+def _request(messages):
+    from rhea.serve.protocol import parse_request
+
+    return parse_request(json.dumps({"model": "tiny", "messages": messages, "rhea": True}).encode(), "tiny")
+
+
+MESSAGES = [{"role": "user", "content": "the cat is blue"}, {"role": "assistant", "content": "yes the cat is blue"},
+            {"role": "user", "content": "the dog is red"}, {"role": "assistant", "content": "a red dog"},
+            {"role": "user", "content": "paris is the capital of france"}, {"role": "assistant", "content": "yes paris"},
+            {"role": "user", "content": "what color is the dog ?"}]
+
+
+def test_latents_are_computed_once_and_shared_between_replicas(tmp_path):
+    """Latent tier forced on: every past reply is compressed once, a second request reuses it, a
+    second engine (a replica) on the same directory computes none of them, and no cache state
+    changes the plan or the greedy reply."""
+    from rhea.serve.engine import Engine, rhea_usage
+
+    model = tiny_rhea()
+    first = Engine(model, model_id="tiny", policy="rhea", policy_kwargs=LATENT_ON, max_tokens=3, cache_dir=tmp_path)
+    replica = Engine(model, model_id="tiny", policy="rhea", policy_kwargs=LATENT_ON, max_tokens=3, cache_dir=tmp_path)
+    uncached = Engine(model, model_id="tiny", policy="rhea", policy_kwargs=LATENT_ON, max_tokens=3, cache_entries=0)
+    try:
+        a = first.submit(_request(MESSAGES)).result(timeout=120)
+        tiers = [d.tier for d in a.plan.decisions.turns]
+        assert "latent" in tiers and tiers.count("raw") <= 1, tiers
+        assert a.plan.ledger.latent_slots > 0
+        assert first.compress.computed == 4  # 3 replies + the query, each once
+        again = first.submit(_request(MESSAGES)).result(timeout=120)
+        assert first.compress.computed == 4 and first.latents.memory.hits >= 4
+        b = replica.submit(_request(MESSAGES)).result(timeout=120)
+        assert replica.compress.computed == 0 and replica.latents.dir_hits == 4
+        c = uncached.submit(_request(MESSAGES)).result(timeout=120)
+        uncached.submit(_request(MESSAGES)).result(timeout=120)
+        assert uncached.compress.computed == 8  # no cache: everything again
+        objs = [rhea_usage(x, "rhea") for x in (a, again, b, c)]
+        assert all(o == objs[0] for o in objs)
+        assert {x.text for x in (a, again, b, c)} == {a.text}
+        stats = first.cache_stats()
+        assert stats["latents"]["dir_writes"] == 4 and stats["recognizer"]["hits"] >= 3
+    finally:
+        for e in (first, replica, uncached):
+            e.close()
+
+
+def test_another_process_reads_what_this_one_wrote(tmp_path):
+    """Two processes (replicas) share latents through the directory: a child writes, we read."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import sys, torch; from rhea.serve.cache import LatentStore; "
+            "LatentStore('m', 'd', 4, directory=sys.argv[1]).put('shared reply', torch.arange(6.).reshape(2, 3))")
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, env=env, timeout=120)
+    got = LatentStore("m", "d", 4, directory=tmp_path).get("shared reply")
+    assert torch.equal(got, torch.arange(6.).reshape(2, 3))
+
+
+def test_instruction_block_kv_is_reused_across_requests_without_changing_replies():
+    from rhea.serve.engine import Engine
+
+    model = tiny_rhea()
+    msgs = [{"role": "system", "content": "always answer in french ."}, {"role": "user", "content": "the cat is blue"},
+            {"role": "assistant", "content": "yes"}, {"role": "user", "content": "what color is the cat ?"}]
+    kw = {"scorer": "bm25", "recognizer": None}
+    pooled = Engine(model, model_id="tiny", policy="rhea", policy_kwargs=kw, max_tokens=3)
+    plain = Engine(model, model_id="tiny", policy="rhea", policy_kwargs=kw, max_tokens=3, prefix_blocks=0)
+    try:
+        a = pooled.submit(_request(msgs)).result(timeout=60)
+        b = pooled.submit(_request(msgs[:1] + [{"role": "user", "content": "the dog ?"}])).result(timeout=60)
+        stats = pooled.cache_stats()["prefix_kv"]
+        assert stats["kv_misses"] == 1 and stats["kv_hits"] == 1  # same block: the second prefill skips it
+        assert b.timings["prefix_reused_tokens"] > 0
+        assert plain.submit(_request(msgs)).result(timeout=60).text == a.text
+        assert plain.cache_stats()["prefix_kv"]["kv_misses"] == 0
+    finally:
+        pooled.close()
+        plain.close()
