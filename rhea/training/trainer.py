@@ -178,6 +178,8 @@ class Trainer:
             PartialState().distributed_type = DistributedType.FSDP
             acc.state.distributed_type = DistributedType.FSDP
             acc.state.fsdp_plugin = fsdp_plugin
+            if acc.mixed_precision != "no":  # accelerate sets FSDP's MixedPrecisionPolicy on its GPU path only
+                fsdp_plugin.set_mixed_precision(acc.mixed_precision)
         return acc
 
     def _epoch_batches(self, epoch: int) -> DataLoader:

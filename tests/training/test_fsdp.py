@@ -136,11 +136,11 @@ def test_fsdp_two_processes_killed_and_resumed_match_one_process(tmp_path):
     _assert_same_adapters(tmp_path / "exp-single", tmp_path / "single" / "final")
 
 
-def test_fsdp_refuses_a_passed_model_and_fsdp1(monkeypatch, tmp_path):
+def test_fsdp1_is_refused_with_a_named_error(monkeypatch, tmp_path):
     from rhea.training.errors import TrainConfigError
 
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     monkeypatch.setenv("FSDP_VERSION", "1")
     cfg = TrainConfig.from_dict({"run": {"output_dir": str(tmp_path), "log_with": "none", "cpu": True}})
     with pytest.raises(TrainConfigError, match="FSDP2 only"):
-        Trainer(cfg, model=object())
+        Trainer(cfg)
