@@ -1,9 +1,10 @@
 """`Trainer`: joint compress/generate LoRA training with accelerate.
 
-Works unchanged on one CPU, under ``torchrun``/``accelerate launch`` (DDP), and with the
-accelerate FSDP/DeepSpeed configs in ``configs/accelerate/``. Every ``save_every`` optimizer
-steps it writes a checkpoint (trainable weights, optimizer, scheduler, RNG, data position)
-from which ``run.resume_from`` continues the same loss curve.
+Works unchanged on one CPU, under ``torchrun``/``accelerate launch`` (DDP), and under FSDP2
+(``configs/accelerate/fsdp.yaml``, also on CPU processes); the DeepSpeed configs are untested
+(docs/training.md says which paths are tested and how). Every ``save_every`` optimizer steps it
+writes a checkpoint (trainable weights, optimizer, scheduler, RNG, data position) from which
+``run.resume_from`` continues the same loss curve.
 
 >>> from rhea.training import Trainer, TrainConfig
 >>> cfg = TrainConfig.from_dict({"data": {"path": "chats.jsonl"}, "run": {"output_dir": "out"}})  # doctest: +SKIP
@@ -237,7 +238,14 @@ class Trainer:
         steps_per_epoch = math.ceil(micro_per_epoch / o.grad_accum)
         total_steps = steps_per_epoch * o.epochs if o.max_steps is None else min(o.max_steps, steps_per_epoch * o.epochs)
         scheduler = get_cosine_schedule_with_warmup(optimizer, math.ceil(o.warmup_ratio * total_steps), total_steps)
+        from accelerate.utils import DistributedType
 
+        if acc.distributed_type == DistributedType.DEEPSPEED:
+            # prepare() gets no DataLoader (the loop shards batches itself), so DeepSpeed needs the micro-batch here.
+            ds = acc.state.deepspeed_plugin.deepspeed_config
+            ds["train_micro_batch_size_per_gpu"] = cfg.data.batch_size
+            ds["gradient_accumulation_steps"] = o.grad_accum  # the rhea config's, not accelerate launch's default
+            ds["train_batch_size"] = cfg.data.batch_size * o.grad_accum * acc.num_processes
         step_module, optimizer = acc.prepare(self.step_module, optimizer)
         if self.sharded:
             # fully_shard replaced every parameter by a sharded DTensor (and the optimizer's with it).
