@@ -69,6 +69,13 @@ def _config(tmp_path, name, *, grad_accum, checkpointing) -> dict:
 
 
 def _launch(cfg_path, *extra, timeout=240):
+    proc = _launch_once(cfg_path, *extra, timeout=timeout)
+    if "address already in use" in (proc.stdout + proc.stderr).lower():  # another job took the free port meanwhile
+        proc = _launch_once(cfg_path, *extra, timeout=timeout)
+    return proc
+
+
+def _launch_once(cfg_path, *extra, timeout):
     with socket.socket() as probe:  # a free port per launch
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -89,10 +96,12 @@ def _adapters(directory: Path) -> dict:
 
 
 def _assert_same_adapters(a: Path, b: Path):
+    """Every safetensors tensor under `a` and `b` (adapters, <mem> rows, merged weights) agrees."""
     ta, tb = _adapters(a), _adapters(b)
     assert ta.keys() == tb.keys() and len(ta) >= 4
     for k in ta:
-        torch.testing.assert_close(tb[k], ta[k], rtol=1e-4, atol=1e-6, msg=k)
+        # measured: sharded and single runs 1.5e-8 apart at most; two optimizer steps move the weights 1e-2
+        torch.testing.assert_close(tb[k], ta[k], rtol=1e-4, atol=1e-5, msg=k)
 
 
 @pytest.mark.slow
@@ -134,6 +143,12 @@ def test_fsdp_two_processes_killed_and_resumed_match_one_process(tmp_path):
     export_checkpoint(tmp_path / "single" / "checkpoint-3", single_cfg, tmp_path / "exp-single")
     _assert_same_adapters(tmp_path / "exp-single", tmp_path / "exp-fsdp")
     _assert_same_adapters(tmp_path / "exp-single", tmp_path / "single" / "final")
+    # `rhea export` (generate adapter merged into the base) of the sharded run's final directory
+    from rhea.modeling.export import export_model
+
+    export_model(tmp_path / "fsdp" / "final", tmp_path / "merged-fsdp")
+    export_model(tmp_path / "single" / "final", tmp_path / "merged-single")
+    _assert_same_adapters(tmp_path / "merged-single", tmp_path / "merged-fsdp")
 
 
 def test_fsdp1_is_refused_with_a_named_error(monkeypatch, tmp_path):
