@@ -13,6 +13,9 @@ from torch import nn
 
 from rhea.training.losses import AuxiliaryLoss
 
+#: What `JointStep.uniform_calls` compresses for a batch without history (its result is weighted by zero).
+PLACEHOLDER_TEXT = "."
+
 
 class JointStep(nn.Module):
     """``forward(batch) -> (total_loss, {name: loss})``.
@@ -31,6 +34,15 @@ class JointStep(nn.Module):
         super().__init__()
         self.model = model
         self.aux_losses = list(aux_losses)
+        #: Set under FSDP: every process must run the same sequence of sharded-layer calls, so a batch
+        #: with no history to compress still runs the compress pass (and each aux loss) on a placeholder
+        #: text, weighted by zero. Off otherwise (no wasted compute on one process).
+        self.uniform_calls = False
+
+    @property
+    def _no_split_modules(self) -> list[str]:
+        """The backbone's decoder-layer classes: accelerate's TRANSFORMER_BASED_WRAP shards one unit per layer."""
+        return list(getattr(self.model.base_model, "_no_split_modules", None) or [])
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         device = self.model.device
@@ -44,6 +56,16 @@ class JointStep(nn.Module):
         )
         parts = {"lm": outputs.loss}
         total = outputs.loss
+        if latents is None and self.uniform_calls:
+            # Same layer calls as a batch with history (FSDP all-gathers per call), contributing nothing.
+            placeholder = {**batch, "compress_texts": [PLACEHOLDER_TEXT]}
+            dummy = self.model.compress(placeholder["compress_texts"])
+            total = total + 0.0 * dummy.sum()
+            for aux in self.aux_losses:
+                value = aux(self.model, placeholder, dummy, outputs)
+                if value is not None:
+                    total = total + 0.0 * value
+            return total, parts
         if latents is None:
             # Keep the compress adapter and <mem> slots in the graph (zero gradient) so DDP
             # sees every parameter used in every step, whatever the batch holds.

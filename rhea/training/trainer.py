@@ -1,9 +1,10 @@
 """`Trainer`: joint compress/generate LoRA training with accelerate.
 
-Works unchanged on one CPU, under ``torchrun``/``accelerate launch`` (DDP), and with the
-accelerate FSDP/DeepSpeed configs in ``configs/accelerate/``. Every ``save_every`` optimizer
-steps it writes a checkpoint (trainable weights, optimizer, scheduler, RNG, data position)
-from which ``run.resume_from`` continues the same loss curve.
+Works unchanged on one CPU, under ``torchrun``/``accelerate launch`` (DDP), and under FSDP2
+(``configs/accelerate/fsdp.yaml``, also on CPU processes); the DeepSpeed configs are untested
+(docs/training.md says which paths are tested and how). Every ``save_every`` optimizer steps it
+writes a checkpoint (trainable weights, optimizer, scheduler, RNG, data position) from which
+``run.resume_from`` continues the same loss curve.
 
 >>> from rhea.training import Trainer, TrainConfig
 >>> cfg = TrainConfig.from_dict({"data": {"path": "chats.jsonl"}, "run": {"output_dir": "out"}})  # doctest: +SKIP
@@ -31,6 +32,7 @@ from rhea.training.data import SampleSet, TierMix, build_conversation_samples, b
 from rhea.training.errors import TrainConfigError
 from rhea.training.formats import load_conversations, load_trajectories
 from rhea.training.losses import AuxiliaryLoss, ContrastiveRetrievalLoss, autoencode_loss
+from rhea.training.recompute import enable_activation_checkpointing
 from rhea.training.step import JointStep
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -115,6 +117,16 @@ class Trainer:
         if config.run.num_threads:
             torch.set_num_threads(config.run.num_threads)
         self.accelerator = accelerator or self._make_accelerator()
+        self.sharded = is_fsdp(self.accelerator)
+        if self.sharded and model is not None:
+            raise TrainConfigError(
+                "an FSDP run builds its model from the config (model.base_model / model.init_from): the final "
+                "save_pretrained rebuilds it unsharded from there; do not pass model= to Trainer under FSDP"
+            )
+        if model is None:
+            from accelerate.utils import set_seed
+
+            set_seed(config.run.seed)  # every process builds the same fresh LoRA weights (FSDP does not broadcast them)
         self.model = model if model is not None else build_model(config)
         self.samples = samples if samples is not None else build_samples(config, self.model)
         if not self.samples.samples:
@@ -139,7 +151,18 @@ class Trainer:
         # DeepSpeed's engine does its own accumulation (and loss scaling) from this number;
         # everywhere else the loop below accumulates with no_sync and steps itself.
         deepspeed = PartialState(cpu=r.cpu).distributed_type == DistributedType.DEEPSPEED
-        return Accelerator(
+        fsdp_plugin = None
+        if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+            from accelerate.utils import FullyShardedDataParallelPlugin
+
+            fsdp_plugin = FullyShardedDataParallelPlugin()  # from the FSDP_* variables `accelerate launch` sets
+            if fsdp_plugin.fsdp_version != 2:
+                raise TrainConfigError(
+                    f"fsdp_version {fsdp_plugin.fsdp_version}: rhea trains under FSDP2 only (per-parameter sharding "
+                    "of the frozen base next to the trainable LoRA weights); set fsdp_version: 2 in the accelerate "
+                    "config (configs/accelerate/fsdp.yaml)"
+                )
+        acc = Accelerator(
             gradient_accumulation_steps=self.config.optim.grad_accum if deepspeed else 1,
             mixed_precision=r.mixed_precision,
             cpu=r.cpu,
@@ -147,7 +170,18 @@ class Trainer:
             project_config=ProjectConfiguration(project_dir=r.output_dir, logging_dir=os.path.join(r.output_dir, "logs")),
             # A batch whose history is all raw text leaves the compress adapter unused.
             kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
+            fsdp_plugin=fsdp_plugin,
         )
+        if fsdp_plugin is not None and acc.distributed_type == DistributedType.MULTI_CPU:
+            # accelerate keeps FSDP to GPU-like devices and would silently run plain DDP on CPU, although
+            # torch's FSDP2 (fully_shard) runs on gloo: switch its state to FSDP so `prepare` shards.
+            # Both shared states: every later AcceleratorState() copies PartialState's fields over its own.
+            PartialState().distributed_type = DistributedType.FSDP
+            acc.state.distributed_type = DistributedType.FSDP
+            acc.state.fsdp_plugin = fsdp_plugin
+            if acc.mixed_precision != "no":  # accelerate sets FSDP's MixedPrecisionPolicy on its GPU path only
+                fsdp_plugin.set_mixed_precision(acc.mixed_precision)
+        return acc
 
     def _epoch_batches(self, epoch: int) -> DataLoader:
         """This process's micro-batches for `epoch`: a seeded shuffle, sharded by rank, equal length per rank."""
@@ -162,21 +196,22 @@ class Trainer:
     def _register_checkpoint_hooks(self, unwrapped_step: JointStep) -> None:
         from safetensors.torch import load_file, save_file
 
-        def trainable_state() -> dict:
-            return {n: p.detach().cpu().contiguous() for n, p in unwrapped_step.named_parameters() if p.requires_grad}
-
         def save_hook(models, weights, output_dir):
-            # Only the LoRA weights and <mem> slots change; the frozen base is never copied.
+            # Only the LoRA weights and <mem> slots change; the frozen base is never copied (under FSDP
+            # accelerate also writes its sharded model state, which is what a resume loads there).
+            state = full_trainable_state(unwrapped_step)  # a collective under FSDP: every process gathers
             if self.accelerator.is_main_process:
-                save_file(trainable_state(), os.path.join(output_dir, TRAINABLE_FILE))
+                save_file(state, os.path.join(output_dir, TRAINABLE_FILE))
             weights.clear()
 
         def load_hook(models, input_dir):
             state = load_file(os.path.join(input_dir, TRAINABLE_FILE))
-            missing = set(trainable_state()) - set(state)
+            names = {n for n, p in unwrapped_step.named_parameters() if p.requires_grad}
+            missing = names - set(state)
             if missing:
                 raise TrainConfigError(f"checkpoint {input_dir} lacks trainable weights {sorted(missing)[:3]}...; it is from another model")
-            unwrapped_step.load_state_dict(state, strict=False)
+            if not self.sharded:  # under FSDP accelerate has already loaded the sharded model state
+                unwrapped_step.load_state_dict(state, strict=False)
             models.clear()
 
         self.accelerator.register_save_state_pre_hook(save_hook)
@@ -193,12 +228,8 @@ class Trainer:
         set_seed(r.seed)
         t0 = time.perf_counter()
         out_dir = Path(r.output_dir)
-        if r.gradient_checkpointing:
-            base = self.model.base_model
-            if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5 name
-                base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-            else:
-                base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if r.gradient_checkpointing:  # each layer recomputes under the adapter of its forward
+            enable_activation_checkpointing(self.model)
         self.model.train()
 
         params = [p for p in self.step_module.parameters() if p.requires_grad]
@@ -207,8 +238,22 @@ class Trainer:
         steps_per_epoch = math.ceil(micro_per_epoch / o.grad_accum)
         total_steps = steps_per_epoch * o.epochs if o.max_steps is None else min(o.max_steps, steps_per_epoch * o.epochs)
         scheduler = get_cosine_schedule_with_warmup(optimizer, math.ceil(o.warmup_ratio * total_steps), total_steps)
+        from accelerate.utils import DistributedType
 
+        if acc.distributed_type == DistributedType.DEEPSPEED:
+            # prepare() gets no DataLoader (the loop shards batches itself), so DeepSpeed needs the micro-batch here.
+            ds = acc.state.deepspeed_plugin.deepspeed_config
+            ds["train_micro_batch_size_per_gpu"] = cfg.data.batch_size
+            ds["gradient_accumulation_steps"] = o.grad_accum  # the rhea config's, not accelerate launch's default
+            ds["train_batch_size"] = cfg.data.batch_size * o.grad_accum * acc.num_processes
         step_module, optimizer = acc.prepare(self.step_module, optimizer)
+        if self.sharded:
+            # fully_shard replaced every parameter by a sharded DTensor (and the optimizer's with it).
+            params = [p for p in step_module.parameters() if p.requires_grad]
+            # A batch without compressed history leaves the compress adapter without gradients on one
+            # process only; reduce-scatter zeros for it so every process runs the same collectives.
+            step_module.set_reduce_scatter_unused_params(True)
+            self.step_module.uniform_calls = True
         from accelerate.utils import DistributedType
 
         deepspeed = acc.distributed_type == DistributedType.DEEPSPEED
@@ -234,7 +279,7 @@ class Trainer:
         if acc.is_main_process:
             out_dir.mkdir(parents=True, exist_ok=True)
             acc.print(f"[rhea train] {self.samples.report()}; {micro_per_epoch} micro-batches/epoch/process, "
-                      f"{total_steps} optimizer steps, {acc.num_processes} process(es)")
+                      f"{total_steps} optimizer steps, {acc.num_processes} process(es), {self._parallelism(step_module)}")
             for skip in self.samples.skipped[:5]:
                 acc.print(f"[rhea train] skipped {skip.source}: {skip.reason}")
         if acc.trackers == [] and cfg.run.log_with != "none":
@@ -291,12 +336,25 @@ class Trainer:
         acc.end_training()
         return TrainResult(history, global_step, final_dir, time.perf_counter() - t0, len(self.samples.skipped))
 
+    def _parallelism(self, step_module) -> str:
+        """How the prepared step is distributed, for the start-up line (e.g. "FSDP2, 5 sharded units")."""
+        if self.sharded:
+            from torch.distributed.fsdp import FSDPModule
+
+            units = sum(isinstance(m, FSDPModule) for m in step_module.modules())
+            return f"FSDP2, {units} sharded units"
+        return str(self.accelerator.distributed_type).split(".")[-1]
+
     def _log_step(self, step: int, epoch: int, window: dict, lr: float, t0: float) -> dict:
         acc = self.accelerator
         record = {"step": step, "epoch": epoch, "lr": lr, "elapsed_s": round(time.perf_counter() - t0, 2)}
-        for k, values in window.items():
-            mean = torch.tensor(sum(values) / len(values), device=acc.device)
-            record[f"loss/{k}"] = float(acc.reduce(mean, reduction="mean"))
+        # Every process reduces the same keys in the same order (a key missing on one process, e.g. an
+        # aux loss its batches had no input for, would otherwise pair mismatched collectives).
+        for k in ["lm"] + [aux.name for aux in self.step_module.aux_losses]:
+            values = window.get(k, [])
+            total = acc.reduce(torch.tensor([sum(values), len(values)], dtype=torch.float64, device=acc.device), reduction="sum")
+            if total[1] > 0:
+                record[f"loss/{k}"] = float(total[0] / total[1])
         if step % self.config.run.log_every == 0 and self.config.run.log_with != "none":
             acc.log({k: v for k, v in record.items() if k != "step"}, step=step)
         return record
@@ -330,13 +388,22 @@ class Trainer:
         return path
 
     def save_final(self, directory: Path) -> str:
-        """``save_pretrained`` of the trained model with ``config.extra["adapters_trained"] = True``."""
+        """``save_pretrained`` of the trained model with ``config.extra["adapters_trained"] = True``.
+
+        Under FSDP every process gathers the trainable weights (LoRA, `<mem>` slots) and the main
+        process writes them through a model rebuilt unsharded from the config, as `export_checkpoint` does.
+        """
         acc = self.accelerator
         acc.wait_for_everyone()
-        model = self.model  # the same object the prepared wrapper trains
-        if acc.is_main_process:
+        extra = {"data": self.config.data.path, "samples": len(self.samples.samples)}
+        if self.sharded:
+            state = full_trainable_state(self.step_module)
+            if acc.is_main_process:
+                _save_pretrained_with(build_model(self.config), state, directory, extra, origin="the FSDP run")
+        elif acc.is_main_process:
+            model = self.model  # the same object the prepared wrapper trains
             model.config.extra["adapters_trained"] = True
-            model.config.extra["training"] = {"data": self.config.data.path, "samples": len(self.samples.samples)}
+            model.config.extra["training"] = extra
             model.save_pretrained(directory)
         acc.wait_for_everyone()
         return str(directory)
@@ -350,17 +417,49 @@ def export_checkpoint(checkpoint: str | os.PathLike, config: TrainConfig, direct
     """
     from safetensors.torch import load_file, save_file
 
-    model = build_model(config)
     state = load_file(os.path.join(checkpoint, TRAINABLE_FILE))
-    missing, unexpected = JointStep(model).load_state_dict(state, strict=False)
-    if unexpected or any(p.requires_grad for n, p in JointStep(model).named_parameters() if n in missing):
-        raise TrainConfigError(f"{checkpoint} does not match the model built from the config (unexpected {unexpected[:3]})")
     progress = json.loads(Path(checkpoint, PROGRESS_FILE).read_text())
-    model.config.extra["adapters_trained"] = True
-    model.config.extra["training"] = {"data": config.data.path, "optimizer_steps": progress["global_step"]}
-    model.save_pretrained(directory)
+    _save_pretrained_with(build_model(config), state, directory,
+                          {"data": config.data.path, "optimizer_steps": progress["global_step"]}, origin=str(checkpoint))
     if dtype is not None:
         for path in Path(directory).rglob("*.safetensors"):
             tensors = load_file(str(path))
             save_file({k: v.to(dtype) for k, v in tensors.items()}, str(path), metadata={"format": "pt"})
     return str(directory)
+
+
+def is_fsdp(accelerator) -> bool:
+    """Whether `accelerator` shards the model with FSDP (the trainer supports FSDP2 only)."""
+    from accelerate.utils import DistributedType
+
+    return accelerator.distributed_type == DistributedType.FSDP
+
+
+def full_trainable_state(step: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every trainable tensor of `step` (a `JointStep`) in full, on CPU, keyed by its unwrapped name.
+
+    Under FSDP2 the parameters are sharded DTensors: each is all-gathered (``full_tensor``), so every
+    process must call this, in the same order. Unsharded runs return plain copies.
+    """
+    from torch.distributed.tensor import DTensor
+
+    out = {}
+    for name, p in step.named_parameters():
+        if not p.requires_grad:
+            continue
+        t = p.detach()
+        if isinstance(t, DTensor):
+            t = t.full_tensor()
+        out[name] = t.cpu().contiguous()
+    return out
+
+
+def _save_pretrained_with(model, state: dict, directory, extra: dict, *, origin: str) -> None:
+    """Load the trainable `state` into a freshly built `model` and ``save_pretrained`` it to `directory`."""
+    step = JointStep(model)
+    missing, unexpected = step.load_state_dict(state, strict=False)
+    if unexpected or any(p.requires_grad for n, p in step.named_parameters() if n in missing):
+        raise TrainConfigError(f"{origin} does not match the model built from the config (unexpected {unexpected[:3]})")
+    model.config.extra["adapters_trained"] = True
+    model.config.extra["training"] = extra
+    model.save_pretrained(directory)
