@@ -33,16 +33,16 @@ VARIANTS = [
 
 
 def set_grad_ckpt(model, on: bool) -> None:
-    base = model.base_model
-    new = hasattr(base, "activation_checkpointing_enable")  # transformers >= 5 name
+    """Activation checkpointing as the trainer runs it: each layer recomputes under the adapter its
+    forward ran (rhea.training.recompute), so compress + reconstruct in one graph is correct."""
+    from rhea.training.recompute import enable_activation_checkpointing
+
     if on:
-        kwargs = {"use_reentrant": False}
-        if new:
-            base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    else:
-        (base.activation_checkpointing_disable if new else base.gradient_checkpointing_disable)()
+        enable_activation_checkpointing(model)
+        return
+    base = model.base_model
+    (base.activation_checkpointing_disable if hasattr(base, "activation_checkpointing_disable")
+     else base.gradient_checkpointing_disable)()
 
 
 def run_steps(model, opt, chunks, cfg, steps, cpu, wall, losses) -> None:
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
         cpu, wall, losses = [], [], []
         try:
             run_steps(model, opt, chunks, cfg, args.steps, cpu, wall, losses)
-        except Exception as e:  # e.g. gradient checkpointing across the adapter switch
+        except Exception as e:  # a variant that cannot run here is recorded, not fatal
             row = {**cfg, "changed": ",".join(f"{k}={v}" for k, v in variant.items()) or "base",
                    "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
             rows.append(row)

@@ -140,8 +140,8 @@ def main(argv=None) -> None:
     (out / "args.json").write_text(json.dumps(vars(args), indent=2))
     print(f"[compressor] {len(train)} train chunks, {len(eval_texts)} held-apart eval chunks, "
           f"{sum(p.numel() for p in params.values())} trainable params, start step {step}", flush=True)
-    # No gradient checkpointing: its recomputation in backward runs under whichever LoRA adapter is
-    # active then, not the one of the forward (benchmarks/results/train_step_cost.json records the error).
+    # No gradient checkpointing here: at 48-token chunks activations are small, and the recipe's
+    # recorded runs were made without it (rhea.training.recompute makes it correct across adapters).
 
     def evaluate(at: int, loss: float | None) -> None:
         model.eval()
