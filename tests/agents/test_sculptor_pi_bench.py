@@ -1,7 +1,6 @@
 """benchmarks/sculptor_pi.py end to end with scripted generators: settings, scoring, reward, resume."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from rhea.agents.sculptor import PI_LLM_PROMPT
 from rhea.backends.llm import ScriptedGenerator
 
 from .sculptor_helpers import hermes
+from tests.repo_scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "sculptor_pi.py"
 VOCAB = {"fruit": ["kiwi", "mango", "plum", "pear"], "city": ["Oslo", "Lima", "Rome", "Kyiv"],
@@ -19,9 +19,7 @@ VOCAB = {"fruit": ["kiwi", "mango", "plum", "pear"], "city": ["Oslo", "Lima", "R
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("sculptor_pi_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(SCRIPT)
     return module
 
 

@@ -1,7 +1,6 @@
 """Held-apart fact recall (`rhea.eval.fact_recall`, `benchmarks/fact_recall.py`): scorer, the
 shipped set and its independence from the training templates, statistics, the criterion, and the
 benchmark end to end on a tiny random model."""
-import importlib.util
 import json
 import re
 from collections import Counter
@@ -12,6 +11,7 @@ import pytest
 from rhea.errors import RheaError
 from rhea.eval import fact_recall as fr
 from rhea.training import synthetic
+from tests.repo_scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fact_recall.py"
 
@@ -172,9 +172,7 @@ def test_plans_put_the_reply_in_the_right_form():
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("fact_recall_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(SCRIPT)
     return module
 
 

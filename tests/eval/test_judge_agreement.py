@@ -1,19 +1,17 @@
 """benchmarks/judge_agreement.py on a scripted judge and tiny MT-Bench files the test writes."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from rhea.backends.llm import ScriptedGenerator
+from tests.repo_scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "judge_agreement.py"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("judge_agreement", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(SCRIPT)
     return module
 
 

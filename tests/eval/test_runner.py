@@ -7,6 +7,7 @@ from rhea.cli import main
 from rhea.eval.runner import BenchError, run_suite
 from rhea.session import ChatSession
 from rhea.testing import tiny_rhea
+from tests.repo_scripts import load_script
 
 RUN = dict(n_turns=3, n_episodes=1, max_new_tokens=3, progress=False)
 
@@ -205,13 +206,10 @@ def test_cli_bad_policy_fails_before_loading_a_model(tmp_path, capsys):
 
 
 def test_paper_tables_render_our_runs(model, tmp_path):
-    import importlib.util
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "paper_tables.py"
-    spec = importlib.util.spec_from_file_location("paper_tables", script)
-    paper_tables = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(paper_tables)
+    paper_tables = load_script(script)
     run_suite(model, "instruction-retention", ["rhea", "rhea-no-im"], out=tmp_path / "runs" / "ir", **RUN)
     assert paper_tables.main(["--results", str(tmp_path / "runs"), "--out", str(tmp_path / "tables")]) == 0
     text = (tmp_path / "tables.md").read_text()

@@ -1,7 +1,6 @@
 """scripts/stage_model.py on small fake GGUFs (registry records monkeypatched): split, status,
 assemble, the named errors, and the install into the cache rhea.modeling.zoo reads."""
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 
@@ -9,15 +8,14 @@ import pytest
 
 from rhea.modeling import zoo as zoo_mod
 from rhea.errors import CorruptModelFileError, UnknownModelError
+from tests.repo_scripts import load_script
 
 _PATH = Path(__file__).resolve().parents[2] / "scripts" / "stage_model.py"
 
 
 @pytest.fixture(scope="module")
 def stage():
-    spec = importlib.util.spec_from_file_location("rhea_stage_model_script", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(_PATH)
     return mod
 
 

@@ -1,16 +1,14 @@
 """scripts/transcript.py on the tiny model: the trace fields, the markdown, the tokens table."""
-import importlib.util
 from pathlib import Path
 
 from rhea.testing import tiny_rhea
+from tests.repo_scripts import load_script
 
 _PATH = Path(__file__).resolve().parents[2] / "scripts" / "transcript.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("rhea_transcript_script", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(_PATH)
     return mod
 
 

@@ -1,20 +1,18 @@
 """benchmarks/reconstruction.py: its measure on a tiny model, its input checks and the fidelity record."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from rhea.testing import tiny_rhea
+from tests.repo_scripts import load_script
 
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "reconstruction.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("rhea_reconstruction_bench", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(_PATH)
     return mod
 
 
@@ -47,9 +45,7 @@ def test_plot_writes_a_png(bench, tmp_path):
 
 
 def test_compressor_curve_reads_a_run_and_keeps_the_last_record_per_step(tmp_path):
-    spec = importlib.util.spec_from_file_location("rhea_compressor_curve", _PATH.parent / "compressor_curve.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(_PATH.parent / "compressor_curve.py")
     run = tmp_path / "run"
     run.mkdir()
     assert mod.main(["--run", str(run), "--out", str(tmp_path / "c")]) == 2  # no curve yet

@@ -1,7 +1,6 @@
 """benchmarks/acr.py: the operator sweep runs the model-driven refactorer on every operator and counts it."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -13,15 +12,14 @@ from rhea.testing import tiny_tokenizer
 from rhea.training.acr import exact_match, value_match
 
 from .helpers import FirstFactSolver
+from tests.repo_scripts import load_script
 
 _PATH = Path(__file__).resolve().parents[3] / "benchmarks" / "acr.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("rhea_acr_bench", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(_PATH)
     return mod
 
 

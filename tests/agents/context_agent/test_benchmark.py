@@ -1,7 +1,6 @@
 """benchmarks/context_agent.py end to end with scripted models: TopiOCQA scoring, judge, NTM verdicts."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -14,15 +13,14 @@ from rhea.policies import get_policy
 from rhea.testing import tiny_tokenizer
 
 from .helpers import KeywordEmbedder
+from tests.repo_scripts import load_script
 
 _PATH = Path(__file__).resolve().parents[3] / "benchmarks" / "context_agent.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("rhea_context_agent_bench", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(_PATH)
     return mod
 
 
