@@ -91,7 +91,40 @@ class _ToolsTemplateTokenizer:
         return getattr(self._tokenizer, name)
 
 
-class ChatTemplateToolGenerator:
+class _LocalToolGenerator:
+    """What the two local generators share: `HFGenerator` behind a tools-aware tokenizer, and a
+    `generate` whose ``tool_choice="required"`` prefills the opening of a call to one of `tools`.
+    Subclasses set ``self.hf`` and ``self._tokenizer`` and say whether the template renders tools
+    (``supports_tools``); one that does not is told the tools by the loop's system prompt."""
+
+    supports_tools = False
+    supports_tool_choice = True
+
+    @property
+    def tokenizer(self):
+        return self._tokenizer._tokenizer
+
+    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None, tools=None,
+                 tool_choice=None) -> str:
+        """The reply; with ``tool_choice="required"`` it is a call to one of `tools` (a template that
+        renders tools needs them given)."""
+        _check_tool_choice(tool_choice)
+        shown = tools if self.supports_tools and tool_choice != "none" else None
+        required = tool_choice == "required" and (bool(tools) or not self.supports_tools)
+        prefill = _required_prefill(self.hf, self._tokenizer, messages, shown, tools, temperature) if required else None
+        return _prefilled(self.hf, self._tokenizer, messages, shown, prefill,
+                          max_new_tokens=max_new_tokens, temperature=temperature, stop=stop)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.hf.prompt_tokens
+
+    @property
+    def completion_tokens(self) -> int:
+        return self.hf.completion_tokens
+
+
+class ChatTemplateToolGenerator(_LocalToolGenerator):
     """A local HF model prompted through its chat template's own tool format.
 
     Generation is `HFGenerator`'s (greedy/sampling, token counters, adapters); only the
@@ -106,7 +139,6 @@ class ChatTemplateToolGenerator:
     """
 
     supports_tools = True
-    supports_tool_choice = True
 
     def __init__(self, model, tokenizer=None, *, adapter: str | None = None, seed: int | None = None):
         tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
@@ -119,32 +151,11 @@ class ChatTemplateToolGenerator:
         self._tokenizer = _ToolsTemplateTokenizer(tokenizer) if tokenizer is not None else None
         self.hf = HFGenerator(model, self._tokenizer, adapter=adapter, seed=seed)
 
-    @property
-    def tokenizer(self):
-        return self._tokenizer._tokenizer
-
     def render(self, messages: Sequence[dict], tools: list[dict] | None = None) -> str:
         """The exact prompt text `generate` feeds the model."""
         return self.tokenizer.apply_chat_template([{"role": m["role"], "content": m["content"]} for m in messages],
                                                   tools=tools, tokenize=False, add_generation_prompt=True)
 
-    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None, tools=None,
-                 tool_choice=None) -> str:
-        """The reply; with ``tool_choice="required"`` (and tools) it is a call to one of `tools`."""
-        _check_tool_choice(tool_choice)
-        shown = tools if tool_choice != "none" else None
-        prefill = (_required_prefill(self.hf, self._tokenizer, messages, shown, tools, temperature)
-                   if tool_choice == "required" and tools else None)
-        return _prefilled(self.hf, self._tokenizer, messages, shown, prefill,
-                          max_new_tokens=max_new_tokens, temperature=temperature, stop=stop)
-
-    @property
-    def prompt_tokens(self) -> int:
-        return self.hf.prompt_tokens
-
-    @property
-    def completion_tokens(self) -> int:
-        return self.hf.completion_tokens
 
 
 def tool_names(tools: Sequence[dict] | None) -> list[str]:
@@ -231,7 +242,7 @@ def _prefilled(hf: HFGenerator, tokenizer: _ToolsTemplateTokenizer, messages, to
     return f"{prefill}{text}" if prefill else text
 
 
-class TextToolGenerator:
+class TextToolGenerator(_LocalToolGenerator):
     """A local HF model whose chat template has no tool format: the loop describes the tools
     in its system prompt (`rhea.agents.sculptor.prompts.TOOL_FORMAT_TEMPLATE`) and parses
     Hermes ``<tool_call>`` blocks from the text. ``tool_choice="required"`` with `tools` (used
@@ -248,7 +259,6 @@ class TextToolGenerator:
     """
 
     supports_tools = False
-    supports_tool_choice = True
 
     def __init__(self, model, tokenizer=None, *, adapter: str | None = None, seed: int | None = None):
         tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
@@ -257,25 +267,6 @@ class TextToolGenerator:
         self._tokenizer = _ToolsTemplateTokenizer(tokenizer)
         self.hf = HFGenerator(model, self._tokenizer, adapter=adapter, seed=seed)
 
-    @property
-    def tokenizer(self):
-        return self._tokenizer._tokenizer
-
-    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None, tools=None,
-                 tool_choice=None) -> str:
-        _check_tool_choice(tool_choice)
-        prefill = (_required_prefill(self.hf, self._tokenizer, messages, None, tools, temperature)
-                   if tool_choice == "required" else None)
-        return _prefilled(self.hf, self._tokenizer, messages, None, prefill,
-                          max_new_tokens=max_new_tokens, temperature=temperature, stop=stop)
-
-    @property
-    def prompt_tokens(self) -> int:
-        return self.hf.prompt_tokens
-
-    @property
-    def completion_tokens(self) -> int:
-        return self.hf.completion_tokens
 
 
 def tool_generator(model, tokenizer=None, **kwargs) -> ChatTemplateToolGenerator | TextToolGenerator:
