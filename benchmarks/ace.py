@@ -58,7 +58,8 @@ def check_args(args) -> None:
             raise RheaConfigError(f"--data {p}: no such file (a bAbI *_test.txt or a HotpotQA JSON list)")
 
 
-def run(args):
+def run(args, llm=None):
+    """Answer every item with every method; `llm` (a `TextGenerator`) replaces the zoo model in tests."""
     check_args(args)
     items = load_items(args.data, args.n, args.max_passages, args.seed)  # validated before the model loads
     import torch
@@ -70,31 +71,30 @@ def run(args):
     from rhea.backends.llm import HFGenerator
     from rhea.modeling.loading import load_rhea_model
 
-    model = load_rhea_model(args.model, device=args.device).eval()
-    llm = HFGenerator(model, model.tokenizer, seed=args.seed)  # adapters off: the plain base model
+    per_question = previous_questions(args, items)  # checked before the model loads
+    if llm is None:
+        model = load_rhea_model(args.model, device=args.device).eval()
+        llm = HFGenerator(model, model.tokenizer, seed=args.seed)  # adapters off: the plain base model
     embedder = MiniLMEmbedder() if args.retriever == "dense" else None
     common = dict(passages_per_retrieval=args.k, query_mode=args.query_mode, answer_max_new_tokens=args.answer_tokens,
                   think_max_new_tokens=args.think_tokens)
-    rows, per_question = {}, []
 
     def add(method, item, ans):
         support = set(item.supporting)
         found = support & set(ans.memory.passage_indices) if support else set()
-        ok = is_correct(ans.text, item.answer)
-        r = rows.setdefault(method, {"correct": 0, "tokens": 0, "think_tokens": 0, "support_recall": 0.0, "n": 0,
-                                     "think_rounds": 0, "rounds": 0})
-        r["n"] += 1
-        r["correct"] += ok
-        r["tokens"] += ans.trace.tokens.total
-        r["think_tokens"] += ans.trace.tokens.of("thinking")
-        r["support_recall"] += len(found) / len(support) if support else 0.0
-        r["think_rounds"] += ans.trace.actions.count("THINK")
-        r["rounds"] += len(ans.trace.actions)
-        return {"method": method, "answer": ans.text, "correct": ok, "tokens": ans.trace.tokens.total,
-                "actions": ans.trace.actions}
+        return {"method": method, "answer": ans.text, "correct": is_correct(ans.text, item.answer),
+                "tokens": ans.trace.tokens.total, "think_tokens": ans.trace.tokens.of("thinking"),
+                "support_recall": len(found) / len(support) if support else 0.0, "actions": ans.trace.actions}
 
-    start = time.time()
+    done = {rec["id"] for rec in per_question}
+    if done:
+        print(f"resuming {args.out}: {len(done)} of {len(items)} questions already answered", flush=True)
+    start = time.time() - float(getattr(args, "_seconds_before", 0.0))
     for q, item in enumerate(items):
+        if item.id in done:
+            continue
+        if hasattr(llm, "seed"):  # sampling depends on the question only, so a resumed run samples as an unbroken one
+            llm.seed = args.seed * 1_000_003 + q * 1_000
         retr = make_retriever(embedder if embedder else "bm25", list(item.passages))
         rec = {"id": item.id, "question": item.question, "gold": item.answer, "results": []}
         rec["results"].append(add("vanilla (no retrieval)", item, answer_without_retrieval(
@@ -115,12 +115,57 @@ def run(args):
         per_question.append(rec)
         print(f"[{q + 1}/{len(items)}] {time.time() - start:.0f}s {item.question} gold={item.answer} "
               f"ace={ace[-1].text!r} actions={ace[-1].trace.actions}", flush=True)
-        write(args, rows, per_question, time.time() - start)
+        write(args, per_question, time.time() - start)
+    if items and all(item.id in done for item in items):
+        write(args, per_question, time.time() - start)  # nothing left to answer: rewrite the table for this --n
 
 
-def write(args, rows, per_question, seconds):
+# the settings a resumed run must share with the one that wrote the file (--n may grow: the sample is a prefix)
+RESUME_KEYS = ("model", "data", "max_passages", "max_rounds", "agents", "k", "retriever", "vote_mode", "query_mode",
+               "temperature", "vote_tokens", "answer_tokens", "think_tokens", "all_passages", "seed")
+
+
+def previous_questions(args, items) -> list:
+    """Per-question records of an earlier run with the same settings at --out (resume), else []."""
+    from rhea.errors import RheaConfigError
+
+    path = Path(args.out).with_suffix(".json")
+    if getattr(args, "no_resume", False) or not path.is_file():
+        return []
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+        meta, questions = old["meta"], old["questions"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise RheaConfigError(f"{path} exists but is not a results file of this benchmark ({e}); "
+                              "pass another --out or --no-resume to overwrite it") from e
+    changed = [k for k in RESUME_KEYS if meta.get(k) != vars(args).get(k)]
+    if changed:
+        raise RheaConfigError(f"{path} was written with other settings ({', '.join(f'--{k.replace(chr(95), chr(45))} {meta.get(k)!r}' for k in changed)}); "
+                              "rerun with those, pass another --out, or --no-resume to start over")
+    if any("think_tokens" not in r for rec in questions for r in rec.get("results", [])):
+        raise RheaConfigError(f"{path} predates resumable runs (its records lack per-method metrics); "
+                              "pass another --out or --no-resume")
+    ids = {item.id for item in items}
+    args._seconds_before = float(meta.get("seconds", 0.0))
+    return [rec for rec in questions if rec["id"] in ids]
+
+
+def table_rows(per_question) -> list[dict]:
+    """Accuracy (95% Wilson), tokens, Think % and support recall per method, from the per-question records."""
     from rhea.eval.fact_recall import wilson
 
+    rows = {}
+    for rec in per_question:
+        for res in rec["results"]:
+            r = rows.setdefault(res["method"], {"correct": 0, "tokens": 0, "think_tokens": 0, "support_recall": 0.0,
+                                                "n": 0, "think_rounds": 0, "rounds": 0})
+            r["n"] += 1
+            r["correct"] += bool(res["correct"])
+            r["tokens"] += res["tokens"]
+            r["think_tokens"] += res["think_tokens"]
+            r["support_recall"] += res["support_recall"]
+            r["think_rounds"] += res["actions"].count("THINK")
+            r["rounds"] += len(res["actions"])
     table = []
     for method, r in rows.items():
         n = r["n"]
@@ -130,10 +175,15 @@ def write(args, rows, per_question, seconds):
                       "think_share": r["think_rounds"] / r["rounds"] if r["rounds"] else 0.0,
                       "think_token_share": r["think_tokens"] / r["tokens"] if r["tokens"] else 0.0,
                       "support_recall": r["support_recall"] / n})
+    return table
+
+
+def write(args, per_question, seconds):
+    table = table_rows(per_question)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = dict(vars(args))
-    meta.update(seconds=round(seconds, 1),
+    meta = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    meta.update(n_questions=len(per_question), seconds=round(seconds, 1),
                 accuracy="normalised gold answer occurs as a whole-word span of the prediction; 95% Wilson interval",
                 think_share="the paper's Think %: THINK rounds / rounds (round 1 is RETRIEVE, unvoted)",
                 think_token_share="ours: share of tokens spent on THINK steps",
@@ -187,6 +237,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="benchmarks/results/ace")
+    ap.add_argument("--no-resume", action="store_true",
+                    help="start over even if --out holds a run with the same settings (default: resume it)")
     run(ap.parse_args(argv))
 
 

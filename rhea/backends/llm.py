@@ -88,6 +88,32 @@ class HFGenerator:
         return self.model.peft_model if hasattr(self.model, "peft_model") else self.model
 
     def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None) -> str:
+        return self._run(messages, 1, max_new_tokens, temperature, stop)[0]
+
+    def generate_many(self, messages, n: int, *, max_new_tokens=256, temperature=0.7, stop=None) -> list[str]:
+        """`n` sampled replies to the same `messages` from one prefill (``num_return_sequences``).
+
+        What k agents voting on one prompt need: the prompt is encoded once and the `n` rows
+        decode as one batch, so on a memory-bound device `n` replies cost about one. Counted
+        as `n` separate calls would be (`n` x the prompt; each row's tokens up to and
+        including its end-of-sequence token), so token totals do not depend on batching.
+        `temperature` must be > 0: greedy rows would all be the same reply.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise RheaConfigError(f"generate_many: n={n!r} must be an int >= 1")
+        if not temperature or temperature <= 0:
+            raise RheaConfigError(f"generate_many: temperature={temperature!r} must be > 0 (greedy rows are identical; "
+                                  "call generate() once instead)")
+        return self._run(messages, n, max_new_tokens, temperature, stop)
+
+    def _eos_ids(self) -> set[int]:
+        ids = getattr(getattr(self._backbone(), "generation_config", None), "eos_token_id", None)
+        ids = [ids] if isinstance(ids, int) else list(ids or [])
+        if not ids and self.tokenizer.eos_token_id is not None:  # what generate() stops on
+            ids = [self.tokenizer.eos_token_id]
+        return set(ids)
+
+    def _run(self, messages, n, max_new_tokens, temperature, stop) -> list[str]:
         import torch
 
         if not messages:
@@ -96,6 +122,8 @@ class HFGenerator:
         model = self._backbone()
         device = next(model.parameters()).device
         kwargs = {"max_new_tokens": max_new_tokens, "pad_token_id": self.tokenizer.pad_token_id or self.tokenizer.eos_token_id}
+        if n > 1:
+            kwargs["num_return_sequences"] = n
         if temperature and temperature > 0:
             kwargs.update(do_sample=True, temperature=float(temperature), top_p=0.95)
             if self.seed is not None:
@@ -111,15 +139,19 @@ class HFGenerator:
             kwargs["tokenizer"] = self.tokenizer
         with self._context(), torch.no_grad():
             out = model.generate(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device), **kwargs)
-        new = out[0, enc["input_ids"].shape[1]:]
-        self.prompt_tokens += int(enc["input_ids"].shape[1])
-        self.completion_tokens += int(new.shape[0])
-        text = self.tokenizer.decode(new, skip_special_tokens=True)
-        for s in stop or ():
-            cut = text.find(s)
-            if cut >= 0:
-                text = text[:cut]
-        return text.strip()
+        eos, replies = self._eos_ids(), []
+        for row in out[:, enc["input_ids"].shape[1]:].tolist():
+            # rows that ended early are padded to the longest; count up to and including the first EOS
+            end = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
+            self.prompt_tokens += int(enc["input_ids"].shape[1])
+            self.completion_tokens += end
+            text = self.tokenizer.decode(row[:end], skip_special_tokens=True)
+            for s in stop or ():
+                cut = text.find(s)
+                if cut >= 0:
+                    text = text[:cut]
+            replies.append(text.strip())
+        return replies
 
 
 class OpenAICompatibleGenerator:

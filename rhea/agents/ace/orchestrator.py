@@ -143,8 +143,9 @@ class ACE:
             record.tokens.add("voting", prompt_tokens, label_tokens)
             record.votes = sample_votes(logprobs, self.n_agents, self.vote_temperature, self._rng)
         else:
-            record.votes = [parse_vote(self._ask("voting", messages, record, self.vote_temperature))
-                            for _ in range(self.n_agents)]
+            record.votes = [parse_vote(r) for r in self.llm.sample(
+                "voting", messages, record.tokens, self.n_agents, max_new_tokens=self.max_new_tokens["voting"],
+                temperature=self.vote_temperature)]
         record.tally = tally(record.votes, tie_break=self.tie_break)
         return record.tally.action
 

@@ -105,3 +105,26 @@ class MeteredLLM:
         reply = reply if isinstance(reply, str) else ""
         tokens.add(role, *self.meter.stop(before, messages, reply))
         return reply
+
+    def sample(self, role: str, messages: list[dict], tokens: RoundTokens, n: int, *, max_new_tokens: int,
+               temperature: float) -> list[str]:
+        """`n` independent sampled replies to one prompt (k agents voting), charged as `n` calls.
+
+        A generator with ``generate_many`` (a local `HFGenerator`) decodes them as one batch
+        from one prefill; any other generator is called `n` times. At temperature 0 the
+        replies would be identical, so the generator is called `n` times as before.
+
+        >>> from rhea.backends.llm import ScriptedGenerator
+        >>> llm, tokens = MeteredLLM(ScriptedGenerator(["THINK", "RETRIEVE"])), RoundTokens()
+        >>> llm.sample("voting", [{"role": "user", "content": "Decide."}], tokens, 2, max_new_tokens=4, temperature=0.7)
+        ['THINK', 'RETRIEVE']
+        """
+        many = getattr(self.llm, "generate_many", None)
+        if many is None or not temperature or temperature <= 0 or n == 1 or not self.meter.exact:
+            return [self(role, messages, tokens, max_new_tokens=max_new_tokens, temperature=temperature)
+                    for _ in range(n)]
+        before = self.meter.start()
+        replies = [r if isinstance(r, str) else "" for r in many(messages, n, max_new_tokens=max_new_tokens,
+                                                                  temperature=temperature)]
+        tokens.add(role, *self.meter.stop(before, messages, ""))
+        return replies
