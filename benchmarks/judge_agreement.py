@@ -36,6 +36,7 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=30, help="questions to use (of the 30 with references)")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--out", type=Path, required=True, help="output path without extension")
+    parser.add_argument("--no-resume", action="store_true", help="start over instead of continuing <out>.rows.jsonl")
     args = parser.parse_args(argv)
     if bool(args.judge_local) == bool(args.judge_url):
         parser.error("pass exactly one of --judge-local MODEL and --judge-url URL")
@@ -51,7 +52,24 @@ def main(argv=None) -> int:
     questions = [q for q in load_mt_bench_questions(questions_path, references_path) if q.reference][: args.n]
     if len(questions) < 2:
         parser.error("fewer than 2 questions with reference answers; nothing to compare")
-    if args.judge_local:
+    # one row per question, appended as it is rated, so a killed run continues where it stopped
+    settings = {"judge_local": args.judge_local, "judge_url": args.judge_url, "judge_model": args.judge_model,
+                "max_new_tokens": args.max_new_tokens, "n_questions": len(questions)}
+    rows_path = args.out.with_suffix(".rows.jsonl")
+    done = {}
+    if rows_path.is_file() and not args.no_resume:
+        lines = [json.loads(line) for line in rows_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if not lines or lines[0].get("settings") != settings:
+            parser.error(f"{rows_path} was written with other settings ({lines[0].get('settings') if lines else 'empty'}); "
+                         "pass the same ones, another --out, or --no-resume")
+        done = {row["question_id"]: row for row in lines[1:]}
+        print(f"resuming {rows_path}: {len(done)} of {len(questions)} questions rated", flush=True)
+    else:
+        rows_path.parent.mkdir(parents=True, exist_ok=True)
+        rows_path.write_text(json.dumps({"settings": settings}) + "\n")
+    if len(done) >= len(questions):
+        generator, judge_name = None, f"local:{args.judge_local}" if args.judge_local else f"{args.judge_url}:{args.judge_model}"
+    elif args.judge_local:
         from rhea.backends.llm import HFGenerator
         from rhea.modeling.loading import load_rhea_model
 
@@ -62,9 +80,13 @@ def main(argv=None) -> int:
 
         generator = OpenAICompatibleGenerator(args.judge_url, model=args.judge_model)
         judge_name = f"{args.judge_url}:{args.judge_model}"
-    judge = Judge(generator, max_new_tokens=args.max_new_tokens)
-    rows, started = [], time.perf_counter()
+    judge = Judge(generator, max_new_tokens=args.max_new_tokens) if generator is not None else None
+    rows, started = [], time.perf_counter() - sum(r.get("seconds", 0.0) for r in done.values())
     for i, q in enumerate(questions):
+        if q.question_id in done:
+            rows.append(done[q.question_id])
+            continue
+        t0 = time.perf_counter()
         wrong = questions[(i + 1) % len(questions)]
         good = judge.rate(q.turns[0], q.reference[0])
         bad = judge.rate(q.turns[0], wrong.reference[0])
@@ -72,7 +94,10 @@ def main(argv=None) -> int:
                      "reference_rating": good.rating, "mismatched_rating": bad.rating,
                      "agree": good.rating is not None and bad.rating is not None and good.rating > bad.rating,
                      "tie": good.rating is not None and good.rating == bad.rating,
-                     "reference_raw": good.raw[:400], "mismatched_raw": bad.raw[:400]})
+                     "reference_raw": good.raw[:400], "mismatched_raw": bad.raw[:400],
+                     "seconds": round(time.perf_counter() - t0, 1)})
+        with rows_path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(rows[-1]) + "\n")
         print(json.dumps({k: rows[-1][k] for k in ("question_id", "reference_rating", "mismatched_rating")}),
               flush=True)
     agreement = bootstrap_ci([float(r["agree"]) for r in rows])

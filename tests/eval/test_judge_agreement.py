@@ -15,7 +15,7 @@ def _load():
     return module
 
 
-def test_agreement_counts_reference_above_mismatch(tmp_path, monkeypatch):
+def _write_mt_bench(tmp_path):
     data = tmp_path / "mt_bench"
     data.mkdir()
     questions = [{"question_id": 100 + i, "category": "math", "turns": [f"What is {i}+{i}?", "And doubled?"]}
@@ -23,6 +23,11 @@ def test_agreement_counts_reference_above_mismatch(tmp_path, monkeypatch):
     (data / "question.jsonl").write_text("\n".join(json.dumps(q) for q in questions))
     (data / "reference_answer_gpt-4.jsonl").write_text("\n".join(json.dumps(
         {"question_id": 100 + i, "choices": [{"index": 0, "turns": [str(2 * i), str(4 * i)]}]}) for i in range(4)))
+    return data
+
+
+def test_agreement_counts_reference_above_mismatch(tmp_path, monkeypatch):
+    data = _write_mt_bench(tmp_path)
     # (reference, mismatched) per question: agree, tie, disagree, unparsed
     replies = ["[[9]]", "[[2]]", "[[5]]", "[[5]]", "[[3]]", "[[7]]", "no rating", "[[1]]"]
     import rhea.backends.llm as llm
@@ -56,3 +61,34 @@ def test_bench_judges_long_horizon_with_a_local_model(tmp_path, monkeypatch, cap
     assert main(["bench", "--suite", "long-horizon", "--model", "tiny", "--judge-local", "tiny",
                  "--judge-url", "http://x", "--out", str(tmp_path / "b")]) == 1
     assert "pass one" in capsys.readouterr().err
+
+
+def test_a_killed_run_resumes_from_its_rows(tmp_path, monkeypatch):
+    data = _write_mt_bench(tmp_path)
+    import rhea.backends.llm as llm
+
+    calls = []
+
+    def judge_replies(replies):
+        def make(url, model):
+            gen = ScriptedGenerator(replies)
+            calls.append(gen)
+            return gen
+        return make
+
+    module = _load()
+    # the first run dies after two questions (its judge runs out of replies on the third)
+    monkeypatch.setattr(llm, "OpenAICompatibleGenerator", judge_replies(["[[9]]", "[[2]]", "[[5]]", "[[5]]"]))
+    with pytest.raises(RuntimeError, match="ran out of replies"):
+        module.main(["--data", str(data), "--judge-url", "http://judge", "--out", str(tmp_path / "agree")])
+    assert len((tmp_path / "agree.rows.jsonl").read_text().splitlines()) == 3  # settings + 2 rows
+    # the rerun asks only for the last two questions and reports all four
+    monkeypatch.setattr(llm, "OpenAICompatibleGenerator", judge_replies(["[[3]]", "[[7]]", "no rating", "[[1]]"]))
+    assert module.main(["--data", str(data), "--judge-url", "http://judge", "--out", str(tmp_path / "agree")]) == 0
+    assert len(calls[-1].calls) == 4
+    summary = json.loads((tmp_path / "agree.json").read_text())["summary"]
+    assert summary["questions"] == 4 and summary["agreement"]["mean"] == 0.25 and summary["ties"] == 1
+    # other settings are refused rather than mixed into the same rows
+    with pytest.raises(SystemExit):
+        module.main(["--data", str(data), "--judge-url", "http://judge", "--max-new-tokens", "8",
+                     "--out", str(tmp_path / "agree")])
