@@ -148,8 +148,40 @@ def summarise(rows: list[dict], episodes: dict, names: list[str]) -> dict:
         scored = [r for r in mine if r.get("met") is not None]
         s["task_completion_rate"] = _interval([r["met"] / r["goals"] for r in scored])
         s["unscored_checkpoints"] = sum(1 for r in mine if r["source"] in ("ntm", "generated") and r.get("met") is None)
+        controller = [r for r in mine if "controller_prompt_tokens" in r]
+        if controller:
+            for key in ("controller_prompt_tokens", "controller_completion_tokens", "controller_llm_calls"):
+                s[key] = sum(r[key] for r in controller)
         summary[name] = s
+    if "vanilla" in names:
+        summary["paired_vs_vanilla"] = paired_vs_vanilla(rows, [n for n in names if n != "vanilla"])
     return summary
+
+
+def paired_vs_vanilla(rows: list[dict], names: list[str]) -> dict:
+    """Each policy minus vanilla over the conversations both ran: difference, 95% bootstrap interval, sign-flip p."""
+    from rhea.eval.stats import paired_comparison
+
+    def per_conversation(name, metric):
+        out = {}
+        for r in rows:
+            if r["policy"] != name:
+                continue
+            if metric == "task_completion_rate":
+                out[r["id"]] = r["met"] / r["goals"] if r.get("met") is not None else None
+            elif all(metric in t for t in r["turns"]):
+                out[r["id"]] = sum(t[metric] for t in r["turns"]) / len(r["turns"])
+        return out
+
+    result = {}
+    for name in names:
+        mine = {}
+        for metric in ("f1", "context_tokens", "prompt_tokens", "task_completion_rate"):
+            a, b = per_conversation(name, metric), per_conversation("vanilla", metric)
+            if any(k in b and a[k] is not None and b[k] is not None for k in a):
+                mine[metric] = paired_comparison(a, b).to_dict()
+        result[name] = mine
+    return result
 
 
 def topic_only(args, episodes: list[dict]) -> dict:
@@ -211,6 +243,8 @@ def main(argv=None) -> None:
     parser.add_argument("--thresholds", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=str(RESULTS / "context_agent.json"))
+    parser.add_argument("--no-resume", action="store_true",
+                        help="start over even if --out holds a run with the same settings (default: resume it)")
     args = parser.parse_args(argv)
 
     from rhea.agents.context_agent.evaluation import load_ntm, load_topiocqa
@@ -241,6 +275,7 @@ def main(argv=None) -> None:
                                    "conversations": len(topiocqa), "by_threshold": result}, indent=1))
         return
 
+    rows = previous_rows(out, args, episodes)  # checked before the model loads
     from rhea.agents.context_agent import ContextAgent
     from rhea.backends.embedding import MiniLMEmbedder
     from rhea.backends.llm import HFGenerator, OpenAICompatibleGenerator
@@ -264,13 +299,20 @@ def main(argv=None) -> None:
         "context-agent": ContextAgent(controller, MiniLMEmbedder(), tokenizer=tokenizer, topic_mode=args.topic_mode),
     }
     by_id = {e["id"]: e for e in episodes}
-    rows = []
+    done = {(r["id"], r["policy"]) for r in rows}
     for episode in episodes:
         for name, policy in policies.items():
+            if (episode["id"], name) in done:
+                continue
             t0 = time.perf_counter()
+            before = (controller.prompt_tokens, controller.completion_tokens, policies["context-agent"].navigator.llm_calls)
             result = run_episode(policy, answerer, tokenizer, episode, args.max_new_tokens,
                                  judge if episode["source"] == "topiocqa" else None)
             result.update(policy=name, seconds=round(time.perf_counter() - t0, 1))
+            if name == "context-agent":  # per conversation, so a resumed run adds up the same totals
+                result.update(controller_prompt_tokens=controller.prompt_tokens - before[0],
+                              controller_completion_tokens=controller.completion_tokens - before[1],
+                              controller_llm_calls=policies["context-agent"].navigator.llm_calls - before[2])
             if episode["source"] == "generated":
                 met, total = rule_score(result["final_reply"], episode["checks"])
                 result.update(met=met, goals=total, scored_by="rules")
@@ -285,14 +327,49 @@ def main(argv=None) -> None:
             extra = f" F1 {sum(t['f1'] for t in turns) / len(turns):.3f}" if "f1" in turns[0] else ""
             print(f"{episode['id']:>16} {name:>13}: context tokens/turn {sum(t['context_tokens'] for t in turns) / len(turns):.0f}"
                   f"{extra} score {result.get('met')}/{result.get('goals')} ({result['seconds']} s)", flush=True)
-            summary = summarise(rows, by_id, list(policies))
-            summary["context-agent"].update(controller_prompt_tokens=controller.prompt_tokens,
-                                            controller_completion_tokens=controller.completion_tokens,
-                                            controller_llm_calls=policies["context-agent"].navigator.llm_calls)
-            out.write_text(json.dumps({"model": args.model, "args": vars(args), "config": policies["context-agent"].config(),
-                                       "summary": summary, "episodes": rows}, indent=1, ensure_ascii=False))
+            write(out, args, policies["context-agent"].config(), rows, by_id, list(policies))
+    summary = write(out, args, policies["context-agent"].config(), rows, by_id, list(policies))
     plot(rows, out.with_suffix(".png"), args.model)
     print(json.dumps(summary, indent=1))
+
+
+def write(out: Path, args, config: dict, rows: list[dict], by_id: dict, names: list[str]) -> dict:
+    summary = summarise(rows, by_id, names)
+    out.write_text(json.dumps({"model": args.model, "args": vars(args), "config": config, "summary": summary,
+                               "episodes": rows}, indent=1, ensure_ascii=False))
+    return summary
+
+
+#: settings a resumed run must share with the file's (--limit and --generated may change: conversations are
+#: matched by id, and generated conversation i is the same whatever N)
+RESUME_KEYS = ("model", "topiocqa", "ntm", "seed", "max_new_tokens", "topic_mode", "judge_model",
+               "judge_url", "judge_name")
+
+
+def previous_rows(out: Path, args, episodes: list[dict]) -> list[dict]:
+    """Conversations an earlier run with the same settings wrote to `out` (resume), else []."""
+    from rhea.errors import RheaConfigError
+
+    if args.no_resume or not out.is_file():
+        return []
+    try:
+        old = json.loads(out.read_text(encoding="utf-8"))
+        old_args, rows = old["args"], old["episodes"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise RheaConfigError(f"{out} exists but is not a results file of this benchmark ({e}); "
+                              "pass another --out or --no-resume to overwrite it") from e
+    changed = [k for k in RESUME_KEYS if old_args.get(k) != vars(args).get(k)]
+    if changed:
+        raise RheaConfigError(f"{out} was written with other settings ("
+                              + ", ".join(f"--{k.replace('_', '-')} {old_args.get(k)!r}" for k in changed)
+                              + "); rerun with those, pass another --out, or --no-resume to start over")
+    if any(r["policy"] == "context-agent" and "controller_llm_calls" not in r for r in rows):
+        raise RheaConfigError(f"{out} predates resumable runs (no per-conversation controller counts); "
+                              "pass another --out or --no-resume")
+    ids = {e["id"] for e in episodes}
+    kept = [r for r in rows if r["id"] in ids]
+    print(f"resuming {out}: {len({r['id'] for r in kept})} conversations already run", flush=True)
+    return kept
 
 
 def plot(rows: list[dict], path: Path, model: str) -> None:

@@ -65,3 +65,36 @@ def test_the_benchmark_refuses_to_run_without_data(bench):
         bench.main([])
     with pytest.raises(RheaError, match="--topic-only"):
         bench.main(["--generated", "1", "--topic-only"])
+
+
+def test_a_run_resumes_per_conversation_and_refuses_other_settings(bench, tmp_path, monkeypatch):
+    import json
+
+    import rhea.backends.embedding as embedding
+    import rhea.modeling.loading as loading
+    from rhea.testing import tiny_rhea
+
+    model = tiny_rhea().eval()
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name, **kw: model)
+    monkeypatch.setattr(embedding, "MiniLMEmbedder", KeywordEmbedder)
+    ran = []
+    real = bench.run_episode
+    monkeypatch.setattr(bench, "run_episode", lambda policy, *a, **kw: ran.append((a[2]["id"], policy.name)) or real(policy, *a, **kw))
+    out = tmp_path / "ca.json"
+    argv = ["--max-new-tokens", "2", "--out", str(out)]
+    bench.main(["--generated", "1", *argv])
+    assert ran == [("generated-0", "vanilla"), ("generated-0", "context-agent")]
+    first = json.loads(out.read_text())
+    bench.main(["--generated", "2", *argv])  # conversation 0 is read back, only conversation 1 runs
+    assert ran[2:] == [("generated-1", "vanilla"), ("generated-1", "context-agent")]
+    saved = json.loads(out.read_text())
+    assert saved["episodes"][:2] == first["episodes"] and len(saved["episodes"]) == 4
+    agent = saved["summary"]["context-agent"]
+    assert agent["conversations"] == 2 and agent["controller_llm_calls"] == sum(
+        r["controller_llm_calls"] for r in saved["episodes"] if r["policy"] == "context-agent")
+    paired = saved["summary"]["paired_vs_vanilla"]["context-agent"]
+    assert paired["context_tokens"]["n"] == 2 and "p_value" in paired["task_completion_rate"]
+    with pytest.raises(RheaError, match="--max-new-tokens 2"):
+        bench.main(["--generated", "2", "--max-new-tokens", "3", "--out", str(out)])
+    bench.main(["--generated", "1", "--no-resume", *argv])
+    assert len(json.loads(out.read_text())["episodes"]) == 2 and len(ran) == 6
