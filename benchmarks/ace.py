@@ -127,27 +127,18 @@ RESUME_KEYS = ("model", "data", "max_passages", "max_rounds", "agents", "k", "re
 
 def previous_questions(args, items) -> list:
     """Per-question records of an earlier run with the same settings at --out (resume), else []."""
-    from rhea.errors import RheaConfigError
+    from rhea.eval.checkpoint import BenchError, load_resumable
 
     path = Path(args.out).with_suffix(".json")
-    if getattr(args, "no_resume", False) or not path.is_file():
+    saved = None if args.no_resume else load_resumable(path, vars(args), RESUME_KEYS, settings="meta", records="questions")
+    if saved is None:
         return []
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-        meta, questions = old["meta"], old["questions"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise RheaConfigError(f"{path} exists but is not a results file of this benchmark ({e}); "
-                              "pass another --out or --no-resume to overwrite it") from e
-    changed = [k for k in RESUME_KEYS if meta.get(k) != vars(args).get(k)]
-    if changed:
-        raise RheaConfigError(f"{path} was written with other settings ({', '.join(f'--{k.replace(chr(95), chr(45))} {meta.get(k)!r}' for k in changed)}); "
-                              "rerun with those, pass another --out, or --no-resume to start over")
-    if any("think_tokens" not in r for rec in questions for r in rec.get("results", [])):
-        raise RheaConfigError(f"{path} predates resumable runs (its records lack per-method metrics); "
-                              "pass another --out or --no-resume")
+    if any("think_tokens" not in r for rec in saved["questions"] for r in rec.get("results", [])):
+        raise BenchError(f"{path} predates resumable runs (its records lack per-method metrics); "
+                         "pass another --out or --no-resume")
     ids = {item.id for item in items}
-    args._seconds_before = float(meta.get("seconds", 0.0))
-    return [rec for rec in questions if rec["id"] in ids]
+    args._seconds_before = float(saved["meta"].get("seconds", 0.0))
+    return [rec for rec in saved["questions"] if rec["id"] in ids]
 
 
 def table_rows(per_question) -> list[dict]:

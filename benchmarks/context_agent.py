@@ -348,26 +348,16 @@ RESUME_KEYS = ("model", "topiocqa", "ntm", "seed", "max_new_tokens", "topic_mode
 
 def previous_rows(out: Path, args, episodes: list[dict]) -> list[dict]:
     """Conversations an earlier run with the same settings wrote to `out` (resume), else []."""
-    from rhea.errors import RheaConfigError
+    from rhea.eval.checkpoint import BenchError, load_resumable
 
-    if args.no_resume or not out.is_file():
+    saved = None if args.no_resume else load_resumable(out, vars(args), RESUME_KEYS, settings="args", records="episodes")
+    if saved is None:
         return []
-    try:
-        old = json.loads(out.read_text(encoding="utf-8"))
-        old_args, rows = old["args"], old["episodes"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise RheaConfigError(f"{out} exists but is not a results file of this benchmark ({e}); "
-                              "pass another --out or --no-resume to overwrite it") from e
-    changed = [k for k in RESUME_KEYS if old_args.get(k) != vars(args).get(k)]
-    if changed:
-        raise RheaConfigError(f"{out} was written with other settings ("
-                              + ", ".join(f"--{k.replace('_', '-')} {old_args.get(k)!r}" for k in changed)
-                              + "); rerun with those, pass another --out, or --no-resume to start over")
-    if any(r["policy"] == "context-agent" and "controller_llm_calls" not in r for r in rows):
-        raise RheaConfigError(f"{out} predates resumable runs (no per-conversation controller counts); "
-                              "pass another --out or --no-resume")
+    if any(r["policy"] == "context-agent" and "controller_llm_calls" not in r for r in saved["episodes"]):
+        raise BenchError(f"{out} predates resumable runs (no per-conversation controller counts); "
+                         "pass another --out or --no-resume")
     ids = {e["id"] for e in episodes}
-    kept = [r for r in rows if r["id"] in ids]
+    kept = [r for r in saved["episodes"] if r["id"] in ids]
     print(f"resuming {out}: {len({r['id'] for r in kept})} conversations already run", flush=True)
     return kept
 

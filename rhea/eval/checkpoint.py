@@ -65,6 +65,33 @@ def check_config(out: Path, config: dict, resume: bool) -> None:
     path.write_text(json.dumps(config, indent=1))
 
 
+def load_resumable(path: Path, current: dict, keys: Sequence[str], *, settings: str,
+                   records: str) -> dict | None:
+    """The JSON results at `path` of an earlier run to resume, or None when there is none.
+
+    For benchmarks that write one results file holding their settings under `settings` and
+    their finished records (a list) under `records`: the saved settings must equal `current`
+    (the parsed arguments) on every name in `keys`, else a `BenchError` names what differs and
+    how to go on.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(saved[settings], dict) or not isinstance(saved[records], list):
+            raise TypeError(f"'{settings}' must be an object and '{records}' a list")
+    except (ValueError, KeyError, TypeError) as e:
+        raise BenchError(f"{path} exists but is not a results file of this benchmark ({e}); "
+                         "pass another --out, or --no-resume to overwrite it") from e
+    changed = [k for k in keys if saved[settings].get(k) != current.get(k)]
+    if changed:
+        raise BenchError(f"{path} was written with other settings ("
+                         + ", ".join(f"--{k.replace('_', '-')} {saved[settings].get(k)!r}" for k in changed)
+                         + "); rerun with those, pass another --out, or --no-resume to start over")
+    return saved
+
+
 def read_rows(path: Path) -> list[dict]:
     if not path.is_file():
         return []

@@ -101,18 +101,18 @@ def test_resume_answers_only_new_questions_and_keeps_the_table(bench):
 
 
 def test_resume_refuses_other_settings_and_no_resume_starts_over(bench):
-    from rhea.errors import RheaConfigError
+    from rhea.eval.checkpoint import BenchError
 
     mod, parse, tmp = bench
     mod.run(parse("--n", "1"), llm=CountingGenerator())
-    with pytest.raises(RheaConfigError, match="--max-rounds 2"):
+    with pytest.raises(BenchError, match="--max-rounds 2"):
         mod.run(build_args(mod, ["--data", str(tmp / "qa2_test.txt"), "--max-rounds", "3", "--agents", "3",
                                  "--out", str(tmp / "ace"), "--n", "1"]), llm=CountingGenerator())
     llm = CountingGenerator()
     mod.run(parse("--n", "1", "--no-resume"), llm=llm)
     assert llm.calls > 0
     (tmp / "ace.json").write_text("not json")
-    with pytest.raises(RheaConfigError, match="not a results file"):
+    with pytest.raises(BenchError, match="not a results file"):
         mod.run(parse("--n", "1"), llm=CountingGenerator())
 
 
