@@ -116,10 +116,32 @@ class ContrastiveRetrievalLoss:
         self.per_step = min(per_step, len(self.triples))
         self.temperature = temperature
         self.center = center
+        self.rank, self.world, self.seed, self.calls = 0, 1, 0, 0
+
+    def shard(self, rank: int, world: int, *, seed: int, calls: int = 0) -> "ContrastiveRetrievalLoss":
+        """Draw this process's share of each step's triples when `world` processes train together.
+
+        Every process permutes the pool with the same generator (seeded by `seed` and the call
+        count) and takes its own `per_step` slice, so the ranks' triples differ within a step and
+        the step sees ``world x per_step`` distinct pairs (one process's draw from the global RNG
+        would repeat on every rank seeded alike). `calls` is the micro-batches already trained,
+        so a resumed run draws as an unbroken one.
+        """
+        self.rank, self.world, self.seed, self.calls = int(rank), int(world), int(seed), int(calls)
+        return self
+
+    def draw(self) -> list[int]:
+        """The indices of this call's triples (one process: the global RNG, as before sharding existed)."""
+        n = len(self.triples)
+        if self.world <= 1:
+            return torch.randperm(n)[: self.per_step].tolist()
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + self.calls)).tolist()
+        self.calls += 1
+        start = self.rank * self.per_step  # the pool wraps when it holds fewer than world x per_step triples
+        return [order[(start + j) % n] for j in range(self.per_step)]
 
     def __call__(self, model, batch: dict, latents: torch.Tensor | None, outputs) -> torch.Tensor:
-        idx = torch.randperm(len(self.triples))[: self.per_step].tolist()
-        drawn = [self.triples[i] for i in idx]
+        drawn = [self.triples[i] for i in self.draw()]
         k = len(drawn)
         lat = model.compress([t.reply for t in drawn] + [t.query for t in drawn] + [t.unrelated for t in drawn])
         center = lat.detach().float().reshape(-1, lat.shape[-1]).mean(0) if self.center else None

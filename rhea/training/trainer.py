@@ -274,6 +274,11 @@ class Trainer:
             acc.load_state(str(resume))
             start_epoch, start_batch, global_step = progress["epoch"], progress["batch"], progress["global_step"]
 
+        if acc.num_processes > 1:  # each rank its own contrastive triples, continuing where a checkpoint left off
+            done_batches = start_epoch * len(self._epoch_batches(0)) + start_batch
+            for aux in acc.unwrap_model(step_module).aux_losses:
+                if hasattr(aux.fn, "shard"):
+                    aux.fn.shard(acc.process_index, acc.num_processes, seed=cfg.run.seed, calls=done_batches)
         metrics_path = out_dir / METRICS_FILE
         history = self._load_history(metrics_path, global_step) if resume is not None else []
         if acc.is_main_process:

@@ -46,3 +46,22 @@ def test_trainer_logs_the_contrastive_loss(tmp_path, tiny_model):
 def test_bad_contrastive_settings_are_named(bad):
     with pytest.raises(TrainConfigError, match="contrastive"):
         TrainConfig.from_dict({"run": bad})
+
+
+def test_ranks_draw_disjoint_triples_and_a_resumed_rank_draws_as_an_unbroken_one():
+    pool = triples("train", 16, seed=0)
+    a = ContrastiveRetrievalLoss(pool, per_step=4).shard(0, 2, seed=3)
+    b = ContrastiveRetrievalLoss(pool, per_step=4).shard(1, 2, seed=3)
+    draws = [a.draw() for _ in range(3)]
+    for da, db in zip(draws, (b.draw() for _ in range(3))):
+        assert len(set(da) | set(db)) == 8  # two ranks, eight distinct pairs in one step
+    assert draws[0] != draws[1]  # and a new draw each call
+    resumed = ContrastiveRetrievalLoss(pool, per_step=4).shard(0, 2, seed=3, calls=2)
+    assert resumed.draw() == draws[2]
+    small = ContrastiveRetrievalLoss(pool[:5], per_step=4)
+    r0, r1 = small.shard(0, 2, seed=0).draw(), ContrastiveRetrievalLoss(pool[:5], per_step=4).shard(1, 2, seed=0).draw()
+    assert len(set(r0)) == 4 and len(set(r1)) == 4 and set(r0) | set(r1) == set(range(5))  # the pool wraps
+    torch.manual_seed(0)
+    single = ContrastiveRetrievalLoss(pool, per_step=4).draw()  # one process: the global RNG, as before
+    torch.manual_seed(0)
+    assert single == torch.randperm(16)[:4].tolist()

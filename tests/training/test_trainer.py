@@ -112,7 +112,8 @@ def test_rhea_train_cli_runs_two_processes_under_torchrun(tmp_path):
         f"model: {{base_model: {_tiny_base_dir(tmp_path)}, n_mem: 4, lora_r: 4, lora_dropout: 0.0}}\n"
         f"data: {{path: {data}, tier_raw: 0.0, tier_drop: 0.0}}\n"
         "optim: {lr: 0.001, grad_accum: 2, epochs: 1}\n"
-        f"run: {{output_dir: {tmp_path / 'out'}, save_every: 1, log_with: tensorboard, cpu: true, num_threads: 1}}\n"
+        f"run: {{output_dir: {tmp_path / 'out'}, save_every: 1, log_with: tensorboard, cpu: true, num_threads: 1, "
+        "contrastive_weight: 0.1, contrastive_per_step: 2}\n"  # each rank draws its own triples (shard)
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with socket.socket() as probe:  # a free port: a fixed one collides with another suite running on the machine
