@@ -49,6 +49,13 @@ class ContextPolicy(ABC):
         if not isinstance(turn, Turn):
             raise TypeError(f"observe() takes a Turn, got {type(turn).__name__}")
 
+    def catch_up(self, conversation: Conversation) -> None:
+        """Bring this (fresh) policy up to `conversation`, turns it did not answer itself: a
+        switch of policy mid-conversation, or a history sent as a message list. By default it
+        observes each turn."""
+        for turn in conversation:
+            self.observe(turn)
+
     def reset(self) -> None:
         """Forget incremental state, for a new conversation."""
 

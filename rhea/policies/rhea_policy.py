@@ -171,6 +171,14 @@ class RheaPolicy(ContextPolicy):
         if self.needs_latents:
             self.episodic.append(turn)
 
+    def catch_up(self, conversation: Conversation) -> None:
+        """Observe each turn and re-read its user message with the recognizer, as `build` does
+        live: instructions and revocations given before carry over, and one-off requests are in
+        the memory's event log, as if this policy had answered every turn."""
+        for i, turn in enumerate(conversation):
+            self._update_instructions(i, turn.user)
+            self.observe(turn)
+
     def _update_instructions(self, turn_index: int, query: str) -> list[dict]:
         if not self.use_im or (turn_index, query) in self._seen_queries:
             return []

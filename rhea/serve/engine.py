@@ -313,14 +313,7 @@ class Engine:
                     im.add(text, 0, source_message=text)
         else:
             policy.system_prompt = "\n\n".join(request.system) or None
-        recognizer = getattr(policy, "recognizer", None)
-        replay_im = getattr(policy, "use_im", False) and im is not None and recognizer is not None
-        for i, turn in enumerate(request.conversation):  # as ChatSession.set_policy catches a policy up
-            if replay_im:
-                decision = recognizer(turn.user)
-                if decision.is_global:
-                    im.update(turn.user, decision, i)
-            policy.observe(turn)
+        policy.catch_up(request.conversation)  # as ChatSession.set_policy catches a policy up
         session.conversation = request.conversation
         return session.begin_turn(request.query)
 

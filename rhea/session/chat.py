@@ -157,14 +157,7 @@ class ChatSession:
         """
         new = self._make_policy(policy, policy_kwargs)
         new.reset()
-        im, recognizer = getattr(new, "im", None), getattr(new, "recognizer", None)
-        replay_im = getattr(new, "use_im", False) and im is not None and recognizer is not None
-        for i, turn in enumerate(self.conversation):
-            if replay_im:
-                decision = recognizer(turn.user)
-                if decision.is_global:
-                    im.update(turn.user, decision, i)
-            new.observe(turn)
+        new.catch_up(self.conversation)
         self.policy = new
         self.invalidate_prefix_cache()
 

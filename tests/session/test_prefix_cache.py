@@ -125,3 +125,19 @@ def test_set_policy_carries_the_instructions_over():
     assert chat.last_plan.decisions.instructions == ["from now on never use the word dog ."]
     chat.set_policy("rhea-no-im")  # no instructional memory: nothing replayed
     assert len(chat.policy.im) == 0
+
+
+def test_set_policy_replays_the_memory_log_a_live_policy_keeps():
+    """One-off requests included: catching up logs what answering every turn would have."""
+    model = tiny_rhea()
+    turns = ["from now on always answer in french .", "rewrite your previous answer in english .", "the cat",
+             "stop answering in french ."]
+    switched, live = ChatSession(model, policy="vanilla", max_new_tokens=2), ChatSession(model, policy="rhea-all-raw",
+                                                                                         max_new_tokens=2)
+    for q in turns:
+        switched.send(q)
+        live.send(q)
+    switched.set_policy("rhea-all-raw")
+    actions = [h.action for h in switched.policy.im.history]
+    assert "one-off-ignored" in actions and actions == [h.action for h in live.policy.im.history]
+    assert [(h.text, h.turn) for h in switched.policy.im.history] == [(h.text, h.turn) for h in live.policy.im.history]
