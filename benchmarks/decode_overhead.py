@@ -8,8 +8,15 @@ of --prompt tokens, greedy decoding forced to --new-tokens tokens. Providers:
   ``<mem>`` suppressed);
 * ``rhea_base``: `RheaForCausalLM.generate` with the adapters disabled (the baselines' path);
 * ``rhea_generate``: `RheaForCausalLM.generate` with the generate LoRA (Rhea's path);
-* ``rhea_merged``: the same after merging the generate LoRA into the weights (what
+* ``rhea_decode_merged``: the same with ``model.decode_merged = True`` (the generate LoRA folded
+  into a cached copy of the weights for the call, swapped in and out by reference: what a
+  session can run while still compressing with the other adapter);
+* ``rhea_merged``: the same after merging the generate LoRA into the weights in place (what
   ``rhea export`` serves).
+
+``switch_ms`` (``rhea_decode_merged``): the cost of one merged call's swap with the cache warm
+(weights in and out, adapters disabled and restored), and ``build_ms``: building the merged
+copy once (after each change of the adapter's weights).
 
 Prefill = time to one new token; decode = (time to N+1 tokens - prefill) / N per token.
 Median of --repeats after a warm-up. Writes JSON and a PNG; ratios are to ``hf``.
@@ -98,6 +105,26 @@ def main(argv=None) -> int:
     measure("hf_rhea_kwargs", lambda n: hf(n, **rhea_kw))
     measure("rhea_base", rhea_base)
     measure("rhea_generate", rhea)
+    with torch.no_grad():
+        _sync(device)
+        t0 = time.perf_counter()
+        with model.merged("generate"):  # first call builds the cached merged copy
+            pass
+        _sync(device)
+        build = time.perf_counter() - t0
+        swaps = []
+        for _ in range(5):
+            _sync(device)
+            t0 = time.perf_counter()
+            with model.merged("generate"):
+                pass
+            _sync(device)
+            swaps.append(time.perf_counter() - t0)
+    model.decode_merged = True
+    measure("rhea_decode_merged", rhea)
+    model.decode_merged = False
+    rows[-1].update(build_ms=build * 1e3, switch_ms=statistics.median(swaps) * 1e3)
+    print(f"{'':16s} merged copy built in {build * 1e3:.1f} ms, swap in+out {rows[-1]['switch_ms']:.2f} ms", flush=True)
     with model.adapter("generate"):  # last: merging changes the weights in place
         with torch.no_grad():
             model.peft_model.merge_adapter(["generate"])

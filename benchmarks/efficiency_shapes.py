@@ -36,6 +36,9 @@ SHAPES = {
     "qwen2.5-coder-1.5b": {},  # the tokenizer directory's config.json as it is
     "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
                        num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+    # SmolLM2-135M's layers (the embedded model) with the Qwen tokenizer's vocabulary: a CPU-sized real shape
+    "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                         num_key_value_heads=3, tie_word_embeddings=True),
     # a smoke test of the script itself (seconds on a CPU)
     "qwen2-tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2),

@@ -171,6 +171,10 @@ class RheaForCausalLM(nn.Module):
                                                   dtype=self.dtype, device=self.device)
         self.peft_model.set_requires_grad(list(ADAPTERS), True)
         self.anchor_attention_registered = False
+        #: `generate` decodes through weights with the generate LoRA folded in (see `merged`) instead of
+        #: running each layer's low-rank branch: exact, one cached copy of the adapted weights in memory
+        self.decode_merged = False
+        self._merged_cache: dict[str, tuple[tuple, list]] = {}
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -394,6 +398,63 @@ class RheaForCausalLM(nn.Module):
         """Context manager: run the plain base model (no LoRA), e.g. for the recognizer's classifier."""
         return self.peft_model.disable_adapter()
 
+    def _lora_layers(self, name: str) -> list:
+        from peft.tuners.lora import Linear as LoraLinear
+        from peft.tuners.lora import LoraLayer
+
+        layers = [m for m in self.peft_model.modules() if isinstance(m, LoraLayer) and name in m.lora_A]
+        odd = [type(m).__name__ for m in layers if not isinstance(m, LoraLinear) or m.use_dora.get(name, False)
+               or not isinstance(getattr(m.get_base_layer(), "weight", None), nn.Parameter)
+               or not m.get_base_layer().weight.dtype.is_floating_point]
+        if odd:
+            raise RheaConfigError(f"merged decoding folds plain LoRA into floating-point nn.Linear weights; the {name} "
+                                  f"adapter also has {sorted(set(odd))} layers (DoRA, quantised or non-linear bases): "
+                                  "set model.decode_merged = False")
+        return layers
+
+    def _merged_weights(self, name: str) -> tuple[list, list]:
+        """(layers, their base weights with `name`'s LoRA added), rebuilt whenever an adapter or base weight changed."""
+        layers = self._lora_layers(name)
+        key = tuple((m.lora_A[name].weight._version, m.lora_A[name].weight.data_ptr(), m.lora_B[name].weight._version,
+                     m.lora_B[name].weight.data_ptr(), m.scaling[name], m.get_base_layer().weight.data_ptr())
+                    for m in layers)
+        cached = self._merged_cache.get(name)
+        if cached is None or cached[0] != key:
+            self._merged_cache.pop(name, None)  # free the stale copy before making the new one
+            with torch.no_grad():
+                weights = [(m.get_base_layer().weight + m.get_delta_weight(name).to(m.get_base_layer().weight.dtype))
+                           .detach() for m in layers]
+            cached = self._merged_cache[name] = (key, weights)
+        return layers, cached[1]
+
+    @contextlib.contextmanager
+    def merged(self, name: str = "generate"):
+        """Run inside the block with adapter `name` folded into the base weights and no LoRA branch.
+
+        The outputs equal running the adapter (up to float rounding of W + BA), at the base
+        model's cost per token: each LoRA layer runs one matmul instead of three plus the
+        adapter bookkeeping. The merged weights are computed once and cached (one extra copy of
+        the adapted layers' weights), rebuilt when the adapter or base weights change (e.g.
+        after an optimizer step), and swapped in and out by reference, so the base weights are
+        never modified and the other adapter (compress) is unaffected. Inference only.
+
+        >>> with model.merged("generate"):      # doctest: +SKIP
+        ...     out = model.peft_model.generate(input_ids=ids)
+        """
+        if name not in ADAPTERS:
+            raise ValueError(f"adapter {name!r} is not one of {ADAPTERS}")
+        layers, weights = self._merged_weights(name)
+        bases = [m.get_base_layer() for m in layers]
+        originals = [b.weight.data for b in bases]
+        try:
+            for b, w in zip(bases, weights):
+                b.weight.data = w
+            with self.peft_model.disable_adapter():
+                yield
+        finally:
+            for b, w in zip(bases, originals):
+                b.weight.data = w
+
     # ------------------------------------------------------------------ latent slots
     def embed_with_latents(self, input_ids: torch.Tensor, latent_embeds: torch.Tensor | None) -> torch.Tensor:
         """Token embeddings of `input_ids` with each `<mem>` placeholder replaced, in order, by a latent row.
@@ -534,7 +595,8 @@ class RheaForCausalLM(nn.Module):
     ) -> torch.Tensor:
         """Generate with the generate adapter; latents fill the placeholders on the prefill step.
 
-        Returns ``input_ids`` followed by the new tokens, like ``transformers``' ``generate``.
+        With ``model.decode_merged = True`` the adapter is folded into cached weights for the
+        call (`merged`): the same tokens, at the base model's cost per token. Returns ``input_ids`` followed by the new tokens, like ``transformers``' ``generate``.
         `<mem>` is never generated. Left padding is supported (pass `attention_mask`).
         """
         inputs_embeds = self.embed_with_latents(input_ids, latent_embeds)
@@ -546,7 +608,8 @@ class RheaForCausalLM(nn.Module):
         if generate_kwargs.get("max_new_tokens") is None and generate_kwargs.get("max_length") is None:
             generate_kwargs["max_new_tokens"] = 256
         anchor = self._anchor_kwargs(prefix_len, attention_mask, input_ids.shape[0])
-        with self.adapter("generate"), self._inject_forward_kwargs(anchor):
+        merged = self.merged("generate") if self.decode_merged else contextlib.nullcontext()
+        with self.adapter("generate"), merged, self._inject_forward_kwargs(anchor):
             return self.peft_model.generate(
                 input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask, **generate_kwargs
             )
