@@ -273,6 +273,8 @@ def main() -> None:
     p.add_argument("--max-latent", type=int, default=8)
     p.add_argument("--dense-floor", type=float, default=0.05)
     p.add_argument("--dense-high", type=float, default=0.6)
+    p.add_argument("--recent-raw", type=int, nargs="*", default=[2, 3],
+                   help="tier rules that also keep the last W turns raw (RheaConfig.recent_raw), one per W")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache", default=str(Path.home() / ".cache" / "rhea" / "bench" / "retrieval_latents.pt"))
     p.add_argument("--out", default="benchmarks/results/retrieval_recall")
@@ -309,6 +311,13 @@ def main() -> None:
         f"budget {2 * args.max_raw} raw, no latent tier": TierRule(
             "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, 2 * args.max_raw, 0, False),
     }
+    for w in args.recent_raw:  # the last w turns raw on top (RheaConfig.recent_raw), at the same and at a larger total
+        tier_rules[f"threshold + last {w}, no latent tier"] = TierRule(
+            "threshold", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, args.max_raw, args.max_latent,
+            False, recent_raw=w)
+        for raw in sorted({2 * args.max_raw - w, 2 * args.max_raw}):
+            tier_rules[f"budget {raw} raw + last {w}, no latent tier"] = TierRule(
+                "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, raw, 0, False, recent_raw=w)
     comp_of = {"latent": ("latent",), "bm25": ("bm25",), "dense": ("dense",), "recency": (),
                "latent (raw cosine)": (), "latent (running centre)": ()}
     comp_of.update({k: v[1] for k, v in FUSED.items()})

@@ -25,6 +25,9 @@ bm25 > 0 (shares a content word with the query), dense >= ``dense_floor``.
 When the latent tier is off (see `latent_tier_active`), turns the rule would keep as latents
 are raw under ``threshold``, and dropped under ``budget`` (only ``max_raw`` turns are kept).
 
+``recent_raw`` (default 0) keeps the last turns raw whatever their scores, under either rule
+(in budget mode on top of ``max_raw``): the turn a question needs is most often the last few.
+
 >>> import torch
 >>> comps = {"bm25": torch.tensor([0.0, 2.0, 1.0]), "dense": torch.tensor([0.1, 0.3, 0.6])}
 >>> fused = fuse(comps, "rrf", rrf_k=60)
@@ -33,6 +36,8 @@ are raw under ``threshold``, and dropped under ``budget`` (only ``max_raw`` turn
 >>> rule = TierRule(mode="budget", max_raw=1, max_latent=1)
 >>> assign_tiers(fused, comps, rule)
 ['drop', 'latent', 'raw']
+>>> assign_tiers(fused, comps, TierRule(mode="budget", max_raw=1, max_latent=0, recent_raw=1))
+['drop', 'raw', 'raw']
 """
 from __future__ import annotations
 
@@ -113,11 +118,13 @@ class TierRule:
     max_raw: int = 10
     max_latent: int = 8
     latents: bool = True
+    #: the last `recent_raw` turns are raw whatever their scores (in budget mode on top of `max_raw`)
+    recent_raw: int = 0
 
     def __post_init__(self) -> None:
         if self.mode not in TIER_MODES:
             raise RheaConfigError(f"tier_mode={self.mode!r} must be one of {TIER_MODES}")
-        for name in ("max_raw", "max_latent"):
+        for name in ("max_raw", "max_latent", "recent_raw"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise RheaConfigError(f"{name}={v!r} must be an int >= 0")
@@ -153,6 +160,7 @@ def assign_tiers(score: torch.Tensor, components: Mapping[str, torch.Tensor], ru
     if n == 0:
         return []
     eligible = floor_mask(components, rule)
+    recent = set(range(max(0, n - rule.recent_raw), n))
     if rule.mode == "threshold":
         if set(components) == {"bm25"}:
             # BM25 has no scale-free ceiling: every turn sharing a word with the query is raw
@@ -160,12 +168,15 @@ def assign_tiers(score: torch.Tensor, components: Mapping[str, torch.Tensor], ru
         else:
             high = ceiling_mask(components, rule)
         keep_as = "latent" if rule.latents else "raw"
-        return ["drop" if not e else "raw" if h else keep_as for e, h in zip(eligible.tolist(), high.tolist())]
+        return ["raw" if i in recent else "drop" if not e else "raw" if h else keep_as
+                for i, (e, h) in enumerate(zip(eligible.tolist(), high.tolist()))]
     tiers = ["drop"] * n
+    for i in recent:
+        tiers[i] = "raw"
     n_raw = n_latent = 0
     max_latent = rule.max_latent if rule.latents else 0
     for i in rank_order(score).tolist():
-        if not eligible[i]:
+        if not eligible[i] or i in recent:
             continue
         if n_raw < rule.max_raw:
             tiers[i], n_raw = "raw", n_raw + 1
@@ -202,4 +213,6 @@ def mode_line(config) -> str:
         tiers = f"budget tiers (<= {config.max_raw} raw" + (f", <= {config.max_latent} latent)" if mode["latent_tier"] else ")")
     else:
         tiers = f"threshold tiers (tau_low={config.tau_low}, tau_high={config.tau_high})"
+    if getattr(config, "recent_raw", 0):
+        tiers += f", last {config.recent_raw} turns raw"
     return f"retrieval: scorer {scorer}, {tiers}; {mode['reason']}"

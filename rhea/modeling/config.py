@@ -121,6 +121,8 @@ class RheaConfig:
     tier_mode: str = "budget"
     max_raw: int = 10
     max_latent: int = 8
+    #: the last `recent_raw` turns are raw text whatever their scores (budget mode: on top of `max_raw`)
+    recent_raw: int = 0
     #: "auto": the latent tier is on only when `fidelity` meets the target (rhea.memory.scoring); "on" / "off" force it
     latent_tier: str = "auto"
     #: the compressor's measured reconstruction fidelity: {"reconstruction_token_acc": float, "control_gap": float,
@@ -178,7 +180,7 @@ class RheaConfig:
             need(isinstance(v, (int, float)) and -1.0 <= v <= 1.0, f"{name}={v!r} must be a cosine in [-1, 1]")
         need(self.dense_floor <= self.dense_high, f"dense_floor={self.dense_floor} must be <= dense_high={self.dense_high}")
         need(self.tier_mode in TIER_MODES, f"tier_mode={self.tier_mode!r} must be one of {TIER_MODES}")
-        for name in ("max_raw", "max_latent"):
+        for name in ("max_raw", "max_latent", "recent_raw"):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{name}={v!r} must be an int >= 0")
         need(self.latent_tier in LATENT_TIER_MODES, f"latent_tier={self.latent_tier!r} must be one of {LATENT_TIER_MODES}")

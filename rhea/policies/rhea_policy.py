@@ -85,6 +85,7 @@ class RheaPolicy(ContextPolicy):
         tier_mode: str | None = None,
         max_raw: int | None = None,
         max_latent: int | None = None,
+        recent_raw: int | None = None,
         latent_tier: str | None = None,
         embedder: Any = None,
     ):
@@ -120,7 +121,7 @@ class RheaPolicy(ContextPolicy):
                              dense_floor=float(pick(dense_floor, "dense_floor")),
                              dense_high=float(pick(dense_high, "dense_high")),
                              max_raw=pick(max_raw, "max_raw"), max_latent=pick(max_latent, "max_latent"),
-                             latents=self.latents_on)
+                             latents=self.latents_on, recent_raw=pick(recent_raw, "recent_raw"))
         self._embedder = embedder
         self._bm25: tuple[list[str], BM25Retriever] | None = None
         self.use_im = self.default_use_im if use_im is None else bool(use_im)
@@ -142,14 +143,14 @@ class RheaPolicy(ContextPolicy):
                 "scorer": self.scorer, "fusion": self.fusion, "fusion_components": list(self.fusion_components),
                 "fusion_weights": None if self.fusion_weights is None else list(self.fusion_weights.values()),
                 "rrf_k": self.rrf_k, "dense_floor": r.dense_floor, "dense_high": r.dense_high, "tier_mode": r.mode,
-                "max_raw": r.max_raw, "max_latent": r.max_latent, "latent_tier": self.latent_tier}
+                "max_raw": r.max_raw, "max_latent": r.max_latent, "recent_raw": r.recent_raw, "latent_tier": self.latent_tier}
 
     def retrieval_mode(self) -> dict:
         """Scorer, tier rule and latent-tier state (recorded with every plan)."""
         return {"scorer": self.scorer, "fusion": self.fusion if self.scorer == "fused" else None,
                 "components": list(self.components), "fusion_weights": self.fusion_weights, "rrf_k": self.rrf_k,
                 "tier_mode": self.rule.mode, "max_raw": self.rule.max_raw, "max_latent": self.rule.max_latent,
-                "dense_floor": self.rule.dense_floor, "dense_high": self.rule.dense_high,
+                "recent_raw": self.rule.recent_raw, "dense_floor": self.rule.dense_floor, "dense_high": self.rule.dense_high,
                 "latent_tier": self.latents_on, "latent_tier_reason": self.latent_tier_reason}
 
     @property
@@ -233,8 +234,10 @@ class RheaPolicy(ContextPolicy):
             out.append(TurnDecision(i, tier, float(score[i]),
                                     f"{fused}{what}; rank {rank[i]}/{n} ({self.rule.mode}"
                                     + (f", max_raw={self.rule.max_raw}, max_latent="
-                                       f"{self.rule.max_latent if self.latents_on else 0})" if self.rule.mode == "budget"
-                                       else f", tau_low={self.tau_low}, tau_high={self.tau_high})"),
+                                       f"{self.rule.max_latent if self.latents_on else 0}" if self.rule.mode == "budget"
+                                       else f", tau_low={self.tau_low}, tau_high={self.tau_high}")
+                                    + (f", last {self.rule.recent_raw} turns raw" if self.rule.recent_raw else "") + ")"
+                                    + ("; recent" if i >= n - self.rule.recent_raw else ""),
                                     components=parts))
         return out
 
@@ -257,7 +260,10 @@ class RheaPolicy(ContextPolicy):
         scores, tiers = self.episodic.score_and_tiers(query, self.tau_low, self.tau_high)
         if scores.numel() == 0:
             return []
-        return [TurnDecision(i, TIERS[t], float(s), f"score {s:.3f} vs tau_low={self.tau_low}, tau_high={self.tau_high}",
+        recent = scores.numel() - self.rule.recent_raw
+        return [TurnDecision(i, "raw" if i >= recent else TIERS[t], float(s),
+                             f"score {s:.3f} vs tau_low={self.tau_low}, tau_high={self.tau_high}"
+                             + (f"; recent (last {self.rule.recent_raw} turns raw)" if i >= recent else ""),
                              components={"latent": float(s)})
                 for i, (s, t) in enumerate(zip(scores.tolist(), tiers.tolist()))]
 

@@ -54,6 +54,8 @@ def register(sub) -> None:
                       help="threshold (the paper's HCR) or budget (at most --max-raw raw and --max-latent latent turns)")
     chat.add_argument("--max-raw", type=int_at_least(0, "turns kept as raw text"), default=None)
     chat.add_argument("--max-latent", type=int_at_least(0, "turns kept as latents"), default=None)
+    chat.add_argument("--recent-raw", type=int_at_least(0, "latest turns always kept as raw text"), default=None,
+                      help="keep the last N turns raw whatever their scores (default: the model's config)")
     chat.add_argument("--latent-tier", choices=["auto", "on", "off"], default=None,
                       help="auto: latents only when the compressor's recorded fidelity meets the target; on: always")
     chat.add_argument("--max-new-tokens", type=int_at_least(1, "reply length cap in tokens"), default=None, help="reply length cap (default 96; 32 with --demo)")

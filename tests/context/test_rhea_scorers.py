@@ -177,3 +177,23 @@ def test_chat_mode_line_reads_the_saved_config(tmp_path):
     line = retrieval_mode_line(str(tmp_path / "m"))
     assert line.startswith("retrieval: scorer") and "latent tier off" in line and "0.4" in line
     assert retrieval_mode_line(str(tmp_path / "nowhere")) is None
+
+
+@pytest.mark.parametrize("kw", [dict(scorer="bm25", tier_mode="budget", max_raw=1, latent_tier="off"),
+                                dict(scorer="fused", fusion_components=["dense", "bm25"], tier_mode="threshold",
+                                     latent_tier="off", dense_floor=0.99, dense_high=0.99),
+                                dict(scorer="latent", tier_mode="threshold", latent_tier="on", tau_low=0.99,
+                                     tau_high=0.995)])
+def test_recent_raw_keeps_the_last_turns_whatever_they_score(tiny_model, kw):
+    plan = _policy(tiny_model, recent_raw=2, **kw).build(CONV, "lisbon trams")
+    tiers = [d.tier for d in plan.decisions.turns]
+    assert tiers[-2:] == ["raw", "raw"] and all("recent" in d.note for d in plan.decisions.turns[-2:])
+    without = [d.tier for d in _policy(tiny_model, **kw).build(CONV, "lisbon trams").decisions.turns]
+    assert tiers[:-2] == without[:-2]  # the window adds the last turns; the rest is decided as before
+    if kw["tier_mode"] == "budget":  # window turns do not use max_raw (turn 11, the trams, is in the window)
+        assert tiers.count("raw") == 2 and without.count("raw") == 1
+    retrieval = next(r["retrieval"] for r in plan.decisions.records if "retrieval" in r)
+    assert retrieval["recent_raw"] == 2
+    with pytest.raises(RheaConfigError, match="recent_raw"):
+        RheaConfig(recent_raw=-1)
+    assert "last 2 turns raw" in mode_line(RheaConfig(recent_raw=2))
