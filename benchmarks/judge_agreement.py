@@ -10,7 +10,10 @@ For each MT-Bench question that has a GPT-4 reference answer (``reference_answer
 the reference answer of another question (the next one in the list): a wrong answer in the
 right register. Agreement is the share of questions where (a) is rated strictly above (b),
 with a 95% bootstrap interval over questions; a rating that cannot be parsed counts as
-disagreement. Mean ratings and parse failures are reported too. Writes ``<out>.json`` and
+disagreement. A local judge whose text holds no ``[[rating]]`` is asked for its likeliest
+completion of "Rating: [[" after its own explanation (`rhea.eval.judge.Judge`,
+``--no-complete-rating`` turns that off); agreement is also reported counting only the ratings
+written in the text. Mean ratings and parse failures are reported too. Writes ``<out>.json`` and
 ``<out>.md``.
 """
 from __future__ import annotations
@@ -37,6 +40,9 @@ def main(argv=None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--out", type=Path, required=True, help="output path without extension")
     parser.add_argument("--no-resume", action="store_true", help="start over instead of continuing <out>.rows.jsonl")
+    parser.add_argument("--no-complete-rating", action="store_true",
+                        help="a local judge's text without [[rating]] stays unrated (FastChat's rule) instead of taking "
+                             "the judge's likeliest completion of 'Rating: [['")
     args = parser.parse_args(argv)
     if bool(args.judge_local) == bool(args.judge_url):
         parser.error("pass exactly one of --judge-local MODEL and --judge-url URL")
@@ -54,7 +60,8 @@ def main(argv=None) -> int:
         parser.error("fewer than 2 questions with reference answers; nothing to compare")
     # one row per question, appended as it is rated, so a killed run continues where it stopped
     settings = {"judge_local": args.judge_local, "judge_url": args.judge_url, "judge_model": args.judge_model,
-                "max_new_tokens": args.max_new_tokens, "n_questions": len(questions)}
+                "max_new_tokens": args.max_new_tokens, "n_questions": len(questions),
+                "complete_rating": not args.no_complete_rating}
     rows_path = args.out.with_suffix(".rows.jsonl")
     done = {}
     if rows_path.is_file() and not args.no_resume:
@@ -80,7 +87,8 @@ def main(argv=None) -> int:
 
         generator = OpenAICompatibleGenerator(args.judge_url, model=args.judge_model)
         judge_name = f"{args.judge_url}:{args.judge_model}"
-    judge = Judge(generator, max_new_tokens=args.max_new_tokens) if generator is not None else None
+    judge = (Judge(generator, max_new_tokens=args.max_new_tokens, complete_rating=not args.no_complete_rating)
+             if generator is not None else None)
     rows, started = [], time.perf_counter() - sum(r.get("seconds", 0.0) for r in done.values())
     for i, q in enumerate(questions):
         if q.question_id in done:
@@ -94,16 +102,23 @@ def main(argv=None) -> int:
                      "reference_rating": good.rating, "mismatched_rating": bad.rating,
                      "agree": good.rating is not None and bad.rating is not None and good.rating > bad.rating,
                      "tie": good.rating is not None and good.rating == bad.rating,
-                     "reference_raw": good.raw[:400], "mismatched_raw": bad.raw[:400],
+                     "reference_source": good.source, "mismatched_source": bad.source,
+                     "reference_raw": good.raw, "mismatched_raw": bad.raw,  # whole: the rating is at the end
                      "seconds": round(time.perf_counter() - t0, 1)})
         with rows_path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(rows[-1]) + "\n")
         print(json.dumps({k: rows[-1][k] for k in ("question_id", "reference_rating", "mismatched_rating")}),
               flush=True)
     agreement = bootstrap_ci([float(r["agree"]) for r in rows])
+    # FastChat's reading alone: both ratings written in the judge's text (completed ones count as unparsed)
+    parsed = [float(r["agree"] and r.get("reference_source", "parsed") == "parsed"
+                    and r.get("mismatched_source", "parsed") == "parsed") for r in rows]
+    agreement_parsed = bootstrap_ci(parsed)
+    completed = sum((r.get("reference_source") == "completed") + (r.get("mismatched_source") == "completed") for r in rows)
     rated = [r for r in rows if r["reference_rating"] is not None and r["mismatched_rating"] is not None]
     summary = {
         "judge": judge_name, "questions": len(rows), "agreement": agreement.to_dict(),
+        "agreement_text_ratings_only": agreement_parsed.to_dict(), "completed_ratings": completed,
         "ties": sum(r["tie"] for r in rows),
         "unparsed_ratings": sum((r["reference_rating"] is None) + (r["mismatched_rating"] is None) for r in rows),
         "mean_reference_rating": (sum(r["reference_rating"] for r in rated) / len(rated)) if rated else None,
@@ -118,6 +133,9 @@ def main(argv=None) -> int:
              "reference shown) rates the question's reference answer and another question's reference answer.", "",
              f"- agreement (reference rated strictly above the mismatched answer): **{agreement.format()}** "
              "(95% bootstrap interval over questions; chance for a judge that rates at random on 10 levels ≈ 0.45)",
+             f"- the same counting only ratings written in the judge's text (FastChat's rule): "
+             f"**{agreement_parsed.format()}**; {completed} of {2 * len(rows)} ratings were completed "
+             "(no [[rating]] in the text: the judge's likeliest completion of 'Rating: [[' after its explanation)",
              f"- ties: {summary['ties']}; unparsed ratings: {summary['unparsed_ratings']} of {2 * len(rows)}",
              f"- mean rating, reference: {summary['mean_reference_rating']}; mismatched: "
              f"{summary['mean_mismatched_rating']}", "", f"Reproduce: `{summary['command']}`", ""]

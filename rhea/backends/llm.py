@@ -7,6 +7,8 @@ OpenAI-compatible endpoint, or a scripted generator in tests.
 """
 from __future__ import annotations
 
+import copy
+import inspect
 from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 from rhea.backends.chat_template import apply_chat_template
@@ -106,6 +108,49 @@ class HFGenerator:
                                   "call generate() once instead)")
         return self._run(messages, n, max_new_tokens, temperature, stop)
 
+    def continuation_logprobs(self, prompt: str, continuations: Sequence[str], *, encode=None) -> tuple[list[float], int]:
+        """(log p(c | prompt) for each continuation c, tokens read), from one prefill of the prompt.
+
+        `prompt` is rendered text (e.g. a chat template with the generation prompt, plus any
+        assistant text already written). Each ``prompt + c`` is tokenized whole, and the tokens
+        after the longest prefix every candidate shares are scored, so a continuation whose first
+        token merges with the prompt's last one is scored from the same context as the others.
+        Each candidate reads its own copy of the shared prefix's KV cache. `encode` (text -> ids)
+        defaults to the generator's tokenizer without special tokens. The counters are not
+        charged: callers account the returned token count as their protocol counts it.
+        """
+        import torch
+
+        if not continuations:
+            raise RheaConfigError("continuation_logprobs needs at least one continuation")
+        if encode is None:
+            encode = lambda text: list(self.tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+        full = [list(encode(prompt + c)) for c in continuations]
+        shared = min(_common_prefix(list(encode(prompt)), ids) for ids in full)
+        shared = min([shared] + [_common_prefix(full[0], ids) for ids in full[1:]])
+        if shared == 0:
+            raise RheaConfigError("continuation_logprobs: the prompt shares no token with its continuations; "
+                                  "pass the rendered prompt text")
+        model = self._backbone()
+        device = next(model.parameters()).device
+        # transformers renamed `past_key_values` to `cache` (5.x); take whichever this model has.
+        # (A PEFT wrapper passes the keyword on to the model it wraps, so look at that one.)
+        inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+        cache_kw = "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+        scores = []
+        with self._context(), torch.no_grad():
+            head = model(input_ids=torch.tensor([full[0][:shared]], device=device), use_cache=True)
+            cache, last = head.get(cache_kw), head.logits[0, -1].float()
+            for ids in full:
+                rest = torch.tensor([ids[shared:]], device=device)
+                if rest.shape[1] == 0:  # the continuation is wholly inside the shared prefix
+                    scores.append(0.0)
+                    continue
+                out = model(input_ids=rest, use_cache=True, **{cache_kw: copy.deepcopy(cache)})
+                logits = torch.cat([last[None], out.logits[0, :-1].float()])
+                scores.append(float(torch.log_softmax(logits, -1).gather(-1, rest[0, :, None]).sum()))
+        return scores, shared + sum(len(ids) - shared for ids in full)
+
     def _eos_ids(self) -> set[int]:
         ids = getattr(getattr(self._backbone(), "generation_config", None), "eos_token_id", None)
         ids = [ids] if isinstance(ids, int) else list(ids or [])
@@ -152,6 +197,15 @@ class HFGenerator:
                     text = text[:cut]
             replies.append(text.strip())
         return replies
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 class OpenAICompatibleGenerator:

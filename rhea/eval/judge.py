@@ -102,6 +102,9 @@ class Judgment:
     raw: str
     prompt_name: str
     error: str | None = None
+    #: "parsed" (read from the judge's text, as FastChat does), "completed" (the text had none: the judge's
+    #: likeliest completion of "Rating: [[" after its own explanation) or "none"
+    source: str = "parsed"
 
 
 class Judge:
@@ -113,7 +116,7 @@ class Judge:
     'no [[rating]] in 1-10 found in judge output'
     """
 
-    def __init__(self, generator: TextGenerator, *, max_new_tokens: int = 512):
+    def __init__(self, generator: TextGenerator, *, max_new_tokens: int = 512, complete_rating: bool = True):
         if not isinstance(generator, TextGenerator):
             raise TypeError(f"generator={generator!r} must implement rhea.backends.llm.TextGenerator "
                             "(a generate(messages, ...) -> str method)")
@@ -122,6 +125,9 @@ class Judge:
                              "plus a rating; use >= 16 (FastChat uses 2048)")
         self.generator = generator
         self.max_new_tokens = max_new_tokens
+        #: a local judge (one that can score continuations) whose text has no rating is asked for its
+        #: likeliest rating after its own explanation; endpoints keep FastChat's rule (no rating: None)
+        self.complete_rating = bool(complete_rating) and callable(getattr(generator, "continuation_logprobs", None))
 
     def rate(self, question: str, answer: str, *, reference: str | None = None) -> Judgment:
         """Rate one answer (FastChat ``single-v1``, or ``single-math-v1`` with a reference)."""
@@ -144,5 +150,16 @@ class Judge:
         raw = self.generator.generate(messages, max_new_tokens=self.max_new_tokens,
                                       temperature=0.0)
         rating = parse_rating(raw)
-        error = None if rating is not None else "no [[rating]] in 1-10 found in judge output"
-        return Judgment(rating, raw, name, error)
+        if rating is not None:
+            return Judgment(rating, raw, name)
+        if self.complete_rating:
+            return Judgment(self._complete(messages, raw), raw, name, source="completed")
+        return Judgment(None, raw, name, "no [[rating]] in 1-10 found in judge output", source="none")
+
+    def _complete(self, messages: list[dict], raw: str) -> float:
+        """The rating 1-10 the judge finds likeliest after its own explanation and "Rating: [["."""
+        from rhea.backends.chat_template import apply_chat_template
+
+        prompt = apply_chat_template(self.generator.tokenizer, messages) + raw.rstrip() + "\nRating: [["
+        scores, _ = self.generator.continuation_logprobs(prompt, [f"{k}]]" for k in range(1, 11)])
+        return float(1 + max(range(10), key=scores.__getitem__))

@@ -82,3 +82,39 @@ def test_single_v1_prompt_is_fastchat_verbatim():
     Judge(gen).rate("Why?", "Because.")
     assert gen.calls[0][1]["content"] == FASTCHAT_SINGLE_V1.format(question="Why?",
                                                                     answer="Because.")
+
+
+class _RatingModel:
+    """A local-judge stand-in: writes an explanation without a rating, then scores continuations."""
+
+    def __init__(self, best: int):
+        from rhea.testing import tiny_tokenizer
+
+        self.tokenizer = tiny_tokenizer(["good", "answer"])
+        self.best, self.prompts = best, []
+
+    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None):
+        return "A good answer, clear and correct."
+
+    def continuation_logprobs(self, prompt, continuations, *, encode=None):
+        self.prompts.append(prompt)
+        return [0.0 if c == f"{self.best}]]" else -5.0 for c in continuations], 10
+
+
+def test_a_local_judge_without_a_rating_gives_its_likeliest_completion():
+    model = _RatingModel(best=7)
+    j = Judge(model).rate("Q?", "A.")
+    assert (j.rating, j.source, j.error) == (7.0, "completed", None)
+    assert model.prompts[0].endswith("A good answer, clear and correct.\nRating: [[")  # after its own explanation
+    off = Judge(_RatingModel(best=7), complete_rating=False).rate("Q?", "A.")
+    assert (off.rating, off.source) == (None, "none") and "no [[rating]]" in off.error
+    # a rating in the text is read as FastChat reads it, never completed
+    assert Judge(ScriptedGenerator(["Fine. Rating: [[4]]"])).rate("Q?", "A.").source == "parsed"
+
+
+def test_rating_completion_on_a_real_tiny_model():
+    from rhea.backends.llm import HFGenerator
+    from rhea.testing import tiny_rhea
+
+    j = Judge(HFGenerator(tiny_rhea().eval()), max_new_tokens=16).rate("What is 2+2?", "4")
+    assert j.source in ("parsed", "completed") and 1.0 <= j.rating <= 10.0

@@ -9,7 +9,6 @@ and the k votes are k samples (agents differ through the temperature).
 """
 from __future__ import annotations
 
-import copy
 import math
 import random
 
@@ -18,27 +17,12 @@ from rhea.agents.ace.votes import ACTIONS, Vote
 
 def label_logprobs(generator, messages: list[dict], labels=ACTIONS) -> tuple[dict, int, int]:
     """({label: log p(label | messages)}, prompt tokens, label tokens) for an `HFGenerator`."""
-    import torch
+    from rhea.backends.chat_template import apply_chat_template  # the generator's own rendering, as generate() uses
 
-    from rhea.backends.llm import _chat_ids  # the generator's own chat rendering, so scores match generation
-
-    enc = _chat_ids(generator.tokenizer, messages)
-    model = generator._backbone()
-    device = next(model.parameters()).device
-    out, label_tokens = {}, 0
-    with generator._context(), torch.no_grad():
-        prompt = model(input_ids=enc["input_ids"].to(device), use_cache=True)
-        first = torch.log_softmax(prompt.logits[0, -1].float(), dim=-1)
-        for label in labels:
-            ids = generator.tokenizer(label, add_special_tokens=False, return_tensors="pt")["input_ids"].to(device)
-            label_tokens += ids.shape[1]
-            score = float(first[ids[0, 0]])
-            if ids.shape[1] > 1:  # continue from a copy of the prompt's cache: one prefill for all labels
-                rest = model(input_ids=ids[:, :-1], past_key_values=copy.deepcopy(prompt.past_key_values), use_cache=True)
-                logp = torch.log_softmax(rest.logits[0].float(), dim=-1)
-                score += float(logp.gather(-1, ids[0, 1:, None]).sum())
-            out[label] = score
-    return out, int(enc["input_ids"].shape[1]), label_tokens
+    prompt = apply_chat_template(generator.tokenizer, [{"role": m["role"], "content": m["content"]} for m in messages])
+    scores, read = generator.continuation_logprobs(prompt, list(labels))
+    prompt_tokens = len(generator.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    return dict(zip(labels, scores)), prompt_tokens, read - prompt_tokens
 
 
 def sample_votes(logprobs: dict, n: int, temperature: float, rng: random.Random) -> list[Vote]:

@@ -25,8 +25,6 @@ model, and the endpoint's content plus one Hermes ``<tool_call>`` block per retu
 """
 from __future__ import annotations
 
-import copy
-import inspect
 import json
 from typing import Any, Sequence
 
@@ -194,42 +192,13 @@ def _choose_name(hf: HFGenerator, tokenizer: _ToolsTemplateTokenizer, messages, 
     def encode(text: str) -> list[int]:
         return list(raw(text, add_special_tokens=False)["input_ids"])
 
-    # Each candidate is the prompt + name + closing quote; score the tokens after the longest
-    # prefix that all candidates (and the prompt) share, so every name is scored from the same
-    # context even where a name's first token merges with the prefill's quote.
-    full = [encode(prompt + name + '"') for name in names]
-    shared = min(_common_prefix(encode(prompt), ids) for ids in full)
-    shared = min([shared] + [_common_prefix(full[0], ids) for ids in full[1:]])
-    model = hf._backbone()
-    device = next(model.parameters()).device
-    # transformers renamed `past_key_values` to `cache` (5.x); take whichever this model has.
-    # (A PEFT wrapper passes the keyword on to the model it wraps, so look at that one.)
-    inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
-    cache_kw = "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
-    scores = []
-    with hf._context(), torch.no_grad():
-        head = model(input_ids=torch.tensor([full[0][:shared]], device=device), use_cache=True)
-        cache, last = head.get(cache_kw), head.logits[0, -1].float()
-        for ids in full:
-            rest = torch.tensor([ids[shared:]], device=device)
-            # Each name reads its own copy of the shared prompt's cache (names never see each other).
-            out = model(input_ids=rest, use_cache=True, **{cache_kw: copy.deepcopy(cache)})
-            logits = torch.cat([last[None], out.logits[0, :-1].float()])
-            scores.append(float(torch.log_softmax(logits, -1).gather(-1, rest[0, :, None]).sum()))
-    hf.prompt_tokens += shared + sum(len(ids) - shared for ids in full)
+    # each candidate is the prompt + name + closing quote (a name's first token may merge with the quote)
+    scores, read = hf.continuation_logprobs(prompt, [name + '"' for name in names], encode=encode)
+    hf.prompt_tokens += read
     if temperature and temperature > 0:
         probs = torch.softmax(torch.tensor(scores) / float(temperature), -1)
         return names[int(torch.multinomial(probs, 1))]
     return names[max(range(len(names)), key=scores.__getitem__)]
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _prefilled(hf: HFGenerator, tokenizer: _ToolsTemplateTokenizer, messages, tools, prefill, **kwargs) -> str:
