@@ -121,8 +121,9 @@ class RheaConfig:
     tier_mode: str = "budget"
     max_raw: int = 10
     max_latent: int = 8
-    #: the last `recent_raw` turns are raw text whatever their scores (budget mode: on top of `max_raw`)
-    recent_raw: int = 0
+    #: the last `recent_raw` turns are raw text whatever their scores (budget mode: on top of `max_raw`); 3 measured
+    #: best on real conversations (docs/quality.md, Retrieval): it keeps the needed turn when it is recent
+    recent_raw: int = 3
     #: "auto": the latent tier is on only when `fidelity` meets the target (rhea.memory.scoring); "on" / "off" force it
     latent_tier: str = "auto"
     #: the compressor's measured reconstruction fidelity: {"reconstruction_token_acc": float, "control_gap": float,

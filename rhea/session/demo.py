@@ -35,8 +35,9 @@ class Step:
 
 
 NAME = "Captain"
-# The policy settings the demo runs (see run_demo).
-DEMO_POLICY = {"scorer": "latent", "tier_mode": "threshold"}
+# The policy settings the demo runs (see run_demo): the paper's HCR alone, without the window of recent
+# turns the default adds (a six-turn script would keep every turn raw under it), so each tier shows.
+DEMO_POLICY = {"scorer": "latent", "tier_mode": "threshold", "recent_raw": 0}
 SCRIPT = (
     Step(f"From now on, call me {NAME}.", "a global instruction: it goes into the instruction block"),
     Step("What is the capital of Japan?", "a fact the last question asks back"),

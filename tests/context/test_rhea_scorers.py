@@ -24,6 +24,7 @@ CONV = Conversation([Turn(f"tell me something ({i})", t) for i, t in enumerate(T
 
 def _policy(model, **kw):
     kw.setdefault("embedder", HashingEmbedder(dim=128))
+    kw.setdefault("recent_raw", 0)  # the tier rules alone; the window has its own test
     policy = get_policy("rhea", model=model, **kw)
     for t in CONV:
         policy.observe(t)

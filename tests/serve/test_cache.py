@@ -12,7 +12,7 @@ from rhea.serve.errors import ServeConfigError
 from rhea.testing import tiny_rhea
 
 LATENT_ON = {"scorer": "latent", "latent_tier": "on", "tier_mode": "budget", "max_raw": 1, "max_latent": 4,
-             "recognizer": None}
+             "recognizer": None, "recent_raw": 0}
 
 
 def test_lru_keeps_the_most_recently_used_within_its_bound():

@@ -14,7 +14,7 @@ CONV = Conversation([
 
 
 # the paper's HCR: latent max-cosine, thresholds, latent tier on (tiny models record no compressor fidelity)
-HCR = {"scorer": "latent", "tier_mode": "threshold", "latent_tier": "on"}
+HCR = {"scorer": "latent", "tier_mode": "threshold", "latent_tier": "on", "recent_raw": 0}  # the paper's rule alone
 
 
 def _observed(policy, conv=CONV):

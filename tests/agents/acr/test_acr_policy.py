@@ -103,7 +103,7 @@ def test_runs_on_top_of_the_rhea_plan():
 
     model = tiny_rhea()
     base = RheaPolicy(model, tau_low=-2.0, tau_high=2.0, recognizer=None, use_im=False,  # every reply latent
-                      scorer="latent", tier_mode="threshold", latent_tier="on")
+                      scorer="latent", tier_mode="threshold", latent_tier="on", recent_raw=0)
     conv = Conversation([Turn("the city is paris", "yes paris"), Turn("the color is blue", "blue it is")])
     gen = ScriptedGenerator([route("noise_filter")])
     policy = ACRPolicy(gen, base_policy=base, tau=0.9, deterministic=True)
