@@ -72,6 +72,10 @@ def run(args, llm=None):
     from rhea.modeling.loading import load_rhea_model
 
     per_question = previous_questions(args, items)  # checked before the model loads
+    done = {rec["id"] for rec in per_question}
+    if items and all(item.id in done for item in items):
+        write(args, per_question, float(getattr(args, "_seconds_before", 0.0)))  # nothing left: rewrite the table
+        return
     if llm is None:
         model = load_rhea_model(args.model, device=args.device).eval()
         llm = HFGenerator(model, model.tokenizer, seed=args.seed)  # adapters off: the plain base model
@@ -86,7 +90,6 @@ def run(args, llm=None):
                 "tokens": ans.trace.tokens.total, "think_tokens": ans.trace.tokens.of("thinking"),
                 "support_recall": len(found) / len(support) if support else 0.0, "actions": ans.trace.actions}
 
-    done = {rec["id"] for rec in per_question}
     if done:
         print(f"resuming {args.out}: {len(done)} of {len(items)} questions already answered", flush=True)
     start = time.time() - float(getattr(args, "_seconds_before", 0.0))
@@ -116,8 +119,6 @@ def run(args, llm=None):
         print(f"[{q + 1}/{len(items)}] {time.time() - start:.0f}s {item.question} gold={item.answer} "
               f"ace={ace[-1].text!r} actions={ace[-1].trace.actions}", flush=True)
         write(args, per_question, time.time() - start)
-    if items and all(item.id in done for item in items):
-        write(args, per_question, time.time() - start)  # nothing left to answer: rewrite the table for this --n
 
 
 # the settings a resumed run must share with the one that wrote the file (--n may grow: the sample is a prefix)
@@ -169,8 +170,23 @@ def table_rows(per_question) -> list[dict]:
     return table
 
 
+def paired_vs(per_question, baseline: str) -> dict:
+    """Each method's accuracy minus `baseline`'s on the same questions: difference, 95% bootstrap interval, sign-flip p."""
+    from rhea.eval.stats import paired_comparison
+
+    by_method: dict[str, dict[str, float]] = {}
+    for rec in per_question:
+        for res in rec["results"]:
+            by_method.setdefault(res["method"], {})[rec["id"]] = float(bool(res["correct"]))
+    if baseline not in by_method or len(per_question) < 2:
+        return {}
+    return {m: paired_comparison(v, by_method[baseline]).to_dict() for m, v in by_method.items() if m != baseline}
+
+
 def write(args, per_question, seconds):
     table = table_rows(per_question)
+    for row in table:  # ACE is RAG plus rounds: how much each setting adds on the same questions
+        row["accuracy_minus_rag"] = paired_vs(per_question, "rag (1 retrieval)").get(row["method"])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {k: v for k, v in vars(args).items() if not k.startswith("_")}

@@ -93,6 +93,9 @@ def test_resume_answers_only_new_questions_and_keeps_the_table(bench):
     assert llm2.many_calls >= 1  # round-2 votes: one batched call for the 3 agents
     rag = next(r for r in after["table"] if r["method"] == "rag (1 retrieval)")
     assert rag["correct"] == sum(q["results"][1]["correct"] for q in after["questions"])
+    ace2 = next(r for r in after["table"] if r["method"] == "ace N=2")
+    assert ace2["accuracy_minus_rag"]["n"] == 3 and "p_value" in ace2["accuracy_minus_rag"]
+    assert rag["accuracy_minus_rag"] is None
 
     llm3 = CountingGenerator()
     mod.run(parse("--n", "3"), llm=llm3)  # nothing left: no call, same table
