@@ -60,16 +60,19 @@ def main(argv=None) -> int:
         parser.error("fewer than 2 questions with reference answers; nothing to compare")
     # one row per question, appended as it is rated, so a killed run continues where it stopped
     settings = {"judge_local": args.judge_local, "judge_url": args.judge_url, "judge_model": args.judge_model,
-                "max_new_tokens": args.max_new_tokens, "n_questions": len(questions),
-                "complete_rating": not args.no_complete_rating}
+                "max_new_tokens": args.max_new_tokens, "complete_rating": not args.no_complete_rating}
     rows_path = args.out.with_suffix(".rows.jsonl")
     done = {}
     if rows_path.is_file() and not args.no_resume:
         lines = [json.loads(line) for line in rows_path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        if not lines or lines[0].get("settings") != settings:
+        saved = dict(lines[0].get("settings") or {}) if lines else None
+        if saved is not None:
+            saved.pop("n_questions", None)  # --n may change: the questions are a prefix of one list
+        if saved != settings:
             parser.error(f"{rows_path} was written with other settings ({lines[0].get('settings') if lines else 'empty'}); "
                          "pass the same ones, another --out, or --no-resume")
-        done = {row["question_id"]: row for row in lines[1:]}
+        ids = {q.question_id for q in questions}
+        done = {row["question_id"]: row for row in lines[1:] if row["question_id"] in ids}
         print(f"resuming {rows_path}: {len(done)} of {len(questions)} questions rated", flush=True)
     else:
         rows_path.parent.mkdir(parents=True, exist_ok=True)

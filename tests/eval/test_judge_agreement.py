@@ -88,6 +88,12 @@ def test_a_killed_run_resumes_from_its_rows(tmp_path, monkeypatch):
     assert len(calls[-1].calls) == 4
     summary = json.loads((tmp_path / "agree.json").read_text())["summary"]
     assert summary["questions"] == 4 and summary["agreement"]["mean"] == 0.25 and summary["ties"] == 1
+    # a smaller --n reports the first questions from the rows, asking the judge nothing
+    monkeypatch.setattr(llm, "OpenAICompatibleGenerator", judge_replies([]))
+    assert module.main(["--data", str(data), "--judge-url", "http://judge", "--n", "2",
+                        "--out", str(tmp_path / "agree")]) == 0
+    assert json.loads((tmp_path / "agree.json").read_text())["summary"]["questions"] == 2
+    assert len(calls) == 2  # everything was rated before: no judge is built
     # other settings are refused rather than mixed into the same rows
     with pytest.raises(SystemExit):
         module.main(["--data", str(data), "--judge-url", "http://judge", "--max-new-tokens", "8",
