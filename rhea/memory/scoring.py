@@ -205,7 +205,7 @@ def mode_line(config) -> str:
 
     >>> from rhea.modeling.config import RheaConfig
     >>> mode_line(RheaConfig(scorer="bm25", tier_mode="budget", max_raw=3))
-    'retrieval: scorer bm25, budget tiers (<= 3 raw); latent tier off: no measured compressor fidelity in rhea_config.json (target: token acc >= 0.9 with a positive control gap)'
+    'retrieval: scorer bm25, budget tiers (<= 3 raw), last 3 turns raw; latent tier off: no measured compressor fidelity in rhea_config.json (target: token acc >= 0.9 with a positive control gap)'
     """
     mode = config.active_mode()
     scorer = config.scorer if config.scorer != "fused" else f"fused {config.fusion}({', '.join(config.fusion_components)})"
