@@ -77,19 +77,18 @@ def main(argv=None) -> int:
     else:
         rows_path.parent.mkdir(parents=True, exist_ok=True)
         rows_path.write_text(json.dumps({"settings": settings}) + "\n")
+    judge_name = f"local:{args.judge_local}" if args.judge_local else f"{args.judge_url}:{args.judge_model}"
     if len(done) >= len(questions):
-        generator, judge_name = None, f"local:{args.judge_local}" if args.judge_local else f"{args.judge_url}:{args.judge_model}"
+        generator = None  # everything asked is rated already: no judge to build
     elif args.judge_local:
         from rhea.backends.llm import HFGenerator
         from rhea.modeling.loading import load_rhea_model
 
         generator = HFGenerator(load_rhea_model(args.judge_local, device=args.device))
-        judge_name = f"local:{args.judge_local}"
     else:
         from rhea.backends.llm import OpenAICompatibleGenerator
 
         generator = OpenAICompatibleGenerator(args.judge_url, model=args.judge_model)
-        judge_name = f"{args.judge_url}:{args.judge_model}"
     judge = (Judge(generator, max_new_tokens=args.max_new_tokens, complete_rating=not args.no_complete_rating)
              if generator is not None else None)
     rows, started = [], time.perf_counter() - sum(r.get("seconds", 0.0) for r in done.values())
