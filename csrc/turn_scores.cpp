@@ -8,11 +8,13 @@
 // masked turns get -inf and tier 0. See rhea_kernels/reference.py for the definition.
 //
 // The queries are centred and normalised once. vk is read in chunks of about kChunkBytes
-// of latent rows; per chunk, one GEMM (the BLAS torch ships) gives every query-key dot
-// product while the rows are in cache, the rows' norms come from a vectorised pass
-// (vec.h), and each turn's max is taken from the dots scaled by 1/|k|. Small calls run
-// on the calling thread: waking a second thread costs more than it saves, and on a busy
-// machine it waits for a core.
+// of latent rows; per chunk, one register-blocked pass (vec.h qk_dots) gives every
+// query-key dot product and every row's squared norm, each K element loaded once for all
+// queries, and each turn's max is taken from the dots scaled by 1/|k|. (A BLAS GEMM did the
+// dots before: with only nq = 8 query rows it is far from its peak, and MKL's generic path on
+// a CPU it does not recognise took 1.7x the time of this loop.) Small calls run on the
+// calling thread: waking a second thread costs more than it saves, and on a busy machine it
+// waits for a core.
 #include "turn_scores.h"
 #include "vec.h"
 
@@ -26,9 +28,8 @@ namespace rhea_kernels {
 
 namespace {
 
-// Latent rows per GEMM: as many as fit in about kChunkBytes of fp32 (within L2), so one GEMM
-// call covers a whole session at d=576 (a 256-row chunk made T=64 cost two GEMM calls, 1.7x
-// the time of one).
+// Latent rows per chunk: as many as fit in about kChunkBytes of fp32 (within L2), so a whole
+// session at d=576 is one chunk.
 constexpr int64_t kChunkBytes = int64_t{3} << 19;  // 1.5 MiB: L2 here is 2 MiB per core
 constexpr int64_t kSerialMacs = int64_t{8} << 20;  // below this many multiply-adds, stay on one thread
 
@@ -37,10 +38,12 @@ void score_rows(const scalar_t* vq, const scalar_t* vk, const bool* mask, const 
                 float* scores, int8_t* tiers, int64_t B, int64_t T, int64_t nq, int64_t nk,
                 int64_t d, double tau_low, double tau_high) {
   const RowKernels& rk = row_kernels();
-  // Centred, unit-norm queries in fp32: tiny next to vk, computed once per call.
-  std::vector<float> qn(B * nq * d);
+  // Centred, unit-norm queries in fp32: tiny next to vk, computed once per call. Rows padded to
+  // 64-byte boundaries (see qk_dots).
+  const int64_t ldq = padded_row(d);
+  AlignedFloats qn(B * nq * ldq);
   for (int64_t r = 0; r < B * nq; ++r) {
-    float* dst = qn.data() + r * d;
+    float* dst = qn.data() + r * ldq;
     const scalar_t* src = vq + r * d;
     for (int64_t x = 0; x < d; ++x) dst[x] = static_cast<float>(src[x]) - (center ? center[x] : 0.f);
     rk.scale(dst, d, 1.f / std::max(std::sqrt(rk.sumsq(dst, d)), kNormEps));
@@ -51,13 +54,15 @@ void score_rows(const scalar_t* vq, const scalar_t* vk, const bool* mask, const 
   const float lo = static_cast<float>(tau_low), hi = static_cast<float>(tau_high);
   // fp32 rows without a centre are read in place; anything else is staged in fp32 once.
   const bool stage = center != nullptr || !std::is_same_v<scalar_t, float>;
-  const int64_t chunk_rows = std::max<int64_t>(nk, kChunkBytes / (d * int64_t{sizeof(float)}));
+  const int64_t ldk = stage ? padded_row(d) : d;  // staged rows start on 64-byte boundaries
+  const int64_t chunk_rows = std::max<int64_t>(nk, kChunkBytes / (ldk * int64_t{sizeof(float)}));
   const int64_t tc = std::max<int64_t>(1, chunk_rows / nk);  // turns per chunk
   const int64_t chunks = (T + tc - 1) / tc;
   const int64_t macs = B * T * nk * nq * d;
   const int64_t grain = macs < kSerialMacs ? std::max<int64_t>(1, B * chunks) : 1;
   at::parallel_for(0, B * chunks, grain, [&](int64_t begin, int64_t end) {
-    std::vector<float> buf(stage ? tc * nk * d : 0), dots(nq * tc * nk), inv(tc * nk);
+    AlignedFloats buf(stage ? tc * nk * ldk : 0);
+    std::vector<float> dots(nq * tc * nk), inv(tc * nk);  // inv: |k|^2, then 1/|k|
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / chunks, t0 = (task % chunks) * tc, t1 = std::min(T, t0 + tc);
       bool any = mask == nullptr;
@@ -67,14 +72,16 @@ void score_rows(const scalar_t* vq, const scalar_t* vk, const bool* mask, const 
         const scalar_t* src = vk + (b * T + t0) * nk * d;
         const float* K;
         if (stage) {
-          for (int64_t r = 0; r < rows * d; r += d)
-            for (int64_t x = 0; x < d; ++x) buf[r + x] = static_cast<float>(src[r + x]) - (center ? center[x] : 0.f);
-          K = buf.data();
+          float* dst = buf.data();
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t x = 0; x < d; ++x)
+              dst[r * ldk + x] = static_cast<float>(src[r * d + x]) - (center ? center[x] : 0.f);
+          K = dst;
         } else {
           K = reinterpret_cast<const float*>(src);
         }
-        for (int64_t r = 0; r < rows; ++r) inv[r] = 1.f / std::max(std::sqrt(rk.sumsq(K + r * d, d)), kNormEps);
-        gemm_rm(false, true, nq, rows, d, 1.f, qn.data() + b * nq * d, d, K, d, 0.f, dots.data(), rows);
+        rk.qk_dots(qn.data() + b * nq * ldq, ldq, nq, K, ldk, rows, d, dots.data(), inv.data());
+        for (int64_t r = 0; r < rows; ++r) inv[r] = 1.f / std::max(std::sqrt(inv[r]), kNormEps);
       }
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t bt = b * T + t;

@@ -38,7 +38,10 @@ def rel_rms(a: torch.Tensor, b: torch.Tensor, floor: float = 1e-3) -> float:
 
 # (B, T, nq, nk, d, with_center)
 SCORE_SHAPES = [(1, 1, 1, 1, 576, False), (2, 7, 3, 5, 60, True), (2, 33, 8, 2, 60, False), (1, 7, 4, 4, 576, True),
-                (1, 3, 2, 70, 32, True)]  # nk=70: several latent chunks per turn
+                (1, 3, 2, 70, 32, True),  # nk=70: several latent chunks per turn
+                # the C++ dot loop: queries in blocks of 8+4+1, d with a vector tail and past one
+                # 768-column pass, rows not on 64-byte boundaries (fp32 read in place, no centre)
+                (2, 5, 13, 3, 777, False), (1, 4, 7, 2, 1600, True)]
 BIG_SCORE_SHAPES = [(2, 300, 8, 8, 576, True), (1, 40, 3, 96, 60, False)]
 CUDA_BIG_SCORE_SHAPES = BIG_SCORE_SHAPES + [(8, 512, 8, 8, 4096, False), (1, 1000, 8, 8, 1536, True)]
 
