@@ -6,7 +6,14 @@ generate side cannot learn to ignore them (shared/design/FINDINGS.md §2). Train
 LoRA, the `<mem>` read-out slots (initialised distinct) and the latent injector.
 
 Resumable: every ``--save-every`` steps ``OUT/checkpoint/`` holds the trainable weights, optimizer,
-scheduler, RNG and data position; re-running the same command continues from it. Every
+scheduler, RNG and data position; re-running the same command continues from it. ``OUT`` is
+scratch (gitignored ``runs/``); for a run that must survive the machine, ``--snapshot-dir DIR``
+writes every ``--snapshot-every`` steps a small committable snapshot: the trainable weights in
+bf16 (``trainable.safetensors``, ~10 MB at r=16 on all linear layers), the step and settings
+(``state.json``) and the learning curve (``curve.jsonl``). A run with no ``OUT/checkpoint`` but
+a snapshot continues from it at the snapshot's step and data position; the optimizer moments
+are not in the snapshot, so AdamW restarts and the learning rate warms up again
+(``--warmup`` steps). Every
 ``--eval-every`` steps the reconstruction of held-apart chunks is measured (own latents vs
 another chunk's) into ``OUT/curve.jsonl`` and the adapters are written to ``OUT/latest/``
 (``save_pretrained``).
@@ -48,6 +55,9 @@ def parse_args(argv=None):
     p.add_argument("--save-every", type=int, default=20)
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--eval-n", type=int, default=48)
+    p.add_argument("--snapshot-dir", default=None,
+                   help="committable snapshot (bf16 trainable weights, step, curve); resumed when OUT has no checkpoint")
+    p.add_argument("--snapshot-every", type=int, default=250)
     p.add_argument("--train-generate", action="store_true", help="also train the generate adapter (off: ICAE-style frozen decoder)")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU")
     p.add_argument("--threads", type=int, default=1)
@@ -70,8 +80,12 @@ def build(args):
         model = RheaForCausalLM.from_base(base, tok, rc)
     texts = load_reply_texts(args.data)
     train_src, test_src = split_held_apart(texts)
-    train = chunk_texts(model.tokenizer, train_src, max_tokens=args.chunk_tokens)
-    test = chunk_texts(model.tokenizer, test_src, max_tokens=args.chunk_tokens, first_only=True)
+    least = min(8, args.chunk_tokens)  # chunk_texts leaves out pieces shorter than this
+    train = chunk_texts(model.tokenizer, train_src, max_tokens=args.chunk_tokens, min_tokens=least)
+    test = chunk_texts(model.tokenizer, test_src, max_tokens=args.chunk_tokens, min_tokens=least, first_only=True)
+    if not train or not test:
+        raise SystemExit(f"--data {args.data} gives {len(train)} training and {len(test)} held-apart chunks of at least "
+                         f"{least} tokens; both must be non-empty (more replies, or a smaller --chunk-tokens)")
     rng = random.Random(1234)
     rng.shuffle(test)
     return model, train, [c.text for c in test[: args.eval_n]]
@@ -111,6 +125,54 @@ def save_checkpoint(out: Path, params: dict, opt, sched, step: int) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+#: settings a snapshot must share with the run that resumes it (others, e.g. --threads, may change)
+SNAPSHOT_KEYS = ("base_model", "injection", "n_mem", "lora_r", "lora_alpha", "targets", "chunk_tokens", "batch",
+                 "train_generate", "seed")
+
+
+def save_snapshot(dir_: Path, out: Path, params: dict, step: int, args) -> None:
+    """Write the committable snapshot atomically (a temporary directory renamed over the old one)."""
+    from safetensors.torch import save_file
+
+    tmp = dir_.with_name(dir_.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_file({n: p.detach().to(torch.bfloat16).contiguous().cpu() for n, p in params.items()},
+              str(tmp / "trainable.safetensors"))
+    state = {"step": step, "settings": {k: getattr(args, k) for k in SNAPSHOT_KEYS},
+             "note": "bf16 trainable weights of scripts/train_compressor.py; optimizer moments not kept"}
+    (tmp / "state.json").write_text(json.dumps(state, indent=2) + "\n")
+    if (out / "curve.jsonl").is_file():
+        shutil.copyfile(out / "curve.jsonl", tmp / "curve.jsonl")
+    old = dir_.with_name(dir_.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if dir_.exists():
+        dir_.rename(old)
+    tmp.rename(dir_)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def load_snapshot(dir_: Path, out: Path, params: dict, args) -> int:
+    """Copy a snapshot's weights into `params` (and its curve into OUT); returns its step."""
+    from safetensors.torch import load_file
+
+    state = json.loads((dir_ / "state.json").read_text())
+    differ = {k: (v, getattr(args, k)) for k, v in state["settings"].items() if getattr(args, k) != v}
+    if differ:
+        raise SystemExit(f"snapshot {dir_} was trained with other settings (snapshot, now): {differ}; "
+                         "pass the snapshot's settings or another --snapshot-dir")
+    weights = load_file(str(dir_ / "trainable.safetensors"))
+    if set(weights) != set(params):
+        raise SystemExit(f"snapshot {dir_} holds {len(weights)} tensors, this model trains {len(params)}; "
+                         "the model or adapter layout changed since it was written")
+    with torch.no_grad():
+        for n, v in weights.items():
+            params[n].copy_(v.to(params[n].dtype))
+    if (dir_ / "curve.jsonl").is_file() and not (out / "curve.jsonl").is_file():
+        shutil.copyfile(dir_ / "curve.jsonl", out / "curve.jsonl")
+    return int(state["step"])
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -121,14 +183,19 @@ def main(argv=None) -> None:
 
     model, train, eval_texts = build(args)
     ckpt = out / "checkpoint" / "state.pt"
-    resuming = ckpt.is_file()
+    snap = Path(args.snapshot_dir) if args.snapshot_dir else None
+    from_snapshot = not ckpt.is_file() and snap is not None and (snap / "state.json").is_file()
+    resuming = ckpt.is_file() or from_snapshot
     if not resuming and not args.init_from:
         fresh_init(model, train, args.seed)
     params = trainable(model, args.train_generate)
     opt = torch.optim.AdamW(list(params.values()), lr=args.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
     step = 0
-    if resuming:
+    if from_snapshot:
+        step = load_snapshot(snap, out, params, args)
+        print(f"[compressor] resumed from snapshot {snap} at step {step} (fresh AdamW, lr warm-up again)", flush=True)
+    elif resuming:
         state = torch.load(ckpt, weights_only=False)
         with torch.no_grad():
             for n, v in state["params"].items():
@@ -189,11 +256,15 @@ def main(argv=None) -> None:
         t_last = now
         if step % args.save_every == 0:
             save_checkpoint(out, params, opt, sched, step)
+        if snap is not None and step % args.snapshot_every == 0:
+            save_snapshot(snap, out, params, step, args)
         if step % args.eval_every == 0:
             evaluate(step, sum(window) / len(window))
             window = []
             t_last = time.perf_counter()
     save_checkpoint(out, params, opt, sched, step)
+    if snap is not None:
+        save_snapshot(snap, out, params, step, args)
 
 
 if __name__ == "__main__":

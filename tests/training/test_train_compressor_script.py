@@ -1,0 +1,91 @@
+"""scripts/train_compressor.py: a run cut off with only its committable snapshot left (no OUT/checkpoint)
+continues from the snapshot's step and weights; a snapshot of other settings is refused."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rhea.testing import tiny_llama, tiny_tokenizer
+from tests.repo_scripts import load_script
+from tests.training.test_compressor import _write_data
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_compressor.py"
+
+
+@pytest.fixture(scope="module")
+def script():
+    return load_script(SCRIPT)
+
+
+@pytest.fixture()
+def setup(tmp_path):
+    data = tmp_path / "data"
+    _write_data(data)
+    more = [{"conversation": [{"user": "u", "sys": f"reply number {i} says the cat is blue and the dog is red"}]}
+            for i in range(12)]
+    with open(data / "mt_eval" / "raw_mt-bench_extended.jsonl", "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in more)
+    tok = tiny_tokenizer()
+    base_dir = tmp_path / "base"
+    tiny_llama(len(tok)).save_pretrained(base_dir)
+    tok.save_pretrained(base_dir)
+    return data, base_dir, tmp_path
+
+
+def _argv(data, base_dir, root, steps, **extra):
+    argv = ["--data", str(data), "--out", str(root / "out"), "--base-model", str(base_dir), "--max-steps", str(steps),
+            "--batch", "2", "--chunk-tokens", "8", "--eval-every", "2", "--eval-n", "2", "--save-every", "100",
+            "--snapshot-dir", str(root / "snap"), "--snapshot-every", "2", "--lora-r", "2", "--lora-alpha", "4",
+            "--targets", "q_proj,v_proj", "--n-mem", "2", "--injection", "projector"]
+    for k, v in extra.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    return argv
+
+
+def test_snapshot_resume_continues_from_the_snapshot(script, setup, capsys):
+    data, base_dir, root = setup
+    script.main(_argv(data, base_dir, root, 4))
+    snap = root / "snap"
+    state = json.loads((snap / "state.json").read_text())
+    assert state["step"] == 4 and state["settings"]["lora_r"] == 2
+    weights = load_file(str(snap / "trainable.safetensors"))
+    assert weights and all(w.dtype == torch.bfloat16 for w in weights.values())
+    assert any("mem_slot" in n for n in weights) and any("lora_" in n and "compress" in n for n in weights)
+    curve = [json.loads(line) for line in (snap / "curve.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in curve] == [0, 2, 4]
+
+    # the machine is gone: only the committed snapshot survives
+    shutil.rmtree(root / "out")
+    capsys.readouterr()
+    script.main(_argv(data, base_dir, root, 6))
+    assert "resumed from snapshot" in capsys.readouterr().out
+    assert json.loads((snap / "state.json").read_text())["step"] == 6
+    steps = [json.loads(line)["step"] for line in (root / "out" / "log.jsonl").read_text().splitlines()]
+    assert steps == [5, 6]  # no step redone, none skipped
+    # the curve carried over from the snapshot and grew
+    assert [json.loads(line)["step"] for line in (snap / "curve.jsonl").read_text().splitlines()] == [0, 2, 4, 6]
+
+
+def test_snapshot_weights_are_loaded(script, setup):
+    data, base_dir, root = setup
+    script.main(_argv(data, base_dir, root, 2))
+    shutil.rmtree(root / "out")
+    (root / "out").mkdir()
+    args = script.parse_args(_argv(data, base_dir, root, 2))
+    model, train, _ = script.build(args)
+    params = script.trainable(model, False)
+    assert script.load_snapshot(root / "snap", root / "out", params, args) == 2
+    saved = load_file(str(root / "snap" / "trainable.safetensors"))
+    for n, p in params.items():
+        assert torch.equal(p.detach().to(torch.bfloat16), saved[n])
+
+
+def test_snapshot_of_other_settings_is_refused(script, setup):
+    data, base_dir, root = setup
+    script.main(_argv(data, base_dir, root, 2))
+    shutil.rmtree(root / "out")
+    with pytest.raises(SystemExit, match="other settings.*lora_r"):
+        script.main(_argv(data, base_dir, root, 4, lora_r=4))
