@@ -59,7 +59,13 @@ def parse_args(argv=None):
                    help="committable snapshot (bf16 trainable weights, step, curve); resumed when OUT has no checkpoint")
     p.add_argument("--snapshot-every", type=int, default=250)
     p.add_argument("--train-generate", action="store_true", help="also train the generate adapter (off: ICAE-style frozen decoder)")
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU")
+    p.add_argument("--bf16", action="store_true",
+                   help="bf16 autocast (on a CPU only where it has native bf16, e.g. AVX512-BF16/AMX: on an AVX2-only "
+                        "AMD EPYC a step took 400 s instead of 6 s)")
+    p.add_argument("--device", default="auto", help="auto (a CUDA GPU if torch sees one, else the CPU), cpu, cuda, cuda:N")
+    p.add_argument("--max-minutes", type=float, default=None,
+                   help="stop cleanly after this many minutes of training (checkpoint and snapshot written), e.g. to "
+                        "fit a time-limited call on a lent GPU; the same command continues")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
@@ -70,6 +76,9 @@ def build(args):
     from rhea.modeling import RheaConfig, RheaForCausalLM, load_base_model
     from rhea.training.compressor import chunk_texts, load_reply_texts, split_held_apart
 
+    from rhea.modeling.loading import resolve_device
+
+    device = resolve_device(args.device)
     if args.init_from:
         model = RheaForCausalLM.from_pretrained(args.init_from, base_model=args.base_model)
     else:
@@ -78,6 +87,7 @@ def build(args):
         rc = RheaConfig(n_mem=args.n_mem, lora_r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=0.0,
                         target_modules=targets, latent_injection=args.injection)
         model = RheaForCausalLM.from_base(base, tok, rc)
+    model.to(device)
     texts = load_reply_texts(args.data)
     train_src, test_src = split_held_apart(texts)
     least = min(8, args.chunk_tokens)  # chunk_texts leaves out pieces shorter than this
@@ -116,6 +126,7 @@ def save_checkpoint(out: Path, params: dict, opt, sched, step: int) -> None:
     tmp.mkdir(parents=True)
     torch.save({"params": {n: p.detach().cpu() for n, p in params.items()}, "opt": opt.state_dict(),
                 "sched": sched.state_dict(), "step": step, "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
+    # (the optimizer state is saved on the parameters' device; torch.load maps it back with map_location)
     final = out / "checkpoint"
     old = out / "checkpoint.old"
     shutil.rmtree(old, ignore_errors=True)
@@ -196,14 +207,14 @@ def main(argv=None) -> None:
         step = load_snapshot(snap, out, params, args)
         print(f"[compressor] resumed from snapshot {snap} at step {step} (fresh AdamW, lr warm-up again)", flush=True)
     elif resuming:
-        state = torch.load(ckpt, weights_only=False)
+        state = torch.load(ckpt, weights_only=False, map_location=model.device)
         with torch.no_grad():
             for n, v in state["params"].items():
                 params[n].copy_(v)
         opt.load_state_dict(state["opt"])
         sched.load_state_dict(state["sched"])
         step = state["step"]
-        torch.set_rng_state(state["torch_rng"])
+        torch.set_rng_state(state["torch_rng"].cpu())
     (out / "args.json").write_text(json.dumps(vars(args), indent=2))
     print(f"[compressor] {len(train)} train chunks, {len(eval_texts)} held-apart eval chunks, "
           f"{sum(p.numel() for p in params.values())} trainable params, start step {step}", flush=True)
@@ -233,16 +244,22 @@ def main(argv=None) -> None:
     model.train()
     per_epoch = len(train) // args.batch
     window, t_last = [], time.perf_counter()
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if args.bf16 else torch.autocast("cpu", enabled=False)
+    device_type = model.device.type
+    autocast = torch.autocast(device_type, dtype=torch.bfloat16, enabled=args.bf16)
+    deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes else None
     while step < args.max_steps:
+        if deadline is not None and time.monotonic() >= deadline:
+            print(f"[compressor] --max-minutes {args.max_minutes} reached at step {step}; the same command continues",
+                  flush=True)
+            break
         epoch, pos = divmod(step, per_epoch)
         order = torch.randperm(len(train), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch)).tolist()
         texts = [train[i].text for i in order[pos * args.batch:(pos + 1) * args.batch]]
         with autocast:
             latents = model.compress(texts)
             b = autoencode_batch(model, texts)
-            loss = model(input_ids=b["input_ids"], latent_embeds=latents, attention_mask=b["attention_mask"],
-                         labels=b["labels"]).loss
+            loss = model(input_ids=b["input_ids"].to(model.device), latent_embeds=latents,
+                         attention_mask=b["attention_mask"].to(model.device), labels=b["labels"].to(model.device)).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
         opt.step()

@@ -89,3 +89,14 @@ def test_snapshot_of_other_settings_is_refused(script, setup):
     shutil.rmtree(root / "out")
     with pytest.raises(SystemExit, match="other settings.*lora_r"):
         script.main(_argv(data, base_dir, root, 4, lora_r=4))
+
+
+def test_max_minutes_stops_cleanly_and_the_same_command_continues(script, setup, capsys):
+    data, base_dir, root = setup
+    script.main(_argv(data, base_dir, root, 4, max_minutes=1e-9))
+    assert "--max-minutes" in capsys.readouterr().out
+    assert json.loads((root / "snap" / "state.json").read_text())["step"] < 4
+    assert (root / "out" / "checkpoint" / "state.pt").is_file()
+    script.main(_argv(data, base_dir, root, 4))
+    steps = [json.loads(line)["step"] for line in (root / "out" / "log.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
