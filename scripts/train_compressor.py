@@ -47,6 +47,9 @@ def parse_args(argv=None):
     p.add_argument("--lora-r", type=int, default=16)
     p.add_argument("--lora-alpha", type=int, default=32)
     p.add_argument("--targets", default="all-linear", help="'all-linear' or comma-separated module names")
+    p.add_argument("--self-replies", action="append", default=[],
+                   help="JSONL of the model's own replies (scripts/generate_replies.py), added to the training texts "
+                        "only (the held-apart measure stays on real replies); repeatable")
     p.add_argument("--chunk-tokens", type=int, default=48)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -74,7 +77,7 @@ def parse_args(argv=None):
 def build(args):
     """(model, train chunks, eval texts)."""
     from rhea.modeling import RheaConfig, RheaForCausalLM, load_base_model
-    from rhea.training.compressor import chunk_texts, load_reply_texts, split_held_apart
+    from rhea.training.compressor import chunk_texts, load_reply_texts, load_self_replies, split_held_apart
 
     from rhea.modeling.loading import resolve_device
 
@@ -90,6 +93,9 @@ def build(args):
     model.to(device)
     texts = load_reply_texts(args.data)
     train_src, test_src = split_held_apart(texts)
+    # the model's own replies answer prompts whose real replies are not in `texts` (generate_replies.py),
+    # so all of them may train without touching the held-apart set
+    train_src = train_src + [t for path in args.self_replies for t in load_self_replies(path)]
     least = min(8, args.chunk_tokens)  # chunk_texts leaves out pieces shorter than this
     train = chunk_texts(model.tokenizer, train_src, max_tokens=args.chunk_tokens, min_tokens=least)
     test = chunk_texts(model.tokenizer, test_src, max_tokens=args.chunk_tokens, min_tokens=least, first_only=True)
@@ -138,7 +144,7 @@ def save_checkpoint(out: Path, params: dict, opt, sched, step: int) -> None:
 
 #: settings a snapshot must share with the run that resumes it (others, e.g. --threads, may change)
 SNAPSHOT_KEYS = ("base_model", "injection", "n_mem", "lora_r", "lora_alpha", "targets", "chunk_tokens", "batch",
-                 "train_generate", "seed")
+                 "train_generate", "seed", "self_replies")
 
 
 def save_snapshot(dir_: Path, out: Path, params: dict, step: int, args) -> None:
@@ -168,7 +174,9 @@ def load_snapshot(dir_: Path, out: Path, params: dict, args) -> int:
     from safetensors.torch import load_file
 
     state = json.loads((dir_ / "state.json").read_text())
-    differ = {k: (v, getattr(args, k)) for k, v in state["settings"].items() if getattr(args, k) != v}
+    defaults = vars(parse_args(["--data", str(args.data)]))  # a key an older snapshot lacks had its default
+    saved = {k: state["settings"].get(k, defaults[k]) for k in SNAPSHOT_KEYS}
+    differ = {k: (v, getattr(args, k)) for k, v in saved.items() if getattr(args, k) != v}
     if differ:
         raise SystemExit(f"snapshot {dir_} was trained with other settings (snapshot, now): {differ}; "
                          "pass the snapshot's settings or another --snapshot-dir")

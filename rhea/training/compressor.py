@@ -69,6 +69,30 @@ def _replies_of(name: str, record: dict) -> list[str]:
     return []
 
 
+def load_self_replies(path: str | os.PathLike) -> list[TextChunk]:
+    """The model's own replies written by ``scripts/generate_replies.py`` (``source`` = ``self:<source>``).
+
+    Raises `TrainingDataError` for a missing file, a malformed row, or a file with no reply.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise TrainingDataError(f"self-replies file {p} does not exist; write it with scripts/generate_replies.py")
+    out = []
+    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            source, reply = row["source"], row["reply"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise TrainingDataError(f"{p} line {n} is not a generate_replies row with 'source' and 'reply' ({e!r})") from e
+        if isinstance(reply, str) and reply.strip():
+            out.append(TextChunk(f"self:{source}", reply.strip()))
+    if not out:
+        raise TrainingDataError(f"{p} holds no reply")
+    return out
+
+
 def load_reply_texts(data_dir: str | os.PathLike) -> list[TextChunk]:
     """Every non-empty reply/document in the known files under `data_dir` (``source`` = file:record:index).
 

@@ -100,3 +100,14 @@ def test_max_minutes_stops_cleanly_and_the_same_command_continues(script, setup,
     script.main(_argv(data, base_dir, root, 4))
     steps = [json.loads(line)["step"] for line in (root / "out" / "log.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
+
+
+def test_self_replies_add_training_chunks_only(script, setup):
+    data, base_dir, root = setup
+    replies = root / "self.jsonl"
+    replies.write_text("".join(json.dumps({"source": f"ifeval/input_data.jsonl:{i}", "reply": f"the cat {i} is blue and "
+                                                                                            "the dog is red today"}) + "\n"
+                               for i in range(5)))
+    plain = script.build(script.parse_args(_argv(data, base_dir, root, 1)))
+    more = script.build(script.parse_args(_argv(data, base_dir, root, 1, self_replies=replies)))
+    assert len(more[1]) == len(plain[1]) + 5 and more[2] == plain[2]  # held-apart texts unchanged
