@@ -126,6 +126,12 @@ def trainable(model, train_generate: bool):
     return {n: p for n, p in model.named_parameters() if p.requires_grad}
 
 
+def generate_is_identity(model) -> bool:
+    """True when every generate-adapter LoRA B matrix is zero (a fresh adapter): the generate pass is then
+    the plain base model, and skipping its LoRA branches gives the same loss ~10% cheaper on CPU."""
+    return all(not p.any() for n, p in model.peft_model.named_parameters() if ".generate." in n and "lora_B" in n)
+
+
 def save_checkpoint(out: Path, params: dict, opt, sched, step: int) -> None:
     tmp = out / "checkpoint.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -252,6 +258,11 @@ def main(argv=None) -> None:
     model.train()
     per_epoch = len(train) // args.batch
     window, t_last = [], time.perf_counter()
+    import contextlib
+
+    # A frozen, still-zero generate adapter is the base model: run the reconstruction without its LoRA branches.
+    plain_decoder = not args.train_generate and generate_is_identity(model)
+    decoder = model.peft_model.disable_adapter if plain_decoder else contextlib.nullcontext
     device_type = model.device.type
     autocast = torch.autocast(device_type, dtype=torch.bfloat16, enabled=args.bf16)
     deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes else None
@@ -266,8 +277,10 @@ def main(argv=None) -> None:
         with autocast:
             latents = model.compress(texts)
             b = autoencode_batch(model, texts)
-            loss = model(input_ids=b["input_ids"].to(model.device), latent_embeds=latents,
-                         attention_mask=b["attention_mask"].to(model.device), labels=b["labels"].to(model.device)).loss
+            with decoder():
+                loss = model(input_ids=b["input_ids"].to(model.device), latent_embeds=latents,
+                             attention_mask=b["attention_mask"].to(model.device),
+                             labels=b["labels"].to(model.device)).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
         opt.step()

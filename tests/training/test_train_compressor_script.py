@@ -111,3 +111,25 @@ def test_self_replies_add_training_chunks_only(script, setup):
     plain = script.build(script.parse_args(_argv(data, base_dir, root, 1)))
     more = script.build(script.parse_args(_argv(data, base_dir, root, 1, self_replies=replies)))
     assert len(more[1]) == len(plain[1]) + 5 and more[2] == plain[2]  # held-apart texts unchanged
+
+
+def test_plain_decoder_shortcut_gives_the_same_loss(script, setup):
+    data, base_dir, root = setup
+    args = script.parse_args(_argv(data, base_dir, root, 1))
+    model, train, _ = script.build(args)
+    assert script.generate_is_identity(model)
+    from rhea.training.compressor import autoencode_batch
+    texts = [c.text for c in train[:2]]
+    with torch.no_grad():
+        lat = model.compress(texts)
+        b = autoencode_batch(model, texts)
+        full = model(input_ids=b["input_ids"], latent_embeds=lat, attention_mask=b["attention_mask"], labels=b["labels"])
+        with model.peft_model.disable_adapter():
+            plain = model(input_ids=b["input_ids"], latent_embeds=lat, attention_mask=b["attention_mask"],
+                          labels=b["labels"])
+        assert torch.allclose(full.loss, plain.loss, atol=1e-6)
+        next(p for n, p in model.peft_model.named_parameters() if ".generate." in n and "lora_B" in n).fill_(0.1)
+    assert not script.generate_is_identity(model)  # a trained generate adapter is never skipped
+    # and the compress adapter is back on after the block
+    with torch.no_grad():
+        assert torch.equal(model.compress(texts), lat)
