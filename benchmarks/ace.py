@@ -78,7 +78,8 @@ def run(args, llm=None):
         return
     if llm is None:
         model = load_rhea_model(args.model, device=args.device).eval()
-        llm = HFGenerator(model, model.tokenizer, seed=args.seed)  # adapters off: the plain base model
+        # adapters off: the plain base model; rounds re-send the question and memory, so keep the KV prefix
+        llm = HFGenerator(model, model.tokenizer, seed=args.seed, prefix_cache=not args.no_prefix_cache)
     embedder = MiniLMEmbedder() if args.retriever == "dense" else None
     common = dict(passages_per_retrieval=args.k, query_mode=args.query_mode, answer_max_new_tokens=args.answer_tokens,
                   think_max_new_tokens=args.think_tokens)
@@ -244,6 +245,9 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="benchmarks/results/ace")
+    ap.add_argument("--no-prefix-cache", action="store_true",
+                        help="recompute every prompt in full (default: each generator keeps the KV cache of its last call "
+                             "and prefills only the new tokens; same replies, rhea.backends.llm.HFGenerator)")
     ap.add_argument("--no-resume", action="store_true",
                     help="start over even if --out holds a run with the same settings (default: resume it)")
     run(ap.parse_args(argv))

@@ -243,6 +243,9 @@ def main(argv=None) -> None:
     parser.add_argument("--thresholds", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=str(RESULTS / "context_agent.json"))
+    parser.add_argument("--no-prefix-cache", action="store_true",
+                        help="recompute every prompt in full (default: each generator keeps the KV cache of its last call "
+                             "and prefills only the new tokens; same replies, rhea.backends.llm.HFGenerator)")
     parser.add_argument("--no-resume", action="store_true",
                         help="start over even if --out holds a run with the same settings (default: resume it)")
     args = parser.parse_args(argv)
@@ -285,12 +288,15 @@ def main(argv=None) -> None:
 
     model = load_rhea_model(args.model, device=args.device).eval()
     tokenizer = model.tokenizer
-    answerer = HFGenerator(model, tokenizer)  # adapters off: the plain base model answers for both policies
-    controller = HFGenerator(model, tokenizer)
+    # adapters off: the plain base model answers for both policies. Each turn re-sends the conversation and
+    # each controller question its instructions, so the generators keep their KV prefix (HFGenerator).
+    cache = not args.no_prefix_cache
+    answerer = HFGenerator(model, tokenizer, prefix_cache=cache)
+    controller = HFGenerator(model, tokenizer, prefix_cache=cache)
     judge_gen = None
     if args.judge_model:
-        judge_gen = HFGenerator(model, tokenizer) if args.judge_model == args.model else \
-            HFGenerator(load_rhea_model(args.judge_model, device=args.device).eval())
+        judge_gen = HFGenerator(model, tokenizer, prefix_cache=cache) if args.judge_model == args.model else \
+            HFGenerator(load_rhea_model(args.judge_model, device=args.device).eval(), prefix_cache=cache)
     elif args.judge_url:
         judge_gen = OpenAICompatibleGenerator(args.judge_url, args.judge_name)
     judge = Judge(judge_gen) if judge_gen is not None else None
@@ -308,7 +314,7 @@ def main(argv=None) -> None:
             before = (controller.prompt_tokens, controller.completion_tokens, policies["context-agent"].navigator.llm_calls)
             result = run_episode(policy, answerer, tokenizer, episode, args.max_new_tokens,
                                  judge if episode["source"] == "topiocqa" else None)
-            result.update(policy=name, seconds=round(time.perf_counter() - t0, 1))
+            result.update(policy=name, seconds=round(time.perf_counter() - t0, 1), prefix_cache=not args.no_prefix_cache)
             if name == "context-agent":  # per conversation, so a resumed run adds up the same totals
                 result.update(controller_prompt_tokens=controller.prompt_tokens - before[0],
                               controller_completion_tokens=controller.completion_tokens - before[1],

@@ -64,11 +64,24 @@ class HFGenerator:
     For a `RheaForCausalLM`, ``adapter=None`` runs the plain base model (both LoRAs disabled:
     what controllers and classifiers want), ``adapter="generate"`` the generate adapter.
 
+    ``prefix_cache=True`` keeps the KV cache of the last call (its prompt and reply) and starts
+    the next call from the longest token prefix the two share, so an agent whose every step
+    re-sends the transcript so far (Sculptor's tool loop, ACE's rounds, a controller's questions
+    under one system prompt) prefills only what is new. Greedy replies are those of a full
+    prefill up to floating-point reassociation (the same tokens in the tests). The cache is
+    only valid while the weights and the adapter stay as they were: call `reset_prefix_cache`
+    after training or changing them. `prompt_tokens` still counts every prompt token (what an
+    API would bill); `cached_prompt_tokens` counts those served from the cache.
+
     >>> gen = HFGenerator(model, tokenizer)                                   # doctest: +SKIP
     >>> gen.generate([{"role": "user", "content": "Say hi"}], max_new_tokens=8)  # doctest: +SKIP
     """
 
-    def __init__(self, model, tokenizer=None, *, adapter: str | None = None, seed: int | None = None):
+    #: a shared prefix shorter than this is recomputed (copying and cropping the cache costs more)
+    MIN_CACHED_PREFIX = 16
+
+    def __init__(self, model, tokenizer=None, *, adapter: str | None = None, seed: int | None = None,
+                 prefix_cache: bool = False):
         self.model = model
         self.tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
         if self.tokenizer is None:
@@ -77,6 +90,38 @@ class HFGenerator:
         self.seed = seed
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.prefix_cache = bool(prefix_cache)
+        self.cached_prompt_tokens = 0
+        self._cache = None  # KV cache of the last call (n == 1), covering `_cache_ids`
+        self._cache_ids: list[int] = []
+
+    def reset_prefix_cache(self) -> None:
+        """Forget the kept KV cache (after the weights or the adapter changed)."""
+        self._cache, self._cache_ids = None, []
+
+    def _cache_keyword(self, model) -> str:
+        # transformers renamed `past_key_values` to `cache` (5.x); take whichever this model has.
+        # (A PEFT wrapper passes the keyword on to the model it wraps, so look at that one.)
+        inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+        return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+
+    def _start_cache(self, model, ids: list[int], n: int):
+        """The cache a call on `ids` starts from (None: full prefill), and how many tokens it covers."""
+        from transformers import DynamicCache
+
+        shared = min(_common_prefix(self._cache_ids, ids), len(ids) - 1) if self._cache is not None else 0
+        if shared < self.MIN_CACHED_PREFIX:
+            self.reset_prefix_cache()
+            return (DynamicCache(config=getattr(model, "config", None)) if n == 1 else None), 0
+        cache = self._cache
+        extra = cache.get_seq_length() - shared
+        if extra > 0:
+            cache.crop(-extra)
+        self._cache_ids = self._cache_ids[:shared]
+        if n > 1:  # k sampled rows read their own copies; the kept cache stays the shared prefix
+            cache = copy.deepcopy(cache)
+            cache.batch_repeat_interleave(n)
+        return cache, shared
 
     def _context(self):
         import contextlib
@@ -133,10 +178,7 @@ class HFGenerator:
                                   "pass the rendered prompt text")
         model = self._backbone()
         device = next(model.parameters()).device
-        # transformers renamed `past_key_values` to `cache` (5.x); take whichever this model has.
-        # (A PEFT wrapper passes the keyword on to the model it wraps, so look at that one.)
-        inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
-        cache_kw = "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+        cache_kw = self._cache_keyword(model)
         scores = []
         with self._context(), torch.no_grad():
             head = model(input_ids=torch.tensor([full[0][:shared]], device=device), use_cache=True)
@@ -182,8 +224,24 @@ class HFGenerator:
         if stop:
             kwargs["stop_strings"] = list(stop)
             kwargs["tokenizer"] = self.tokenizer
-        with self._context(), torch.no_grad():
-            out = model.generate(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device), **kwargs)
+        cache = None
+        if self.prefix_cache:
+            ids = enc["input_ids"][0].tolist()
+            cache, shared = self._start_cache(model, ids, n)
+            if cache is not None:
+                kwargs[self._cache_keyword(model)] = cache
+            self.cached_prompt_tokens += shared * n
+        try:
+            with self._context(), torch.no_grad():
+                out = model.generate(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device),
+                                     **kwargs)
+        except BaseException:
+            self.reset_prefix_cache()  # the cache may hold part of this call
+            raise
+        if self.prefix_cache and n == 1:
+            # the cache now holds the prompt and every generated token but the last
+            self._cache = cache
+            self._cache_ids = out[0].tolist()[: cache.get_seq_length()]
         eos, replies = self._eos_ids(), []
         for row in out[:, enc["input_ids"].shape[1]:].tolist():
             # rows that ended early are padded to the longest; count up to and including the first EOS

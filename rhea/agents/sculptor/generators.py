@@ -138,7 +138,8 @@ class ChatTemplateToolGenerator(_LocalToolGenerator):
 
     supports_tools = True
 
-    def __init__(self, model, tokenizer=None, *, adapter: str | None = None, seed: int | None = None):
+    def __init__(self, model, tokenizer=None, *, adapter: str | None = None, seed: int | None = None,
+                 prefix_cache: bool = True):
         tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
         if tokenizer is not None and not template_supports_tools(tokenizer):
             raise RheaConfigError(
@@ -147,7 +148,8 @@ class ChatTemplateToolGenerator(_LocalToolGenerator):
                 "tool-aware tokenizer.chat_template"
             )
         self._tokenizer = _ToolsTemplateTokenizer(tokenizer) if tokenizer is not None else None
-        self.hf = HFGenerator(model, self._tokenizer, adapter=adapter, seed=seed)
+        # each step of the tool loop re-sends the transcript so far: keep its KV cache (HFGenerator)
+        self.hf = HFGenerator(model, self._tokenizer, adapter=adapter, seed=seed, prefix_cache=prefix_cache)
 
     def render(self, messages: Sequence[dict], tools: list[dict] | None = None) -> str:
         """The exact prompt text `generate` feeds the model."""
@@ -229,12 +231,14 @@ class TextToolGenerator(_LocalToolGenerator):
 
     supports_tools = False
 
-    def __init__(self, model, tokenizer=None, *, adapter: str | None = None, seed: int | None = None):
+    def __init__(self, model, tokenizer=None, *, adapter: str | None = None, seed: int | None = None,
+                 prefix_cache: bool = True):
         tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
         if tokenizer is None:
             raise RheaConfigError("TextToolGenerator needs a tokenizer: pass tokenizer= (a RheaForCausalLM carries its own)")
         self._tokenizer = _ToolsTemplateTokenizer(tokenizer)
-        self.hf = HFGenerator(model, self._tokenizer, adapter=adapter, seed=seed)
+        # each step of the tool loop re-sends the transcript so far: keep its KV cache (HFGenerator)
+        self.hf = HFGenerator(model, self._tokenizer, adapter=adapter, seed=seed, prefix_cache=prefix_cache)
 
 
 
