@@ -44,6 +44,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import rhea_kernels as rk  # noqa: E402
 from rhea_kernels import reference as R  # noqa: E402
+from rhea.eval.checkpoint import cpu_name  # noqa: E402
 
 GPU_PEAK_GBPS = {"H100": 3350.0, "H200": 4800.0, "A100": 2039.0, "L4": 300.0}
 
@@ -100,17 +101,6 @@ def cpu_stream_copy_gbps(mb: int = 256) -> float:
     dst = torch.empty_like(src)
     ms, _, _ = time_ms(lambda: dst.copy_(src), "cpu", min_time_s=1.0)
     return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
-
-
-def cpu_name() -> str:
-    """CPU model and the cores this process may use, e.g. "Intel(R) Xeon(R) Processor (2 cores)"."""
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{name} ({len(os.sched_getaffinity(0))} cores)"
 
 
 def device_peak_gbps(device: str, override: float | None) -> tuple[float, str]:

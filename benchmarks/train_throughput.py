@@ -40,7 +40,6 @@ import contextlib
 import gc
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -416,13 +415,9 @@ def summarise(name: str, rows: list[dict], params, device: torch.device, peak_mi
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{name} ({len(os.sched_getaffinity(0))} cores)"
+    from rhea.eval.checkpoint import cpu_name
+
+    return cpu_name()
 
 
 def _free(device: torch.device) -> None:

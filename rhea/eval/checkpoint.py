@@ -9,6 +9,7 @@ lists every machine that ran turns of that state, once per change.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shutil
 from pathlib import Path
@@ -19,6 +20,17 @@ from rhea.errors import RheaError
 
 class BenchError(RheaError, ValueError):
     """A benchmark run that cannot start or resume as asked."""
+
+
+def cpu_name() -> str:
+    """CPU model and the cores this process may use, e.g. "AMD EPYC (2 cores)" (benchmarks' JSON meta)."""
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{name} ({len(os.sched_getaffinity(0))} cores)"
 
 
 def environment(device: "torch.device | None" = None) -> dict:
