@@ -30,7 +30,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import signal
 import statistics
 import sys
