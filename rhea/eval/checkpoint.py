@@ -33,8 +33,9 @@ def cpu_name() -> str:
     return f"{name} ({len(os.sched_getaffinity(0))} cores)"
 
 
-def environment(device: "torch.device | None" = None) -> dict:
-    """Where turns run: rhea, torch and transformers versions, the machine, threads and device."""
+def environment(device: "torch.device | None" = None, dtype: "torch.dtype | None" = None) -> dict:
+    """Where turns run: rhea, torch and transformers versions, the machine, threads and device
+    (and the model's dtype, when given)."""
     import torch
     import transformers
 
@@ -47,7 +48,7 @@ def environment(device: "torch.device | None" = None) -> dict:
             "transformers": transformers.__version__, "python": platform.python_version(),
             "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
             "threads": torch.get_num_threads(),
-            "device": where}
+            "device": where} | ({"dtype": str(dtype).replace("torch.", "")} if dtype is not None else {})
 
 
 def check_config(out: Path, config: dict, resume: bool) -> None:

@@ -128,7 +128,7 @@ def run_suite(
     total = len(policies) * sum(len(e.turns) for e in episodes)
     bar = _progress(total, progress)
     started = time.perf_counter()
-    environment = checkpoint.environment(getattr(model, "device", None))
+    environment = checkpoint.environment(getattr(model, "device", None), getattr(model, "dtype", None))
     results: dict[str, Any] = {"format": RESULTS_FORMAT, "config": config, "environment": environment,
                                "episodes": [e.to_dict() for e in episodes], "policies": {}}
     try:

@@ -118,21 +118,22 @@ def load_rhea_model(name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype | N
                     device: str | torch.device | None = "cpu"):
     """A `RheaForCausalLM` from a Rhea directory, the default model, or any base (fresh adapters).
 
-    `dtype=None` picks the zoo entry's dtype (bfloat16 for ``qwen2.5-coder-1.5b``), else float32.
+    `dtype=None` picks the zoo entry's dtype (bfloat16 for ``qwen2.5-coder-1.5b``, where `device`
+    computes bf16 natively; float32 on a CPU without it), else float32.
     `device`: where the model runs (see `resolve_device`; ``"auto"`` takes a GPU when there is one).
     """
     device = resolve_device(device)
-    model = _load_rhea_model(name_or_path, dtype)
+    model = _load_rhea_model(name_or_path, dtype, device)
     return model if device.type == "cpu" else model.to(device)
 
 
-def _load_rhea_model(name_or_path: str, dtype: torch.dtype | None):
+def _load_rhea_model(name_or_path: str, dtype: torch.dtype | None, device: torch.device | None = None):
     from rhea.modeling.config import CONFIG_NAME
     from rhea.modeling.rhea_model import RheaForCausalLM
     from rhea.modeling.zoo import default_dtype
 
     check_model_path(name_or_path)
-    dtype = dtype or default_dtype(name_or_path)
+    dtype = dtype or default_dtype(name_or_path, device)
 
     if os.path.isfile(os.path.join(name_or_path, CONFIG_NAME)):
         return RheaForCausalLM.from_pretrained(name_or_path, dtype=dtype)

@@ -104,15 +104,16 @@ def test_a_run_resumed_elsewhere_records_both_machines(model, tmp_path, monkeypa
     with pytest.raises(KeyboardInterrupt):
         run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
     monkeypatch.setattr(ChatSession, "send", original)
-    here = checkpoint.environment()
+    here = checkpoint.environment(None, model.dtype)
+    assert here["dtype"] == "float32"
     gpu = {**here, "device": "cuda:Some GPU", "threads": 16}
-    monkeypatch.setattr(checkpoint, "environment", lambda device=None: gpu)
+    monkeypatch.setattr(checkpoint, "environment", lambda device=None, dtype=None: gpu)
     result = run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
     assert result["policies"]["vanilla"]["environments"] == [here, gpu]
     summary = (tmp_path / "summary.md").read_text()
     assert "Turns ran on more than this invocation's machine" in summary and "cuda:Some GPU" in summary
     # a finished run read back on the same machine adds nothing
-    monkeypatch.setattr(checkpoint, "environment", lambda device=None: here)
+    monkeypatch.setattr(checkpoint, "environment", lambda device=None, dtype=None: here)
     again = run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
     assert again["policies"]["vanilla"]["environments"] == [here, gpu]
 

@@ -258,7 +258,15 @@ def test_train_model_flag_sets_the_base_model(tmp_path, monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out)["optimizer_steps"] == 0
 
 
-def test_default_dtype_per_zoo_entry():
+@pytest.fixture()
+def bf16_native(monkeypatch):
+    """Pretend the CPU computes bf16 natively (AVX512-BF16/AMX), whatever this machine has."""
+    from rhea.modeling import zoo
+
+    monkeypatch.setattr(zoo, "native_bf16", lambda device=None: True)
+
+
+def test_default_dtype_per_zoo_entry(bf16_native):
     import torch
 
     from rhea.modeling.zoo import default_dtype
@@ -268,7 +276,26 @@ def test_default_dtype_per_zoo_entry():
     assert default_dtype("/some/local/dir") is torch.float32
 
 
-def test_default_dtype_of_a_rhea_directory_follows_its_recorded_base(tmp_path):
+def test_default_dtype_is_float32_where_bf16_is_emulated(monkeypatch):
+    """On a CPU without native bf16 (AVX2 only) a bf16 matmul is ~9x slower than fp32: load fp32 there."""
+    import torch
+
+    from rhea.modeling import zoo
+
+    seen = []
+    monkeypatch.setattr(zoo, "native_bf16", lambda device=None: seen.append(device) or False)
+    assert zoo.default_dtype("qwen2.5-coder-1.5b", torch.device("cpu")) is torch.float32
+    assert seen == [torch.device("cpu")]
+    assert zoo.default_dtype("smollm2-135m") is torch.float32
+
+
+def test_native_bf16_answers_for_this_cpu():
+    from rhea.modeling.zoo import native_bf16
+
+    assert native_bf16("cpu") in (True, False)
+
+
+def test_default_dtype_of_a_rhea_directory_follows_its_recorded_base(tmp_path, bf16_native):
     """`rhea calibrate --out DIR` on Qwen must reload in bfloat16, not silently in float32."""
     import torch
 
