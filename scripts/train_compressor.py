@@ -13,7 +13,8 @@ bf16 (``trainable.safetensors``, ~10 MB at r=16 on all linear layers), the step 
 (``state.json``) and the learning curve (``curve.jsonl``). A run with no ``OUT/checkpoint`` but
 a snapshot continues from it at the snapshot's step and data position; the optimizer moments
 are not in the snapshot, so AdamW restarts and the learning rate warms up again
-(``--warmup`` steps). Every
+(``--warmup`` steps). Every run ends by writing ``OUT/latest/`` (``save_pretrained``), so the
+same command with ``--max-steps 0`` turns a committed snapshot into a loadable directory. Every
 ``--eval-every`` steps the reconstruction of held-apart chunks is measured (own latents vs
 another chunk's) into ``OUT/curve.jsonl`` and the adapters are written to ``OUT/latest/``
 (``save_pretrained``).
@@ -246,12 +247,16 @@ def main(argv=None) -> None:
         with open(out / "curve.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
         print(f"[compressor] eval {row}", flush=True)
+        write_latest(at)
+        model.train()
+
+    def write_latest(at: int) -> None:
+        """The adapters as a `RheaForCausalLM` directory (what benchmarks/reconstruction.py and the policy load)."""
         model.config.extra["adapters_trained"] = at > 0
         model.config.extra["training"] = {"recipe": "scripts/train_compressor.py", "data": str(args.data),
-                                          "optimizer_steps": at, "chunk_tokens": args.chunk_tokens,
-                                          "train_generate": args.train_generate}
+                                          "self_replies": list(args.self_replies), "optimizer_steps": at,
+                                          "chunk_tokens": args.chunk_tokens, "train_generate": args.train_generate}
         model.save_pretrained(out / "latest")
-        model.train()
 
     if not resuming:
         evaluate(0, None)
@@ -303,6 +308,9 @@ def main(argv=None) -> None:
     save_checkpoint(out, params, opt, sched, step)
     if snap is not None:
         save_snapshot(snap, out, params, step, args)
+    # also when nothing ran (--max-steps at or below the resumed step): how a committed snapshot
+    # becomes a loadable directory on a new machine
+    write_latest(step)
 
 
 if __name__ == "__main__":

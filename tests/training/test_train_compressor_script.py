@@ -133,3 +133,16 @@ def test_plain_decoder_shortcut_gives_the_same_loss(script, setup):
     # and the compress adapter is back on after the block
     with torch.no_grad():
         assert torch.equal(model.compress(texts), lat)
+
+
+def test_max_steps_zero_turns_a_snapshot_into_a_loadable_directory(script, setup):
+    data, base_dir, root = setup
+    script.main(_argv(data, base_dir, root, 2))
+    shutil.rmtree(root / "out")
+    script.main(_argv(data, base_dir, root, 0))
+    from rhea.modeling import RheaForCausalLM
+    loaded = RheaForCausalLM.from_pretrained(root / "out" / "latest", base_model=str(base_dir))
+    saved = load_file(str(root / "snap" / "trainable.safetensors"))
+    slots = next(v for n, v in saved.items() if "mem_slot" in n)
+    assert torch.equal(loaded.mem_slot_embeds.detach().to(torch.bfloat16), slots)
+    assert loaded.config.extra["training"]["optimizer_steps"] == 2
