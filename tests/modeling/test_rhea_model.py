@@ -246,3 +246,25 @@ def test_compress_bad_input(tiny_model):
     too_long = " ".join(["cat"] * 600)  # tiny model context is 512
     with pytest.raises(ValueError, match="exceeds the model's context"):
         tiny_model.compress([too_long])
+
+
+def test_fast_adapter_switch_runs_what_pefts_set_adapter_runs(tiny_model):
+    """`adapter()` sets the LoRA layers' active adapter directly (PEFT's set_adapter walks every
+    parameter); the forward pass must be the one PEFT's own switch gives, for each adapter."""
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    start = tiny_model.active_adapter_name
+    before = {n: p.requires_grad for n, p in tiny_model.named_parameters()}
+    for name in ("generate", "compress"):
+        with torch.no_grad(), tiny_model.adapter(name):
+            assert tiny_model.active_adapter_name == name
+            assert all(layer.active_adapters == [name] for layer in tiny_model._tuner_layers())
+            fast = tiny_model.peft_model(input_ids=ids).logits
+        tiny_model.peft_model.base_model.set_adapter(name)
+        with torch.no_grad():
+            slow = tiny_model.peft_model(input_ids=ids).logits
+        tiny_model.peft_model.base_model.set_adapter(start)
+        for n, p in tiny_model.named_parameters():
+            p.requires_grad_(before[n])
+        assert torch.equal(fast, slow), name
+    assert tiny_model.active_adapter_name == start
+    assert {n: p.requires_grad for n, p in tiny_model.named_parameters()} == before
