@@ -49,7 +49,8 @@ def resolve_export_source(source: str | Path) -> tuple[Path | None, str | None]:
     """
     from rhea.errors import CheckpointError
     from rhea.modeling.config import CONFIG_NAME
-    from rhea.modeling.zoo import DEFAULT_MODEL, MODEL_ZOO, get_model
+    from rhea.modeling.loading import shipped_adapters
+    from rhea.modeling.zoo import MODEL_ZOO, get_model
 
     path = Path(source)
     if path.is_dir():
@@ -59,10 +60,9 @@ def resolve_export_source(source: str | Path) -> tuple[Path | None, str | None]:
                 f"RheaForCausalLM.save_pretrained (or `rhea calibrate --out`), or a model-zoo name ({', '.join(sorted(MODEL_ZOO))})")
         return path, None
     name = str(source)
-    if name == DEFAULT_MODEL:
-        shipped = Path(__file__).resolve().parent.parent / "data" / "adapters" / DEFAULT_MODEL
-        if (shipped / CONFIG_NAME).is_file():
-            return shipped, None
+    shipped = shipped_adapters(name)
+    if shipped is not None:
+        return shipped, None
     if name in MODEL_ZOO:
         return None, name
     if path.exists():

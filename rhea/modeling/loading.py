@@ -24,26 +24,50 @@ from rhea.modeling.zoo import (  # noqa: F401
 )
 
 
-def load_default_model(*, trained: bool = True, dtype: torch.dtype = torch.float32):
-    """Return ``(RheaForCausalLM, tokenizer)`` on the embedded SmolLM2-135M-Instruct.
+#: trained adapters shipped in the package, one Rhea directory per model-zoo name
+SHIPPED_ADAPTERS = Path(__file__).resolve().parent.parent / "data" / "adapters"
 
-    With ``trained=True`` the adapters shipped in the package (if any) are loaded; otherwise, or
-    when none are shipped, fresh (untrained) ``compress``/``generate`` adapters are created and
-    ``model.adapters_trained`` is False.
+
+def shipped_adapters(name: str) -> Path | None:
+    """The Rhea directory of the adapters shipped for zoo model `name`, or None when none are.
+
+    >>> shipped_adapters("smollm2-135m").name
+    'smollm2-135m'
+    >>> shipped_adapters("no-such-model") is None
+    True
+    """
+    if name not in MODEL_ZOO:
+        return None
+    path = SHIPPED_ADAPTERS / name
+    return path if (path / "rhea_config.json").is_file() else None
+
+
+def load_zoo_model(name: str = DEFAULT_MODEL, *, trained: bool = True, dtype: torch.dtype = torch.float32):
+    """Return ``(RheaForCausalLM, tokenizer)`` on zoo model `name`.
+
+    With ``trained=True`` the adapters shipped in the package for it (`shipped_adapters`) are
+    loaded; otherwise, or when none are shipped, fresh (untrained) ``compress``/``generate``
+    adapters are created and ``model.adapters_trained`` is False.
+    """
+    from rhea.modeling.rhea_model import RheaForCausalLM
+
+    shipped = shipped_adapters(name) if trained else None
+    if shipped is not None:
+        model = RheaForCausalLM.from_pretrained(shipped, base_model=name, dtype=dtype)
+    else:
+        base, tokenizer = load_base_model(name, dtype=dtype)
+        model = RheaForCausalLM.from_base(base, tokenizer)
+    return model, model.tokenizer
+
+
+def load_default_model(*, trained: bool = True, dtype: torch.dtype = torch.float32):
+    """Return ``(RheaForCausalLM, tokenizer)`` on the embedded SmolLM2-135M-Instruct (`load_zoo_model`).
 
     >>> model, tokenizer = load_default_model()      # doctest: +SKIP
     >>> model.compress(["The capital of France is Paris."]).shape   # doctest: +SKIP
     torch.Size([1, 8, 576])
     """
-    from rhea.modeling.rhea_model import RheaForCausalLM
-
-    shipped = Path(__file__).resolve().parent.parent / "data" / "adapters" / DEFAULT_MODEL
-    if trained and (shipped / "rhea_config.json").is_file():
-        model = RheaForCausalLM.from_pretrained(shipped, dtype=dtype)
-    else:
-        base, tokenizer = load_base_model(DEFAULT_MODEL, dtype=dtype)
-        model = RheaForCausalLM.from_base(base, tokenizer)
-    return model, model.tokenizer
+    return load_zoo_model(DEFAULT_MODEL, trained=trained, dtype=dtype)
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
@@ -137,8 +161,8 @@ def _load_rhea_model(name_or_path: str, dtype: torch.dtype | None, device: torch
 
     if os.path.isfile(os.path.join(name_or_path, CONFIG_NAME)):
         return RheaForCausalLM.from_pretrained(name_or_path, dtype=dtype)
-    if name_or_path == DEFAULT_MODEL:
-        return load_default_model(dtype=dtype)[0]
+    if name_or_path in MODEL_ZOO:
+        return load_zoo_model(name_or_path, dtype=dtype)[0]
     base, tokenizer = load_base_model(name_or_path, dtype=dtype)
     return RheaForCausalLM.from_base(base, tokenizer)
 
@@ -149,7 +173,7 @@ def peek_rhea_config(name_or_path: str):
     else the defaults that fresh adapters get. For checking options before a model loads."""
     from rhea.modeling.config import CONFIG_NAME, RheaConfig
 
-    for directory in (Path(name_or_path), Path(__file__).resolve().parent.parent / "data" / "adapters" / DEFAULT_MODEL):
-        if (directory / CONFIG_NAME).is_file() and (directory == Path(name_or_path) or name_or_path == DEFAULT_MODEL):
+    for directory in (Path(name_or_path), shipped_adapters(name_or_path)):
+        if directory is not None and (directory / CONFIG_NAME).is_file():
             return RheaConfig.load(directory)
     return RheaConfig()

@@ -26,11 +26,9 @@ def retrieval_mode_line(model: str) -> str | None:
 
     from rhea.memory.scoring import mode_line
     from rhea.modeling.config import CONFIG_NAME, RheaConfig
-    from rhea.modeling.loading import DEFAULT_MODEL
+    from rhea.modeling.loading import shipped_adapters
 
-    path = Path(model)
-    if model == DEFAULT_MODEL:
-        path = Path(__file__).resolve().parent.parent / "data" / "adapters" / DEFAULT_MODEL
+    path = shipped_adapters(model) or Path(model)
     if not (path / CONFIG_NAME).is_file():
         return None
     return mode_line(RheaConfig.load(path))

@@ -324,3 +324,24 @@ def test_load_rhea_model_default_dtype_on_a_local_base(tmp_path):
     tok.save_pretrained(tmp_path)
     assert load_rhea_model(str(tmp_path)).dtype == torch.float32
     assert load_rhea_model(str(tmp_path), dtype=torch.bfloat16).dtype == torch.bfloat16
+
+
+def test_adapters_shipped_for_any_zoo_model_are_found(tmp_path, monkeypatch):
+    """Trained adapters for a zoo model other than the default (e.g. Qwen, trained on a GPU) are picked
+    up by name the way smollm2-135m's are: loading, `rhea chat`'s mode line, export."""
+    from rhea.modeling import loading
+    from rhea.modeling.config import RheaConfig
+    from rhea.modeling.export import resolve_export_source
+
+    monkeypatch.setattr(loading, "SHIPPED_ADAPTERS", tmp_path)
+    assert loading.shipped_adapters("qwen2.5-coder-1.5b") is None
+    assert loading.peek_rhea_config("qwen2.5-coder-1.5b") == RheaConfig()
+    assert resolve_export_source("qwen2.5-coder-1.5b") == (None, "qwen2.5-coder-1.5b")
+    shipped = tmp_path / "qwen2.5-coder-1.5b"
+    shipped.mkdir()
+    RheaConfig(n_mem=4, tau_low=0.25, base_model="qwen2.5-coder-1.5b").save(shipped)
+    assert loading.shipped_adapters("qwen2.5-coder-1.5b") == shipped
+    assert loading.peek_rhea_config("qwen2.5-coder-1.5b").tau_low == 0.25
+    assert resolve_export_source("qwen2.5-coder-1.5b") == (shipped, None)
+    (tmp_path / "not-a-zoo-model").mkdir()
+    assert loading.shipped_adapters("not-a-zoo-model") is None
