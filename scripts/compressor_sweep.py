@@ -72,6 +72,8 @@ def command(args, settings: dict[str, str], out: Path) -> list[str]:
         cmd += [f"--{key.replace('_', '-')}", value]
     if args.max_minutes is not None:
         cmd += ["--max-minutes", str(args.max_minutes)]
+    if args.snapshot_root:
+        cmd += ["--snapshot-dir", str(Path(args.snapshot_root) / out.name)]
     return cmd
 
 
@@ -122,6 +124,8 @@ def parse_args(argv=None):
     p.add_argument("--common", default="", help="flags for every run, one string")
     p.add_argument("--max-minutes", type=float, default=None)
     p.add_argument("--parallel", type=int, default=1)
+    p.add_argument("--snapshot-root", default=None,
+                   help="each variant's committable snapshot goes to SNAPSHOT_ROOT/<variant> (e.g. under $OUT)")
     p.add_argument("--summary", default=None, help="stem of SUMMARY.json / SUMMARY.png (default OUT/summary)")
     args = p.parse_args(argv)
     if args.parallel < 1:
@@ -140,8 +144,13 @@ def main(argv=None) -> int:
         if name in variants:
             raise SweepError(f"variant {text!r} is given twice")
         variants[name] = settings
-    if any(f"--{k.replace('_', '-')}" in shlex.split(args.common) for s in variants.values() for k in s):
+    common = shlex.split(args.common)
+    if any(f"--{k.replace('_', '-')}" in common for s in variants.values() for k in s):
         raise SweepError("a setting appears both in a variant and in --common; give it in one place")
+    for own in ("--out", "--snapshot-dir", "--max-minutes"):
+        if own in common:
+            raise SweepError(f"{own} in --common would be shared by every variant; the sweep sets it per run "
+                             "(--out, --snapshot-root, --max-minutes)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pending = list(variants.items())

@@ -154,13 +154,17 @@ def test_capacity_sweep_runs_variants_side_by_side(setup):
     common = (f"--base-model {base_dir} --max-steps 2 --batch 2 --chunk-tokens 8 --eval-every 2 --eval-n 2 "
               "--lora-alpha 4 --targets q_proj,v_proj --injection projector --device cpu")
     rc = sweep.main(["--data", str(data), "--out", str(root / "sweep"), "--common", common, "--parallel", "2",
-                     "--variant", "n_mem=2,lora_r=2", "--variant", "n_mem=4,lora_r=2"])
+                     "--variant", "n_mem=2,lora_r=2", "--variant", "n_mem=4,lora_r=2", "--snapshot-root",
+                     str(root / "snaps")])
     assert rc == 0
     summary = json.loads((root / "sweep" / "summary.json").read_text())
     assert summary["common_step"] == 2 and summary["failed"] == []
     assert [r["variant"] for r in summary["variants"]] == ["n_mem-2_lora_r-2", "n_mem-4_lora_r-2"]
     assert all(r["at_common_step"]["step"] == 2 for r in summary["variants"])
     assert (root / "sweep" / "summary.png").stat().st_size > 0
+    assert {p.name for p in (root / "snaps").iterdir()} == {"n_mem-2_lora_r-2", "n_mem-4_lora_r-2"}
+    with pytest.raises(sweep.SweepError, match="--snapshot-dir in --common"):
+        sweep.main(["--data", str(data), "--out", str(root / "s1"), "--common", "--snapshot-dir x", "--variant", "n_mem=4"])
     with pytest.raises(sweep.SweepError, match="both in a variant and in --common"):
         sweep.main(["--data", str(data), "--out", str(root / "s2"), "--common", "--n-mem 2", "--variant", "n_mem=4"])
     with pytest.raises(sweep.SweepError, match="twice"):
