@@ -150,12 +150,20 @@ def run_suite(
             if out is not None:  # where this policy's turns ran (a resumed run may span machines)
                 results["policies"][policy]["environments"] = environments_of(
                     [out / "state" / policy / str(n) for n in range(len(episodes))])
+                if policy != policies[-1]:  # a long run stopped later keeps every policy it finished
+                    write_outputs(_timed(results, started), out)
     finally:
         bar.close()
-    results["wall_s"] = time.perf_counter() - started  # this invocation only (a resumed run did less)
-    results["turn_seconds"] = sum(r.get("latency_s") or 0.0 for d in results["policies"].values() for r in d["turns"])
+    _timed(results, started)
     if out is not None:
         write_outputs(results, out)
+    return results
+
+
+def _timed(results: dict, started: float) -> dict:
+    """Set the run's wall time (this invocation only: a resumed run did less) and summed turn time."""
+    results["wall_s"] = time.perf_counter() - started
+    results["turn_seconds"] = sum(r.get("latency_s") or 0.0 for d in results["policies"].values() for r in d["turns"])
     return results
 
 

@@ -246,3 +246,20 @@ def test_adding_a_policy_reuses_the_finished_ones(model, tmp_path, monkeypatch):
     assert sent == ["recent-k"] * 3
     assert both["policies"]["vanilla"]["turns"] == first["policies"]["vanilla"]["turns"]
     assert json.loads((tmp_path / "config.json").read_text())["policies"] == ["vanilla", "recent-k"]
+
+
+def test_each_finished_policy_is_written_before_the_next_runs(model, tmp_path, monkeypatch):
+    """A long run stopped during its second policy leaves results.json with the first one."""
+    original = ChatSession.send
+
+    def stop_in_recent_k(self, text, **kw):
+        if self.policy.name == "recent-k":
+            raise KeyboardInterrupt
+        return original(self, text, **kw)
+
+    monkeypatch.setattr(ChatSession, "send", stop_in_recent_k)
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(model, "efficiency", ["vanilla", "recent-k"], out=tmp_path, **RUN)
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert list(written["policies"]) == ["vanilla"] and len(written["policies"]["vanilla"]["turns"]) == 3
+    assert (tmp_path / "summary.md").is_file()
