@@ -4,7 +4,8 @@ the machines (environments) that ran them.
 ``out/config.json`` holds the run's settings and the digest of the episodes it answers; a resumed
 run must match them (only the policy list may change). ``rows.jsonl`` holds one line per finished
 turn (a line cut by an interruption is dropped, and that turn is redone); ``environments.jsonl``
-lists every machine that ran turns of that state, once per change.
+lists every machine that ran turns of that state, once per change (`environment`: versions,
+device, threads, the model's dtype). `cpu_name` is the CPU line benchmarks write into their JSON.
 """
 from __future__ import annotations
 

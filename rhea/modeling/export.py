@@ -41,8 +41,8 @@ tokenizer = AutoTokenizer.from_pretrained("{out}/merged")
 
 def resolve_export_source(source: str | Path) -> tuple[Path | None, str | None]:
     """(Rhea directory, zoo name) for `source`: a directory written by ``save_pretrained`` or a
-    model-zoo name (the default model's name stands for its shipped adapters). Raises before
-    anything is loaded when `source` is neither.
+    model-zoo name (a name with shipped adapters, `shipped_adapters`, stands for them). Raises
+    before anything is loaded when `source` is neither.
 
     >>> resolve_export_source("smollm2-135m")[0].name
     'smollm2-135m'
@@ -87,8 +87,8 @@ def check_export_out(out: str | Path) -> Path:
 def export_model(source: str | Path, out: str | Path, *, base_model=None) -> Path:
     """Write ``out/merged`` (generate adapter merged, safetensors), ``out/compress``, the `<mem>` rows and a README.
 
-    `source`: a directory written by ``save_pretrained`` or a model-zoo name (``smollm2-135m``
-    exports the shipped trained adapters; another zoo name gets fresh, untrained adapters).
+    `source`: a directory written by ``save_pretrained`` or a model-zoo name (a name with shipped
+    adapters, such as ``smollm2-135m``, exports them; one without gets fresh, untrained adapters).
     Both `source` and `out` are checked before any model is loaded.
     """
     import tempfile

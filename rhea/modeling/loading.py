@@ -1,4 +1,5 @@
-"""Loading Rhea models offline: the default model, a saved Rhea directory, or any base (see `rhea.modeling.zoo`).
+"""Loading Rhea models offline: a zoo model (with its shipped adapters, when any), a saved Rhea
+directory, or any base (see `rhea.modeling.zoo`).
 
 Zoo models are GGUF files shipped on PyPI, dequantized by transformers on first load (~25 s for
 SmolLM2-135M, ~70 s for Qwen2.5-Coder-1.5B) and cached as safetensors under ``$RHEA_CACHE``
@@ -47,7 +48,8 @@ def load_zoo_model(name: str = DEFAULT_MODEL, *, trained: bool = True, dtype: to
 
     With ``trained=True`` the adapters shipped in the package for it (`shipped_adapters`) are
     loaded; otherwise, or when none are shipped, fresh (untrained) ``compress``/``generate``
-    adapters are created and ``model.adapters_trained`` is False.
+    adapters are created and ``model.adapters_trained`` is False. Loads in `dtype` (float32
+    unless given); `load_rhea_model(name)` picks the zoo entry's dtype for the device instead.
     """
     from rhea.modeling.rhea_model import RheaForCausalLM
 
@@ -140,10 +142,12 @@ def add_threads_argument(parser) -> None:
 
 def load_rhea_model(name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype | None = None,
                     device: str | torch.device | None = "cpu"):
-    """A `RheaForCausalLM` from a Rhea directory, the default model, or any base (fresh adapters).
+    """A `RheaForCausalLM` from a Rhea directory, a zoo name (its shipped adapters when there are
+    any, `load_zoo_model`), or any base (fresh adapters).
 
     `dtype=None` picks the zoo entry's dtype (bfloat16 for ``qwen2.5-coder-1.5b``, where `device`
-    computes bf16 natively; float32 on a CPU without it), else float32.
+    computes bf16 natively; float32 on a device without it: `rhea.modeling.zoo.native_bf16`),
+    else float32.
     `device`: where the model runs (see `resolve_device`; ``"auto"`` takes a GPU when there is one).
     """
     device = resolve_device(device)
@@ -169,7 +173,7 @@ def _load_rhea_model(name_or_path: str, dtype: torch.dtype | None, device: torch
 
 def peek_rhea_config(name_or_path: str):
     """The `RheaConfig` that `load_rhea_model(name_or_path)` would use, read without loading any
-    weights: a Rhea directory's ``rhea_config.json``, the shipped adapters' for the default model,
+    weights: a Rhea directory's ``rhea_config.json``, the shipped adapters' for a zoo name,
     else the defaults that fresh adapters get. For checking options before a model loads."""
     from rhea.modeling.config import CONFIG_NAME, RheaConfig
 

@@ -361,6 +361,10 @@ class RheaForCausalLM(nn.Module):
     def adapter(self, name: str):
         """Make `name` the active adapter inside the block, leaving every ``requires_grad`` as it was.
 
+        A switch sets each LoRA layer's active adapter from a cached list of the layers (well under
+        a millisecond on SmolLM2-135M) rather than through PEFT's ``set_adapter``, which stays the
+        path for ``modules_to_save`` wrappers or merged layers (`_switch_adapter`).
+
         >>> with model.adapter("compress"):    # doctest: +SKIP
         ...     out = model.peft_model(input_ids)
         """
@@ -422,7 +426,8 @@ class RheaForCausalLM(nn.Module):
         """The LoRA adapter the LoRA layers run now ("compress" or "generate").
 
         Read from the LoRA model: ``PeftModel.active_adapter`` keeps its own record, which
-        ``set_adapter`` on the inner model (what `adapter` uses) does not update.
+        `adapter` does not update (it sets the LoRA model's and each layer's, directly or through
+        the LoRA model's ``set_adapter``).
         """
         active = self.peft_model.base_model.active_adapter
         return active[0] if isinstance(active, (list, tuple)) and len(active) == 1 else active

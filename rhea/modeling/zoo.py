@@ -236,7 +236,8 @@ class ZooModel:
     source: PackagedGGUF | SplitGGUF
     #: facts shown by ``rhea models list`` (architecture, layers, hidden size, ...)
     facts: dict = field(default_factory=dict)
-    #: dtype `load_rhea_model` uses when the caller gives none (measured choice; see docs/models.md)
+    #: dtype `load_rhea_model` uses when the caller gives none (measured choice; see docs/models.md);
+    #: "bfloat16" falls back to float32 on a device without native bf16 (`default_dtype`)
     dtype: str = "float32"
 
     @property
@@ -285,7 +286,8 @@ MODEL_ZOO: dict[str, ZooModel] = {
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         ),
         facts={"architecture": "qwen2", "layers": 28, "hidden": 1536},
-        # bf16 halves the weights (3.5 vs 7.1 GB) and decoded no slower than fp32 on an avx512_bf16 CPU
+        # bf16 halves the weights (3.5 vs 7.1 GB) and decoded no slower than fp32 on an avx512_bf16 CPU;
+        # fp32 where the device has no native bf16 (`native_bf16`: emulated bf16 was ~9x slower on AVX2)
         dtype="bfloat16",
     ),
 }

@@ -20,7 +20,7 @@ def _cmd_chat(args) -> int:
 def retrieval_mode_line(model: str) -> str | None:
     """The retrieval mode a model's Rhea policy runs, and why, read from its rhea_config.json without loading it.
 
-    None when `model` is neither a Rhea directory nor the default model with shipped adapters.
+    None when `model` is neither a Rhea directory nor a zoo name with shipped adapters.
     """
     from pathlib import Path
 
