@@ -439,7 +439,9 @@ def run(args, models: Models | None = None, *, progress: bool = True) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     device, tc = checked.device, checked.train_config
-    if device.type == "cpu" and args.dtype == "bf16":
+    from rhea.modeling.zoo import native_bf16
+
+    if device.type == "cpu" and args.dtype == "bf16" and not native_bf16(device):
         print("warning: bf16 autocast on a CPU without native bf16 matmul (AVX2-only, no AVX512-BF16/AMX) runs tens "
               "to hundreds of times slower than fp32; use --dtype fp32 there", file=sys.stderr)
     models = models or default_models(args, checked)

@@ -46,7 +46,10 @@ def _cmd_train_acr(args) -> int:
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    base, tokenizer = load_base_model(config.base_model, dtype=torch.bfloat16 if device == "cuda" else None)
+    from rhea.modeling.zoo import native_bf16
+
+    bf16 = device == "cuda" and native_bf16(device)  # an older GPU emulates bf16: fp32 there
+    base, tokenizer = load_base_model(config.base_model, dtype=torch.bfloat16 if bf16 else None)
     base.to(device)
     controller = ACRController(base, tokenizer, lora_r=config.lora_r, lora_alpha=config.lora_alpha)
     loop = TGSE(config, controller, teacher, tasks)
