@@ -114,8 +114,8 @@ def conversation_of(episode, layout: str) -> Conversation:
     return Conversation([Turn(f"{STREAM_INTRO}\n<updates>\n{lines}\n</updates>\n{STREAM_OUTRO}", ACK)])
 
 
-def spent(generator) -> int:
-    return int(getattr(generator, "prompt_tokens", 0))
+def spent(generator, counter: str = "prompt_tokens") -> int:
+    return int(getattr(generator, counter, 0))
 
 
 def rag_chunks(text: str, tokenizer, size: int = RAG_CHUNK_TOKENS) -> list[str]:
@@ -181,7 +181,7 @@ def run_backend(backend: str, generator, tokenizer, episodes: dict[int, list], c
             for method in cfg["methods"]:
                 if (backend, method, per_key, episode.episode_id) in done:
                     continue
-                before, start = spent(generator), time.perf_counter()
+                before, cached, start = spent(generator), spent(generator, "cached_prompt_tokens"), time.perf_counter()
                 done_by = answer(method, generator, tokenizer, conv, probe.user, cfg)
                 seconds = time.perf_counter() - start
                 reply, calls, policy = done_by["reply"], done_by["calls"], done_by["policy"]
@@ -191,7 +191,8 @@ def run_backend(backend: str, generator, tokenizer, episodes: dict[int, list], c
                        "accuracy": score["accuracy"], "joint": bool(score["joint"]),
                        "stale": sum(score["stale"].values()) / len(score["stale"]), "reply": reply,
                        "context_tokens": done_by["context_tokens"], "full_history_tokens": done_by["full_history_tokens"],
-                       "prompt_tokens_spent": spent(generator) - before, "tool_calls": len(calls),
+                       "prompt_tokens_spent": spent(generator) - before,
+                       "prompt_tokens_cached": spent(generator, "cached_prompt_tokens") - cached, "tool_calls": len(calls),
                        "tool_names": [c["name"] for c in calls], "seconds": round(seconds, 2)}
                 if policy is not None:
                     reward = run_reward(policy.last_result, correct=bool(score["joint"]), tokenizer=tokenizer)

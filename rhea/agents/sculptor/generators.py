@@ -118,6 +118,11 @@ class _LocalToolGenerator:
         return self.hf.prompt_tokens
 
     @property
+    def cached_prompt_tokens(self) -> int:
+        """Of `prompt_tokens`, those read from the kept KV prefix instead of recomputed."""
+        return self.hf.cached_prompt_tokens
+
+    @property
     def completion_tokens(self) -> int:
         return self.hf.completion_tokens
 
