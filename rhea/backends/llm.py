@@ -8,7 +8,6 @@ OpenAI-compatible endpoint, or a scripted generator in tests.
 from __future__ import annotations
 
 import copy
-import inspect
 from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 from rhea.backends.chat_template import apply_chat_template
@@ -100,10 +99,9 @@ class HFGenerator:
         self._cache, self._cache_ids = None, []
 
     def _cache_keyword(self, model) -> str:
-        # transformers renamed `past_key_values` to `cache` (5.x); take whichever this model has.
-        # (A PEFT wrapper passes the keyword on to the model it wraps, so look at that one.)
-        inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
-        return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+        from rhea.session.history_cache import cache_keyword
+
+        return cache_keyword(model)
 
     def _start_cache(self, model, ids: list[int], n: int):
         """The cache a call on `ids` starts from (None: full prefill), and how many tokens it covers."""

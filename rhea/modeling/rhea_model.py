@@ -692,7 +692,8 @@ class RheaForCausalLM(nn.Module):
             prefix_len = torch.zeros(batch, dtype=torch.long, device=self.device)
         prefix_len = torch.as_tensor(prefix_len, dtype=torch.long, device=self.device).reshape(-1)
         if attention_mask is not None:
-            # the hook counts prefix tokens from each row's first real token
-            pad = attention_mask.shape[-1] - attention_mask.long().sum(-1).to(self.device)
+            # the hook counts prefix tokens from each row's first real token (left padding, or
+            # a reused history cache's padding, comes before it)
+            pad = attention_mask.long().argmax(-1).to(self.device)
             prefix_len = (prefix_len - pad).clamp(min=0)
         return {"rhea_prefix_len": prefix_len, "rhea_anchor_bias": float(self.config.anchor_bias)}

@@ -28,6 +28,7 @@ from typing import Sequence
 from rhea.context import ContextOverflowError, render, render_batch
 from rhea.errors import RheaError
 from rhea.session.generation import DEFAULT_GENERATION, Generation
+from rhea.session.history_cache import HistoryKVCache, cache_keyword, generate_reusing
 
 
 class BatchError(RheaError, ValueError):
@@ -50,12 +51,14 @@ class _Clock:
 
 
 def generate_batch(model, plans: Sequence, *, max_new_tokens: int = 128, adapter: str = "generate",
-                   **generate_kwargs) -> list[Generation]:
+                   caches: Sequence[HistoryKVCache | None] | None = None, **generate_kwargs) -> list[Generation]:
     """Answer every plan of `plans` in one left-padded batch (greedy by default).
 
     Each `Generation` carries the batch's prefill / decode seconds (shared by its rows) and
     ``batch_rows``. Raise `ContextOverflowError` if a plan does not fit; `send_batch` checks
-    that per row first.
+    that per row first. `caches` (one `HistoryKVCache` or None per plan): each row prefills only
+    what follows the common prefix with its conversation's last prompt and reply, and its cache
+    then holds this prompt and reply (``prefix_reused_tokens`` per row).
     """
     if adapter not in ("generate", "base"):
         raise ValueError(f"adapter={adapter!r} must be 'generate' or 'base'")
@@ -63,28 +66,47 @@ def generate_batch(model, plans: Sequence, *, max_new_tokens: int = 128, adapter
         return []
     tokenizer = model.tokenizer
     t0 = time.perf_counter()
-    batch = render_batch(list(plans), tokenizer)
+    kwargs = {**DEFAULT_GENERATION, **generate_kwargs}
+    reuse = caches is not None and any(c is not None for c in caches) and kwargs.get("use_cache", True) \
+        and "past_key_values" not in kwargs and "cache" not in kwargs
+    if caches is not None and len(caches) != len(plans):
+        raise ValueError(f"{len(plans)} plans but {len(caches)} caches; pass one cache (or None) per plan")
+    if reuse:
+        rows = [render(p, tokenizer) for p in plans]
+        lengths = [int(r.input_ids.shape[1]) for r in rows]
+        has_latents = any(r.latent_embeds is not None for r in rows)
+        slot_counts = [int((r.input_ids == _mem_id(model)).sum()) for r in rows]
+    else:
+        batch = render_batch(list(plans), tokenizer)
+        lengths = batch.attention_mask.sum(-1).tolist()
+        has_latents = batch.latent_embeds is not None
+        slot_counts = [int((batch.input_ids[row] == _mem_id(model)).sum()) for row in range(len(lengths))]
     t_render = time.perf_counter() - t0
-    if adapter == "base" and batch.latent_embeds is not None:
+    if adapter == "base" and has_latents:
         raise ValueError("plans with latents need the generate adapter; adapter='base' is for text-only plans")
-    lengths = batch.attention_mask.sum(-1).tolist()
     limit = model.max_context
     if limit is not None and max(lengths) + max_new_tokens > limit:
         raise ContextOverflowError(f"a plan renders to {max(lengths)} tokens; with max_new_tokens={max_new_tokens} "
                                    f"that exceeds the model's context of {limit}")
-    kwargs = {**DEFAULT_GENERATION, **generate_kwargs}
     device = model.device
-    latents = batch.latent_embeds.to(device) if batch.latent_embeds is not None else None
     clock = _Clock()
     ctx = model.disable_adapters() if adapter == "base" else contextlib.nullcontext()
     t1 = time.perf_counter()
+    reused = [0] * len(lengths)
     with ctx:
-        out = model.generate(batch.input_ids.to(device), latent_embeds=latents,
-                             attention_mask=batch.attention_mask.to(device), prefix_len=batch.prefix_len,
-                             max_new_tokens=max_new_tokens, streamer=clock, **kwargs)
+        if reuse:
+            def run(ids, lat, mask, prefix, past):
+                return model.generate(ids, latent_embeds=lat, attention_mask=mask, prefix_len=prefix,
+                                      **{cache_keyword(model): past}, max_new_tokens=max_new_tokens, streamer=clock, **kwargs)
+            out, width, reused = generate_reusing(model, rows, caches, adapter=adapter, generate=run)
+        else:
+            latents = batch.latent_embeds.to(device) if batch.latent_embeds is not None else None
+            out = model.generate(batch.input_ids.to(device), latent_embeds=latents,
+                                 attention_mask=batch.attention_mask.to(device), prefix_len=batch.prefix_len,
+                                 max_new_tokens=max_new_tokens, streamer=clock, **kwargs)
+            width = batch.input_ids.shape[1]
     t_end = time.perf_counter()
     first = clock.first_token_at or t_end
-    width = batch.input_ids.shape[1]
     stop = _stop_ids(model)
     gens = []
     for row, n_prompt in enumerate(lengths):
@@ -92,12 +114,11 @@ def generate_batch(model, plans: Sequence, *, max_new_tokens: int = 128, adapter
         # generation stops a row at the model's eos (and pads it after): keep what one-by-one would
         cut = next((i for i, t in enumerate(new) if t in stop), None)
         kept = new if cut is None else new[:cut + 1]
-        slots = int((batch.input_ids[row] == _mem_id(model)).sum()) if latents is not None else 0
         gens.append(Generation(
             text=tokenizer.decode(kept, skip_special_tokens=True).strip(), prompt_tokens=int(n_prompt),
-            latent_slots=slots, new_tokens=len(new) if cut is None else cut + 1,
+            latent_slots=slot_counts[row] if has_latents else 0, new_tokens=len(new) if cut is None else cut + 1,
             timings={"render_s": t_render / len(lengths), "prefill_s": first - t1, "decode_s": t_end - first,
-                     "prefix_reused_tokens": 0.0, "batch_rows": float(len(lengths))}))
+                     "prefix_reused_tokens": float(reused[row]), "batch_rows": float(len(lengths))}))
     return gens
 
 
@@ -151,8 +172,10 @@ def send_batch(sessions: Sequence, texts: Sequence[str]) -> list[str | RheaError
             continue
         groups.setdefault(session._adapter_for(staged[i].plan), []).append(i)
     for adapter, rows in groups.items():
+        caches = [sessions[i].prefix_cache if isinstance(sessions[i].prefix_cache, HistoryKVCache) else None
+                  for i in rows]
         gens = generate_batch(first.model, [staged[i].plan for i in rows], max_new_tokens=first.max_new_tokens,
-                              adapter=adapter, **first.generation_kwargs)
+                              adapter=adapter, caches=caches, **first.generation_kwargs)
         for i, gen in zip(rows, gens):
             results[i] = sessions[i].end_turn(staged[i], gen)
     return results  # type: ignore[return-value]

@@ -11,7 +11,8 @@ from typing import Any, Callable, Iterator
 from rhea.context import Conversation, ContextPlan, Turn
 from rhea.errors import RheaConfigError, RheaError, require_text
 from rhea.policies import DEFAULT_POLICY, ContextPolicy, policy_class
-from rhea.session.generation import Generation, PrefixKVCache, generate_from_plan
+from rhea.session.generation import Generation, generate_from_plan
+from rhea.session.history_cache import HistoryKVCache
 
 SESSION_JSON = "session.json"
 SESSION_TENSORS = "session.safetensors"
@@ -86,10 +87,12 @@ class ChatSession:
     ['From now on, answer in one sentence.']
     >>> chat.save("session-dir"); chat = ChatSession.load("session-dir", model)  # doctest: +SKIP
 
-    reuse_prefix_cache: keep the keys/values of the prompt's instruction block (the system
-    message: Rhea's instructional memory) across turns and prefill only what follows it, while
-    the block, adapter, model and weights stay the same. Greedy replies are identical either
-    way; the cache is dropped on `set_policy`, `invalidate_prefix_cache` and `load`.
+    reuse_prefix_cache: keep the keys/values of the last prompt and reply (`HistoryKVCache`) and
+    prefill only what follows the next prompt's common prefix with them: the instruction block
+    (Rhea's instructional memory) and every earlier turn the policy left unchanged, while the
+    adapter, model and weights stay the same. Greedy replies are the same either way (up to
+    the last bits of a prefill split in two); the cache is dropped on `set_policy`,
+    `invalidate_prefix_cache` and `load`, and costs the keys/values of one prompt.
     """
 
     def __init__(
@@ -120,7 +123,7 @@ class ChatSession:
         self.generation_kwargs = dict(generation_kwargs or {})
         if not isinstance(reuse_prefix_cache, bool):
             raise TypeError(f"reuse_prefix_cache={reuse_prefix_cache!r} must be True or False")
-        self.prefix_cache: PrefixKVCache | None = PrefixKVCache() if reuse_prefix_cache else None
+        self.prefix_cache: HistoryKVCache | None = HistoryKVCache() if reuse_prefix_cache else None
         self.conversation = Conversation()
         self.records: list[TurnRecord] = []
         self.last_plan: ContextPlan | None = None
@@ -162,7 +165,7 @@ class ChatSession:
         self.invalidate_prefix_cache()
 
     def invalidate_prefix_cache(self) -> None:
-        """Drop the cached instruction block (a changed block, adapter or weights is detected
+        """Drop the cached prompt and reply (a changed prompt, adapter or weights is detected
         anyway; call this after swapping weights in some way the detection cannot see)."""
         if self.prefix_cache is not None:
             self.prefix_cache.clear()

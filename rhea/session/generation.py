@@ -12,6 +12,7 @@ import torch
 
 from rhea.context import ContextOverflowError, ContextPlan, render
 from rhea.errors import RheaConfigError
+from rhea.session.history_cache import HistoryKVCache, cache_keyword, generate_reusing, weights_version
 
 
 @dataclass
@@ -33,10 +34,7 @@ class Generation:
 DEFAULT_GENERATION = {"do_sample": False, "repetition_penalty": 1.15}
 
 
-def _weights_version(model) -> int:
-    """Sum of the in-place version counters of every parameter: any optimizer step, ``copy_``
-    or ``load_state_dict`` on the model changes it, so a cache keyed on it goes stale."""
-    return sum(p._version for p in model.parameters())
+_weights_version = weights_version
 
 
 class PrefixKVCache:
@@ -164,15 +162,17 @@ def generate_from_plan(
     max_new_tokens: int = 128,
     adapter: str = "generate",
     on_text: Callable[[str], None] | None = None,
-    prefix_cache: PrefixKVCache | None = None,
+    prefix_cache: PrefixKVCache | HistoryKVCache | None = None,
     **generate_kwargs,
 ) -> Generation:
     """Render `plan` (latents as `<mem>` placeholders) and generate the assistant's reply.
 
     adapter: ``"generate"`` (the generate LoRA) or ``"base"`` (adapters disabled: the plain
     model, for text-only baselines). `on_text` receives the reply incrementally (streaming).
-    `prefix_cache`: a `PrefixKVCache` holding the instruction block's keys/values across calls
-    (ignored when ``use_cache=False`` or ``past_key_values`` is passed in `generate_kwargs`).
+    `prefix_cache`: a `PrefixKVCache` holding the instruction block's keys/values across calls,
+    or a `HistoryKVCache` holding the last prompt and reply (the next call prefills only what
+    follows their common prefix); ignored when ``use_cache=False`` or a cache (``cache`` /
+    ``past_key_values``) is passed in `generate_kwargs`.
 
     >>> gen = generate_from_plan(model, plan, max_new_tokens=32)   # doctest: +SKIP
     >>> gen.text, gen.timings["prefill_s"]                          # doctest: +SKIP
@@ -195,18 +195,27 @@ def generate_from_plan(
     ctx = model.disable_adapters() if adapter == "base" else contextlib.nullcontext()
     t1 = time.perf_counter()
     reused = 0
-    if (prefix_cache is not None and kwargs.get("use_cache", True) and "past_key_values" not in kwargs
-            and PrefixKVCache.usable(model, rendered.input_ids, rendered.prefix_len)):
-        kwargs["past_key_values"], reused = prefix_cache.get(model, rendered.input_ids, rendered.prefix_len, adapter)
-    with ctx:
-        out = model.generate(
-            rendered.input_ids.to(device),
-            latent_embeds=latents,
-            prefix_len=torch.tensor([rendered.prefix_len]),
-            max_new_tokens=max_new_tokens,
-            streamer=streamer,
-            **kwargs,
-        )
+    free = kwargs.get("use_cache", True) and "past_key_values" not in kwargs and "cache" not in kwargs
+    if isinstance(prefix_cache, HistoryKVCache) and free:
+        def run(ids, lat, mask, prefix, past):
+            return model.generate(ids, latent_embeds=lat, attention_mask=mask, prefix_len=prefix,
+                                  **{cache_keyword(model): past}, max_new_tokens=max_new_tokens, streamer=streamer, **kwargs)
+        with ctx:
+            out, _, (reused,) = generate_reusing(model, [rendered], [prefix_cache], adapter=adapter, generate=run)
+    else:
+        if (isinstance(prefix_cache, PrefixKVCache) and free
+                and PrefixKVCache.usable(model, rendered.input_ids, rendered.prefix_len)):
+            kwargs[cache_keyword(model)], reused = prefix_cache.get(model, rendered.input_ids, rendered.prefix_len,
+                                                                 adapter)
+        with ctx:
+            out = model.generate(
+                rendered.input_ids.to(device),
+                latent_embeds=latents,
+                prefix_len=torch.tensor([rendered.prefix_len]),
+                max_new_tokens=max_new_tokens,
+                streamer=streamer,
+                **kwargs,
+            )
     t_end = time.perf_counter()
     new = out[0, n_prompt:]
     first = streamer.first_token_at or t_end

@@ -34,9 +34,12 @@ def test_replies_token_exact_with_and_without_reuse(anchor_bias):
         assert on.records[-1].prompt_tokens == off.records[-1].prompt_tokens
         assert off.records[-1].timings["prefix_reused_tokens"] == 0
         reused.append(on.records[-1].timings["prefix_reused_tokens"])
-    # turn 0 adds the instruction and builds its block; 1-3 reuse it; 4 revokes it (no block left)
-    assert [bool(r) for r in reused] == [False, True, True, True, False, False], reused
-    assert on.prefix_cache.hits == 3 and on.prefix_cache.misses == 1
+    # turn 0 has nothing to reuse; later turns reuse the history up to what changed
+    assert reused[0] == 0 and all(r > 0 for r in reused[1:4]), reused
+    assert reused[1] < reused[2] < reused[3], reused  # the common prefix grows with the conversation
+    if anchor_bias:  # the revocation empties the anchored block: nothing computed under it is reused
+        assert reused[4] == 0, reused
+    assert on.prefix_cache.hits == sum(r > 0 for r in reused) and on.prefix_cache.reused_tokens == sum(reused)
     assert off.prefix_cache is None
 
 
@@ -56,32 +59,68 @@ def test_generate_token_exact_on_longer_replies(adapter):
     assert cache.misses == 2 and other.timings["prefix_reused_tokens"] == 0
 
 
-def test_cache_invalidates_on_im_adapter_weights_model_and_policy_change():
+def test_cache_invalidates_on_adapter_weights_model_and_policy_change():
     model = tiny_rhea()
     chat = ChatSession(model, policy="rhea", max_new_tokens=2)
     chat.send("from now on always answer in french .")
     chat.send("the cat")
     chat.send("the dog")
     assert (chat.prefix_cache.misses, chat.prefix_cache.hits) == (1, 2)
-    chat.send("from now on never use the word cat .")  # IM changes: new block
-    assert chat.prefix_cache.misses == 2
-    chat.send("the dog")
-    assert chat.prefix_cache.hits == 3
-    with torch.no_grad():  # an in-place weight update (an optimizer step) makes the block stale
+    chat.send("from now on never use the word cat .")  # IM changes the block: reuse stops at the change
+    after_im = chat.records[-1].timings["prefix_reused_tokens"]
+    assert 0 < after_im < chat.records[-2].timings["prefix_reused_tokens"]
+    with torch.no_grad():  # an in-place weight update (an optimizer step) makes everything stale
         next(p for n, p in model.named_parameters() if "lora_B" in n and "generate" in n).add_(0.01)
     chat.send("the dog")
-    assert chat.prefix_cache.misses == 3
-    chat.set_policy("rhea-all-raw")  # a policy switch drops the block (and plans without latents follow)
+    assert chat.records[-1].timings["prefix_reused_tokens"] == 0 and chat.prefix_cache.misses == 2
+    chat.set_policy("rhea-all-raw")  # a policy switch drops the cache
     assert len(chat.prefix_cache) == 0
-    chat.send("from now on always answer in french .")
     chat.send("the cat")
-    assert (chat.prefix_cache.misses, chat.prefix_cache.hits) == (4, 4)
+    assert chat.prefix_cache.misses == 3
+    chat.send("the cat")
+    assert chat.records[-1].timings["prefix_reused_tokens"] > 0
     chat.adapter = "base"  # another adapter computes other keys/values
     chat.send("the dog")
-    assert chat.prefix_cache.misses == 5
+    assert chat.prefix_cache.misses == 4
     chat.model = tiny_rhea(seed=1)
     chat.send("the dog")
-    assert chat.prefix_cache.misses == 6 and chat.prefix_cache.hits == 4
+    assert chat.prefix_cache.misses == 5
+
+
+def test_changed_latent_stops_reuse_at_its_slot():
+    """A <mem> slot is the same token whatever latent it holds: reuse must stop where one changed."""
+    from rhea.session.history_cache import HistoryKVCache
+
+    model = tiny_rhea()
+    mem = model.mem_token_id
+    cache = HistoryKVCache()
+    lat = torch.randn(2, 8)
+    kv = [(torch.zeros(1, 1, 6, 4), torch.zeros(1, 1, 6, 4))]
+    cache.store(model, [1, 2, mem, mem, 5, 6], lat, 0, "generate", kv)
+    assert cache.reusable(model, [1, 2, mem, mem, 5, 6, 7], lat, 0, "generate") == 6
+    assert cache.reusable(model, [1, 2, mem, mem, 5, 6], lat, 0, "generate") == 5  # one token left to prefill
+    other = lat.clone()
+    other[1] += 1
+    assert cache.reusable(model, [1, 2, mem, mem, 5, 6, 7], other, 0, "generate") == 3
+    assert cache.reusable(model, [1, 2, mem, mem, 5, 6, 7], None, 0, "generate") == 2
+    assert cache.reusable(model, [1, 9, mem], lat, 0, "generate") == 1
+    assert cache.reusable(model, [1, 2, mem, mem, 5, 6, 7], lat, 0, "base") == 0
+    assert cache.reusable(tiny_rhea(seed=1), [1, 2, mem, mem, 5, 6, 7], lat, 0, "generate") == 0
+
+
+def test_batched_rows_reuse_their_own_history_and_match_unbatched():
+    from rhea.session.batch import send_batch
+
+    model = tiny_rhea(anchor_bias=1.5)
+    on = [ChatSession(model, policy="rhea", max_new_tokens=5) for _ in range(3)]
+    off = [ChatSession(model, policy="rhea", max_new_tokens=5, reuse_prefix_cache=False) for _ in range(3)]
+    for t in range(5):
+        texts = [SCRIPT[(t + k) % len(SCRIPT)] + " the cat" * k for k in range(3)]  # rows of other lengths
+        assert send_batch(on, texts) == send_batch(off, texts)
+    reused = [[r.timings["prefix_reused_tokens"] for r in c.records] for c in on]
+    # every row reuses its own history, except where an instruction or its revocation changes the anchored block
+    assert all(sum(r > 0 for r in row[1:]) >= 2 for row in reused), reused
+    assert len({row[2] for row in reused}) > 1, reused  # rows of other lengths reuse other amounts
 
 
 def test_replies_exact_after_invalidation_and_with_latents():
