@@ -193,7 +193,11 @@ def run_backend(backend: str, generator, tokenizer, episodes: dict[int, list], c
                        "context_tokens": done_by["context_tokens"], "full_history_tokens": done_by["full_history_tokens"],
                        "prompt_tokens_spent": spent(generator) - before,
                        "prompt_tokens_cached": spent(generator, "cached_prompt_tokens") - cached, "tool_calls": len(calls),
-                       "tool_names": [c["name"] for c in calls], "seconds": round(seconds, 2)}
+                       "tool_names": [c["name"] for c in calls],
+                       # what each call asked and got back (heads), to tell a model's choice from a tool's failure
+                       "tool_trace": [{"name": c["name"], "arguments": c["arguments"], "error": c["error"],
+                                       "result_head": str(c["result"])[:240]} for c in calls],
+                       "seconds": round(seconds, 2)}
                 if policy is not None:
                     reward = run_reward(policy.last_result, correct=bool(score["joint"]), tokenizer=tokenizer)
                     row.update(reward=reward.reward, reward_reason=reward.reason,

@@ -59,6 +59,9 @@ def test_run_scores_both_methods_with_reward_and_resumes(bench, tmp_path):
     assert [(r["method"], r["accuracy"], r["joint"]) for r in rows] == [("plain", 1.0, True), ("sculptor", 1.0, True)]
     sculptor = rows[1]
     assert sculptor["tool_names"] == ["fragment_context", "fold_fragment"] and sculptor["reward"] == 1.0
+    first = sculptor["tool_trace"][0]
+    assert first["arguments"]["start_marker"] == "<updates>" and first["error"] is None
+    assert '"fragmented"' in first["result_head"]
     assert sculptor["context_tokens"] < sculptor["full_history_tokens"]  # the fold shrank the context
     assert gen.calls[1][0]["content"].startswith(PI_LLM_PROMPT)
     table = bench.summarize(rows)
