@@ -9,10 +9,11 @@ input); it is empty when the model, its weights (any in-place update), the adapt
 device or the anchored block's length differ. Nothing is trusted that is not checked, so a
 policy that edits, drops or compresses earlier turns only loses the reuse past the edit.
 
-`generate_reusing` answers several rows at once: each row's reused part sits right-aligned in
-the cache region, its new part right-aligned after it, with masked padding between (position
-ids follow the attention mask, so a row's keys/values are the ones it had unpadded). After
-generation each row's cache keeps that row's real positions only.
+`generate_reusing` answers several rows at once: each row prefills only its new tokens, one row
+at a time (a padded batch would cost its longest row's new tokens times the rows), then the
+rows, left-padded with their keys/values in one cache, decode together. Position ids follow
+the attention mask, so a row's keys/values are the ones it had unpadded. After generation each
+row's cache keeps that row's real positions only.
 
 Greedy replies equal those without reuse up to the last bits of the arithmetic (a prefill split
 in two sums in another order); with one row the tiny test models give the same tokens.
@@ -127,14 +128,41 @@ def _dense_layers(cache) -> bool:
     return bool(layers) and all(type(layer).__name__ == "DynamicLayer" for layer in layers)
 
 
+def _prefill_row(model, ids: list[int], latents: torch.Tensor | None, block: int, cache: HistoryKVCache | None,
+                 reused: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Keys/values of ``ids[:-1]`` for one row: the first `reused` from `cache`, the rest computed
+    here in one forward (no padding), under whatever adapter context the caller holds."""
+    from transformers import DynamicCache
+
+    n = len(ids)
+    past = DynamicCache()
+    if reused:
+        for layer, (k, v) in enumerate(cache.keys_values(reused)):
+            past.update(k.to(model.device), v.to(model.device), layer)
+    if reused < n - 1:
+        row = torch.tensor([ids], dtype=torch.long, device=model.device)
+        lat = latents.to(model.device) if latents is not None else None
+        embeds = model.embed_with_latents(row, lat)[:, reused:n - 1]
+        positions = torch.arange(reused, n - 1, device=model.device).unsqueeze(0)
+        with torch.no_grad():
+            model(inputs_embeds=embeds, attention_mask=torch.ones((1, n - 1), dtype=torch.long, device=model.device),
+                  position_ids=positions, prefix_len=torch.tensor([block]), use_cache=True, logits_to_keep=1,
+                  **{cache_keyword(model): past})
+    return [(layer.keys, layer.values) for layer in past.layers]
+
+
 def generate_reusing(model, rows: Sequence, caches: Sequence[HistoryKVCache | None], *, adapter: str,
                      generate, **generate_kwargs) -> tuple[torch.Tensor, int, list[int]]:
     """Generate for `rows` (each a `rhea.context` rendering of one row: ``input_ids [1, n]``,
     ``latent_embeds``, ``prefix_len``), reusing and refreshing each row's `caches` entry.
 
-    `generate(input_ids, latent_embeds, attention_mask, prefix_len, past_key_values, **kw)` runs the
-    model (the caller picks adapters and streamers). Returns ``(out, width, reused)``: the output
-    ids ``[B, width + new]``, the padded prompt width, and the tokens each row reused.
+    When no row can reuse anything the rows are prefilled as one left-padded batch. Otherwise
+    each row prefills its own new tokens but the last, one row at a time (so a batch costs the
+    sum of the rows' new tokens, not the longest times the rows), and the batch, left-padded
+    with those keys/values in its cache, starts generating from each row's last prompt token.
+    `generate(input_ids, latent_embeds, attention_mask, prefix_len, cache, **kw)` runs the model
+    (the caller picks adapters and streamers). Returns ``(out, width, reused)``: the output ids
+    ``[B, width + new]``, the padded prompt width, and the tokens each row reused.
     """
     from transformers import DynamicCache
 
@@ -145,33 +173,27 @@ def generate_reusing(model, rows: Sequence, caches: Sequence[HistoryKVCache | No
     blocks = [int(r.prefix_len) for r in rows]
     reused = [c.reusable(model, i, l, b, adapter) if c is not None else 0
               for c, i, l, b in zip(caches, ids, lat, blocks)]
-    C = max(reused)
-    S = max(len(i) - c for i, c in zip(ids, reused))
-    width, B = C + S, len(rows)
+    width, B = max(len(i) for i in ids), len(rows)
     tok = model.tokenizer
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     input_ids = torch.full((B, width), int(pad_id), dtype=torch.long)
     mask = torch.zeros((B, width), dtype=torch.long)
     prefix = torch.zeros(B, dtype=torch.long)
-    for b, (row, c) in enumerate(zip(ids, reused)):
-        s = len(row) - c
-        input_ids[b, C - c:C] = torch.tensor(row[:c], dtype=torch.long)
-        input_ids[b, width - s:] = torch.tensor(row[c:], dtype=torch.long)
-        mask[b, C - c:C] = 1
-        mask[b, width - s:] = 1
-        prefix[b] = blocks[b] + (C - c)  # counted from position 0, like render_batch's
+    for b, row in enumerate(ids):
+        input_ids[b, width - len(row):] = torch.tensor(row, dtype=torch.long)
+        mask[b, width - len(row):] = 1
+        prefix[b] = blocks[b] + width - len(row)  # counted from position 0, like render_batch's
     past = DynamicCache()
-    if C:
-        stored = [caches[b].keys_values(c) if c else None for b, c in enumerate(reused)]
-        ref = next(s for s in stored if s is not None)
-        for layer, (k0, v0) in enumerate(ref):
-            k = k0.new_zeros((B, k0.shape[1], C, k0.shape[3]))
-            v = v0.new_zeros((B, v0.shape[1], C, v0.shape[3]))
-            for b, c in enumerate(reused):
-                if c:
-                    k[b, :, C - c:] = stored[b][layer][0][0]
-                    v[b, :, C - c:] = stored[b][layer][1][0]
-            past.update(k.to(model.device), v.to(model.device), layer)
+    if any(reused):
+        per_row = [_prefill_row(model, i, l, b, c, r) for i, l, b, c, r in zip(ids, lat, blocks, caches, reused)]
+        for layer, (k0, v0) in enumerate(per_row[0]):
+            k = k0.new_zeros((B, k0.shape[1], width - 1, k0.shape[3]))
+            v = v0.new_zeros((B, v0.shape[1], width - 1, v0.shape[3]))
+            for b, row in enumerate(per_row):  # right-aligned: each row's last prompt token is fed next
+                k[b, :, width - len(ids[b]):] = row[layer][0][0]
+                v[b, :, width - len(ids[b]):] = row[layer][1][0]
+            past.update(k, v, layer)
+        del per_row
     embeds = [x for x in lat if x is not None]
     latents = torch.cat(embeds, dim=0).to(model.device) if embeds else None
     out = generate(input_ids.to(model.device), latents, mask.to(model.device), prefix, past, **generate_kwargs)
@@ -184,18 +206,16 @@ def generate_reusing(model, rows: Sequence, caches: Sequence[HistoryKVCache | No
     for b, cache in enumerate(caches):
         if cache is None:
             continue
-        c, s = reused[b], len(ids[b]) - reused[b]
         # a row that stopped early was fed padding after its end; kept too: a next prompt matches
         # it only where it holds the same tokens, whose keys/values these then are
         new = out[b, width:fed].tolist()
-        index = torch.cat([torch.arange(C - c, C), torch.arange(width - s, width),
-                           torch.arange(width, width + len(new))]).to(past.layers[0].keys.device)
+        index = torch.arange(width - len(ids[b]), width + len(new), device=past.layers[0].keys.device)
         kv = [(layer.keys[b:b + 1].index_select(2, index).clone(),
                layer.values[b:b + 1].index_select(2, index).clone()) for layer in past.layers]
         cache.store(model, ids[b] + new, lat[b], blocks[b], adapter, kv)
-        if c:
+        if reused[b]:
             cache.hits += 1
-            cache.reused_tokens += c
+            cache.reused_tokens += reused[b]
         else:
             cache.misses += 1
     return out, width, reused

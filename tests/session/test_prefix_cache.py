@@ -1,4 +1,4 @@
-"""The instruction block's KV cache: reused across turns, invalidated on every change, exact."""
+"""Session KV reuse (HistoryKVCache, and the instruction-block PrefixKVCache): reused across turns, invalidated on every change, exact."""
 import pytest
 import torch
 
