@@ -57,6 +57,7 @@ from rhea.errors import RheaConfigError  # noqa: E402
 from rhea.eval.checkpoint import read_rows  # noqa: E402
 from rhea.eval.fact_recall import wilson  # noqa: E402
 from rhea.eval.suites import StateTrackingSuite  # noqa: E402
+from rhea.eval.stats import bootstrap_ci, paired_comparison  # noqa: E402
 from rhea.policies import get_policy  # noqa: E402
 from rhea.policies.assemble import count_tokens  # noqa: E402
 
@@ -238,6 +239,17 @@ def summarize(rows: list[dict]) -> list[dict]:
         if method == "sculptor":
             entry["reward_mean"] = mean("reward")
             entry["reward_reasons"] = dict(Counter(r["reward_reason"] for r in group))
+        # the episode is the unit (keys of one episode share a context): bootstrap over episodes,
+        # and each method against plain on the same episodes (difference, interval, sign-flip p)
+        by_episode = {r["episode"]: r["accuracy"] for r in group}
+        ci = bootstrap_ci(by_episode.values())
+        entry["accuracy_episode_ci95"] = [None if x is None else round(x, 4) for x in (ci.low, ci.high)]
+        plain = {r["episode"]: r["accuracy"] for r in rows
+                 if (r["backend"], r["method"], r["updates_per_key"]) == (backend, "plain", per_key)}
+        if method != "plain" and set(plain) & set(by_episode):
+            cmp = paired_comparison(by_episode, plain)
+            entry["accuracy_vs_plain"] = {"diff": round(cmp.diff, 4), "episodes": cmp.n, "p": round(cmp.p_value, 4),
+                                          "ci95": [None if x is None else round(x, 4) for x in (cmp.low, cmp.high)]}
         table.append(entry)
     return table
 
@@ -254,8 +266,12 @@ def plot(table: list[dict], path: Path, title: str) -> None:
         xs = [r["updates_per_key"] for r in line]
         label = f"{backend} / {method}"
         acc = [r["accuracy"] for r in line]
-        err = [[a - r["accuracy_ci95"][0] for a, r in zip(acc, line)], [r["accuracy_ci95"][1] - a for a, r in zip(acc, line)]]
-        acc_ax.errorbar(xs, acc, yerr=err, marker="o", capsize=3, label=f"{label} (95% Wilson, keys)")
+        # the episode bootstrap where there are 2+ episodes, else Wilson over keys (narrower: keys share a context)
+        by_episode = all(None not in r.get("accuracy_episode_ci95", [None]) for r in line)
+        ci = [r["accuracy_episode_ci95"] if by_episode else r["accuracy_ci95"] for r in line]
+        err = [[max(a - c[0], 0) for a, c in zip(acc, ci)], [max(c[1] - a, 0) for a, c in zip(acc, ci)]]
+        acc_ax.errorbar(xs, acc, yerr=err, marker="o", capsize=3,
+                        label=f"{label} (95% {'bootstrap, episodes' if by_episode else 'Wilson, keys'})")
         tok_ax.plot(xs, [r["context_tokens"] for r in line], marker="o", label=f"{label}: context")
         tok_ax.plot(xs, [r["prompt_tokens_spent"] for r in line], marker="x", linestyle="--", label=f"{label}: spent")
     paper = PAPER_TABLE1["claude-4-sonnet"]
@@ -318,6 +334,8 @@ def parse_args(argv=None):
     ap.add_argument("--endpoint", help="OpenAI-compatible base URL (instead of a local model)")
     ap.add_argument("--endpoint-model", help="model name at the endpoint")
     ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--summarize-only", action="store_true", help="rewrite <out>.json and .png from the rows "
+                    "already in <out>.rows.jsonl (same settings), loading no model")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "sculptor_pi"),
                     help="output stem: writes <out>.json, <out>.png, <out>.rows.jsonl")
     args = ap.parse_args(argv)
@@ -352,14 +370,23 @@ def main(argv=None) -> None:
     done = {(r["backend"], r["method"], r["updates_per_key"], r["episode"]) for r in read_rows(rows_path)}
 
     started = time.perf_counter()
-    generator, tokenizer = (endpoint_backend if args.endpoint else local_backend)(args)
-    example = run_backend(backend, generator, tokenizer, episodes, cfg, rows_path, done)
+    if args.summarize_only:
+        if not done:
+            raise RheaConfigError(f"--summarize-only: {rows_path} holds no rows; run without it first")
+        example = None
+    else:
+        generator, tokenizer = (endpoint_backend if args.endpoint else local_backend)(args)
+        example = run_backend(backend, generator, tokenizer, episodes, cfg, rows_path, done)
     rows = read_rows(rows_path)
     table = summarize(rows)
     meta = {"settings": cfg, "backend": backend, "device": args.device, "platform": platform.platform(),
             "python": platform.python_version(), "wall_seconds": round(time.perf_counter() - started, 1),
             "paper_setting": args.paper_setting,
-            "note": "key accuracy's interval treats keys as independent; keys of one episode share a context"}
+            "note": "accuracy_ci95 (Wilson) treats keys as independent, though keys of one episode share a "
+                    "context; accuracy_episode_ci95 bootstraps over episodes, and accuracy_vs_plain pairs "
+                    "episodes (sign-flip p)"}
+    if args.summarize_only:
+        meta["wall_seconds"] = earlier.get("wall_seconds")
     if example is None:
         example = earlier_doc.get("example_trace")
     meta_path.write_text(json.dumps({"meta": meta, "table": table, "paper_table1": PAPER_TABLE1,

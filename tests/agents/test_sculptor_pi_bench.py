@@ -67,6 +67,9 @@ def test_run_scores_both_methods_with_reward_and_resumes(bench, tmp_path):
     table = bench.summarize(rows)
     assert [(t["method"], t["keys"], t["accuracy"]) for t in table] == [("plain", 3, 1.0), ("sculptor", 3, 1.0)]
     assert table[1]["accuracy_ci95"][0] < 1 == table[1]["accuracy_ci95"][1] and table[1]["reward_mean"] == 1.0
+    # one episode: no interval over episodes, and the paired difference with plain is that episode's
+    assert table[0]["accuracy_episode_ci95"] == [None, None] and "accuracy_vs_plain" not in table[0]
+    assert table[1]["accuracy_vs_plain"]["diff"] == 0.0 and table[1]["accuracy_vs_plain"]["episodes"] == 1
     # Resume: rows already there are skipped (the exhausted script would raise otherwise).
     done = {(r["backend"], r["method"], r["updates_per_key"], r["episode"]) for r in rows}
     bench.run_backend("scripted", ScriptedGenerator([]), None, episodes, cfg, rows_path, done)
