@@ -65,6 +65,29 @@ def _check_thresholds(args, policies: list[str]) -> None:
                          f"tau_high kept raw); pass --tau-low <= --tau-high")
 
 
+#: the offline judge `rhea bench` uses for long-horizon when it is installed and no other is named
+#: (its agreement with MT-Bench's references is measured in docs/evaluation.md)
+DEFAULT_LOCAL_JUDGE = "qwen2.5-coder-1.5b"
+
+
+def resolve_local_judge(value: str | None, *, judge_url: str | None, installed=None) -> str | None:
+    """The local judge model for ``--judge-local VALUE``: ``auto`` (the default) is
+    `DEFAULT_LOCAL_JUDGE` when no endpoint is named and that model is installed, else none;
+    ``none`` is none; anything else is that model."""
+    if value is None or value.lower() == "none":
+        return None
+    if value != "auto":
+        return value
+    if judge_url:
+        return None
+    if installed is None:
+        from rhea.modeling.zoo import get_model
+
+        def installed(name):
+            return get_model(name).is_installed()
+    return DEFAULT_LOCAL_JUDGE if installed(DEFAULT_LOCAL_JUDGE) else None
+
+
 def _cmd_bench(args) -> int:
     from rhea.eval.runner import BenchError, run_suite
     from rhea.policies import policy_class
@@ -91,8 +114,14 @@ def _cmd_bench(args) -> int:
     if taus:
         policy_kwargs = {p: dict(taus) for p in policies if set(taus) <= set(policy_class(p).thresholds)}
     judge = None
-    if args.judge_url and args.judge_local:
+    if args.judge_url and args.judge_local not in (None, "auto", "none"):
         raise BenchError("--judge-url and --judge-local both name a judge; pass one")
+    asked = args.judge_local
+    args.judge_local = resolve_local_judge(asked, judge_url=args.judge_url) if "long-horizon" in suites else None
+    if asked == "auto" and args.judge_local is not None:
+        print(f"rhea bench: long-horizon replies are judged offline by {DEFAULT_LOCAL_JUDGE} (agreement with "
+              "MT-Bench's references 0.69 [0.50, 0.85], docs/evaluation.md); --judge-local none skips the ratings, "
+              "--judge-url names an endpoint instead.", file=sys.stderr)
     if args.judge_url:
         from rhea.eval.judge import Judge
         from rhea.backends.llm import OpenAICompatibleGenerator
@@ -100,8 +129,8 @@ def _cmd_bench(args) -> int:
         judge = Judge(OpenAICompatibleGenerator(args.judge_url, model=args.judge_model))
     elif "long-horizon" in suites and not args.judge_local:
         print("rhea bench: no judge configured (--judge-url URL --judge-model NAME, any OpenAI-compatible "
-              "endpoint): long-horizon quality ratings are skipped; its recall and reference checks still run.",
-              file=sys.stderr)
+              f"endpoint, or `rhea models install {DEFAULT_LOCAL_JUDGE}` for the offline default): long-horizon "
+              "quality ratings are skipped; its recall and reference checks still run.", file=sys.stderr)
     # build every suite once before loading the model, so bad options fail fast
     kwargs_of = {}
     for name in suites:
@@ -172,10 +201,10 @@ def register(sub) -> None:
     bench.add_argument("--tau-high", type=float, default=None, help="HCR raw-text threshold for the rhea policies")
     bench.add_argument("--judge-url", default=None, help="OpenAI-compatible endpoint for the long-horizon judge")
     bench.add_argument("--judge-model", default="gpt-4", help="model name to ask the judge endpoint for")
-    bench.add_argument("--judge-local", default=None, metavar="MODEL",
+    bench.add_argument("--judge-local", default="auto", metavar="MODEL",
                        help="judge long-horizon replies offline with a local model (zoo name or path, adapters "
-                            "disabled), e.g. qwen2.5-coder-1.5b; see benchmarks/judge_agreement.py for how far to "
-                            "trust it")
+                            f"disabled); 'auto' (default): {DEFAULT_LOCAL_JUDGE} when installed and no --judge-url "
+                            "is given; 'none': no ratings. See benchmarks/judge_agreement.py for how far to trust it")
     bench.add_argument("--no-resume", action="store_true", help="start over even if --out holds a run")
     bench.add_argument("--quiet", action="store_true", help="no progress bar")
     bench.set_defaults(func=_cmd_bench)

@@ -98,3 +98,14 @@ def test_a_killed_run_resumes_from_its_rows(tmp_path, monkeypatch):
     with pytest.raises(SystemExit):
         module.main(["--data", str(data), "--judge-url", "http://judge", "--max-new-tokens", "8",
                      "--out", str(tmp_path / "agree")])
+
+
+def test_local_judge_defaults_to_the_capable_model_when_installed():
+    from rhea.eval.cli import DEFAULT_LOCAL_JUDGE, resolve_local_judge
+
+    yes, no = (lambda name: True), (lambda name: False)
+    assert resolve_local_judge("auto", judge_url=None, installed=yes) == DEFAULT_LOCAL_JUDGE
+    assert resolve_local_judge("auto", judge_url=None, installed=no) is None  # a fresh machine: ratings skipped
+    assert resolve_local_judge("auto", judge_url="http://judge/v1", installed=yes) is None  # the endpoint judges
+    assert resolve_local_judge("none", judge_url=None, installed=yes) is None
+    assert resolve_local_judge("tiny", judge_url=None, installed=no) == "tiny"
