@@ -8,12 +8,23 @@ OpenAI-compatible endpoint, or a scripted generator in tests.
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 from rhea.backends.chat_template import apply_chat_template
 from rhea.errors import RheaConfigError
 
 Message = dict  # {"role": "system" | "user" | "assistant" | "tool", "content": str, ...}
+
+
+def cache_keyword(model) -> str:
+    """The keyword `generate` takes a transformers cache under: ``cache`` (transformers 5.x renamed
+    it) or ``past_key_values``, whichever the model's forward has. A PEFT wrapper or a
+    `RheaForCausalLM` passes it on to the model it wraps, so that one is looked at."""
+    inner = getattr(model, "base_model", None) if hasattr(model, "mem_token_id") else None
+    if inner is None:
+        inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
 
 
 @runtime_checkable
@@ -99,8 +110,6 @@ class HFGenerator:
         self._cache, self._cache_ids = None, []
 
     def _cache_keyword(self, model) -> str:
-        from rhea.session.history_cache import cache_keyword
-
         return cache_keyword(model)
 
     def _start_cache(self, model, ids: list[int], n: int):

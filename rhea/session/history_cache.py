@@ -25,23 +25,13 @@ from typing import Sequence
 
 import torch
 
+from rhea.backends.llm import cache_keyword
+
 
 def weights_version(model) -> int:
     """Sum of the in-place version counters of every parameter: any optimizer step, ``copy_``
     or ``load_state_dict`` on the model changes it, so a cache keyed on it goes stale."""
     return sum(p._version for p in model.parameters())
-
-
-def cache_keyword(model) -> str:
-    """The keyword `generate` takes a transformers cache under: ``cache`` (transformers 5.x renamed
-    it) or ``past_key_values``, whichever the model's forward has. A PEFT wrapper or a
-    `RheaForCausalLM` passes it on to the model it wraps, so that one is looked at."""
-    import inspect
-
-    inner = getattr(model, "base_model", None) if hasattr(model, "mem_token_id") else None
-    if inner is None:
-        inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
-    return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
 
 
 def _anchored(model) -> bool:
