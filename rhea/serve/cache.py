@@ -262,5 +262,79 @@ class PrefixPool:
                 "kv_misses": sum(c.misses for c in caches if c)}
 
 
-__all__ = ["LRU", "CachedCompress", "CachedEmbedder", "CachedRecognizer", "LatentStore", "PrefixPool",
-           "adapter_digest"]
+class HistoryPool:
+    """Up to `max_entries` `HistoryKVCache`s: the keys/values of recent conversations, so a request
+    that continues one (the client sends the whole conversation again, with the last reply and a
+    new message) prefills only what is new.
+
+    For each request's rendered prompt the entry sharing its longest token prefix is chosen. A
+    request that continues that entry's whole prompt takes it over (its cache then holds this
+    request's prompt and reply); one that only shares part of it (another conversation under the
+    same system prompt, an edited or regenerated turn) gets a new entry forked from the shared part,
+    so the conversation it branched from keeps its own. Least recently used entries go first.
+    A fork shares the keys/values of the part in common until either side is replaced.
+    """
+
+    #: fewer shared tokens than this start a new, empty entry (a chat template's first tokens are
+    #: shared by every conversation, and reusing them saves nothing worth an entry)
+    MIN_SHARED = 16
+
+    def __init__(self, max_entries: int = 8):
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 0:
+            raise ValueError(f"max_entries={max_entries!r} must be an int >= 0")
+        self.max_entries = max_entries
+        self._entries: OrderedDict = OrderedDict()
+        self._next = 0
+        self.continued = self.forked = self.fresh = 0
+
+    def for_prompts(self, prompts: Sequence[Sequence[int]]) -> list:
+        """One `HistoryKVCache` (or None when the pool holds no entries) per prompt's token ids,
+        each a different entry, so rows of one batch never write into the same one."""
+        from rhea.session.history_cache import HistoryKVCache
+
+        if self.max_entries == 0:
+            return [None] * len(prompts)
+        taken: set[int] = set()
+        out = []
+        for ids in prompts:
+            best, shared = None, 0
+            for key, cache in self._entries.items():
+                if key not in taken:
+                    n = cache.common_prefix(ids)
+                    if n > shared:
+                        best, shared = key, n
+            if best is not None and shared >= max(self._entries[best].prompt_tokens, 1):
+                key = best  # the same conversation, one turn on
+                self.continued += 1
+            else:
+                cache = self._entries[best].fork(shared) if best is not None and shared >= self.MIN_SHARED \
+                    else HistoryKVCache()
+                if len(cache):
+                    self.forked += 1
+                else:
+                    self.fresh += 1
+                while len(self._entries) >= self.max_entries:
+                    victim = next((k for k in self._entries if k not in taken), None)
+                    if victim is None:  # every entry serves a row of this batch: no room for this one
+                        break
+                    del self._entries[victim]
+                if len(self._entries) >= self.max_entries:
+                    out.append(None)
+                    continue
+                key, self._next = self._next, self._next + 1
+                self._entries[key] = cache
+            self._entries.move_to_end(key)
+            taken.add(key)
+            out.append(self._entries[key])
+        return out
+
+    def stats(self) -> dict:
+        caches = list(self._entries.values())
+        return {"entries": len(caches), "max_entries": self.max_entries, "continued": self.continued,
+                "forked": self.forked, "fresh": self.fresh, "kv_hits": sum(c.hits for c in caches),
+                "reused_tokens": sum(c.reused_tokens for c in caches),
+                "stored_tokens": sum(len(c) for c in caches)}
+
+
+__all__ = ["LRU", "CachedCompress", "CachedEmbedder", "CachedRecognizer", "HistoryPool", "LatentStore",
+           "PrefixPool", "adapter_digest"]

@@ -35,6 +35,8 @@ def check_args(args) -> dict:
         raise ServeConfigError(f"--batch-wait-ms {args.batch_wait_ms} must be between 0 and 10000")
     if args.cache_entries < 0:
         raise ServeConfigError(f"--cache-entries {args.cache_entries} must be >= 0 (0: no in-memory cache)")
+    if args.history_entries < 0:
+        raise ServeConfigError(f"--history-entries {args.history_entries} must be >= 0 (0: no conversation KV reuse)")
     check_model_path(args.model)
     cls = policy_class(args.policy)  # raises the registry's named error for an unknown policy
     kwargs = {k: v for k, v in (("tau_low", args.tau_low), ("tau_high", args.tau_high), ("scorer", args.scorer),
@@ -76,7 +78,7 @@ def _cmd_serve(args) -> int:
     engine = Engine(model, model_id=args.served_model_name or served_name(args.model), policy=args.policy,
                     policy_kwargs=policy_kwargs, max_tokens=args.max_tokens, max_queue=args.max_queue,
                     max_batch=args.max_batch, cache_entries=args.cache_entries, cache_dir=args.cache_dir,
-                    batch_wait_ms=args.batch_wait_ms)
+                    history_entries=args.history_entries, batch_wait_ms=args.batch_wait_ms)
     warm_up(engine)
     print(f"rhea serve: model {engine.model_id!r}, policy {engine.policy_name!r} on http://{args.host}:{args.port}",
           flush=True)
@@ -103,6 +105,10 @@ def register(sub) -> None:
     p.add_argument("--batch-wait-ms", type=float, default=50.0,
                    help="how long a request waits for others to batch with when too few are queued (default 50)")
     p.add_argument("--cache-entries", type=int, default=4096, help="in-memory entries per cache (LRU)")
+    p.add_argument("--history-entries", type=int, default=8,
+                   help="conversations whose keys/values are kept, so a request that continues one prefills only "
+                        "its new tokens (each holds one conversation's KV: ~57 kB per token for a 1.5B model in "
+                        "fp32); 0 turns it off")
     p.add_argument("--cache-dir", default=None, help="shared latent store: a directory of safetensors files that "
                    "replicas read and write")
     p.add_argument("--tau-low", type=float, default=None)

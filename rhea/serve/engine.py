@@ -30,7 +30,7 @@ import torch
 
 from rhea.context import ContextOverflowError, ContextPlan, Conversation, render
 from rhea.errors import RheaError
-from rhea.serve.cache import (CachedCompress, CachedEmbedder, CachedRecognizer, LatentStore, PrefixPool,
+from rhea.serve.cache import (CachedCompress, CachedEmbedder, CachedRecognizer, HistoryPool, LatentStore, PrefixPool,
                               adapter_digest)
 from rhea.serve.errors import APIError, QueueFullError, ServeConfigError
 from rhea.serve.protocol import ChatRequest
@@ -153,13 +153,13 @@ class Engine:
 
     def __init__(self, model, *, model_id: str, policy: str = "rhea", policy_kwargs: dict | None = None,
                  max_tokens: int = 128, max_queue: int = 64, max_batch: int = 8, cache_entries: int = 4096,
-                 cache_dir: str | None = None, prefix_blocks: int = 8, batch_wait_ms: float = 50.0,
-                 start: bool = True):
+                 cache_dir: str | None = None, prefix_blocks: int = 8, history_entries: int = 8,
+                 batch_wait_ms: float = 50.0, start: bool = True):
         from rhea.session import ChatSession
 
         for name, value, lo in (("max_tokens", max_tokens, 1), ("max_queue", max_queue, 1),
                                 ("max_batch", max_batch, 1), ("cache_entries", cache_entries, 0),
-                                ("prefix_blocks", prefix_blocks, 0)):
+                                ("prefix_blocks", prefix_blocks, 0), ("history_entries", history_entries, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise ServeConfigError(f"{name}={value!r} must be an int >= {lo}")
         if isinstance(batch_wait_ms, bool) or not isinstance(batch_wait_ms, (int, float)) or not 0 <= batch_wait_ms <= 10_000:
@@ -173,6 +173,7 @@ class Engine:
         self.digest = adapter_digest(model)
         self.latents = LatentStore(model_id, self.digest, cache_entries, directory=cache_dir)
         self.prefixes = PrefixPool(prefix_blocks)
+        self.histories = HistoryPool(history_entries)
         self.recognizer_cache: CachedRecognizer | None = None
         self.embedder_cache: CachedEmbedder | None = None
         self.compress: CachedCompress | None = None
@@ -199,7 +200,8 @@ class Engine:
             policy.episodic.compress_fn = self.compress
 
     def cache_stats(self) -> dict:
-        out = {"latents": self.latents.stats(), "prefix_kv": self.prefixes.stats(), "adapter_digest": self.digest}
+        out = {"latents": self.latents.stats(), "prefix_kv": self.prefixes.stats(),
+               "history_kv": self.histories.stats(), "adapter_digest": self.digest}
         if self.compress is not None:
             out["latents"]["computed"] = self.compress.computed
         if self.recognizer_cache is not None:
@@ -344,6 +346,14 @@ class Engine:
         return Answer(final, reason, prompt_tokens, new_tokens, staged.plan, job.request.conversation,
                       {"plan_s": staged.t_plan, **timings})
 
+    def _history_caches(self, plans) -> list:
+        """A history cache per plan from the pool (None each when the pool is off)."""
+        if self.histories.max_entries == 0:
+            return [None] * len(plans)
+        from rhea.context import render
+
+        return self.histories.for_prompts([render(p, self.model.tokenizer).input_ids[0].tolist() for p in plans])
+
     def _one(self, job: Job) -> None:
         from rhea.session.generation import generate_from_plan
 
@@ -372,10 +382,12 @@ class Engine:
         else:
             if request.seed is not None:
                 torch.manual_seed(request.seed)
+            cache = self._history_caches([staged.plan])[0]
+            if cache is None:  # (an empty HistoryKVCache is falsy: test for None)
+                cache = self.prefixes.for_block(staged.plan.system_text)
             gen = generate_from_plan(self.model, staged.plan, max_new_tokens=max_new,
                                      adapter=self.session._adapter_for(staged.plan), on_text=on_text,
-                                     prefix_cache=self.prefixes.for_block(staged.plan.system_text),
-                                     **self._gen_kwargs(request))
+                                     prefix_cache=cache, **self._gen_kwargs(request))
             answer = self._answer(job, staged, gen.text, gen.new_tokens, gen.prompt_tokens,
                                   {**gen.timings, "batch_rows": 1.0}, filt)
         if job.on_event is not None:
@@ -408,8 +420,9 @@ class Engine:
         for adapter, rows in groups.items():
             if request0.seed is not None:
                 torch.manual_seed(request0.seed)
-            gens = generate_batch(self.model, [staged.plan for _, staged in rows], max_new_tokens=max_new,
-                                  adapter=adapter, **self._gen_kwargs(request0))
+            plans = [staged.plan for _, staged in rows]
+            gens = generate_batch(self.model, plans, max_new_tokens=max_new, adapter=adapter,
+                                  caches=self._history_caches(plans), **self._gen_kwargs(request0))
             self.batches += 1
             self.batched_rows += len(rows)
             for (job, staged), gen in zip(rows, gens):

@@ -96,7 +96,9 @@ class PrefixKVCache:
             with torch.no_grad(), ctx:
                 out = model(input_ids=input_ids[:, :prefix_len].to(model.device),
                             prefix_len=torch.tensor([prefix_len]), use_cache=True)
-            self._cache, self._key, self._model = out.past_key_values, key, weakref.ref(model)
+            kept = getattr(out, "cache", None)  # transformers 5.x; `past_key_values` before
+            self._cache = kept if kept is not None else out.past_key_values
+            self._key, self._model = key, weakref.ref(model)
             self.builds += 1
         else:
             self.hits += 1

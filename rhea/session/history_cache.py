@@ -63,6 +63,7 @@ class HistoryKVCache:
         self._key: tuple | None = None
         self._model: weakref.ref | None = None
         self._block = 0
+        self.prompt_tokens = 0  # of the stored ids, how many were the prompt (the rest: the reply)
 
     def __len__(self) -> int:
         """Tokens whose keys/values are stored."""
@@ -96,20 +97,44 @@ class HistoryKVCache:
                 slot += 1
         return n
 
+    def common_prefix(self, ids: Sequence[int]) -> int:
+        """Length of the common prefix of the stored ids and `ids` (tokens only; `reusable` also
+        checks the model, adapter and latents)."""
+        if self._kv is None:
+            return 0
+        n, limit = 0, min(len(self._ids), len(ids))
+        while n < limit and self._ids[n] == ids[n]:
+            n += 1
+        return n
+
+    def fork(self, n: int) -> "HistoryKVCache":
+        """A new cache holding the first `n` stored tokens (views, not copies: stored tensors are
+        replaced, never written into), for a conversation that branches off this one."""
+        other = HistoryKVCache()
+        if self._kv is not None and n > 0:
+            other._ids = self._ids[:n]
+            other._latents = self._latents
+            other._kv = self.keys_values(n)
+            other._key, other._model, other._block = self._key, self._model, self._block
+            other.prompt_tokens = min(self.prompt_tokens, n)
+        return other
+
     def keys_values(self, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The first `n` positions' keys and values, per layer (``[1, heads, n, head_dim]``)."""
         assert self._kv is not None
         return [(k[:, :, :n], v[:, :, :n]) for k, v in self._kv]
 
     def store(self, model, ids: list[int], latents: torch.Tensor | None, block: int, adapter: str,
-              kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Keep `ids` (prompt then reply tokens) and their per-layer keys/values."""
+              kv: list[tuple[torch.Tensor, torch.Tensor]], prompt_tokens: int = 0) -> None:
+        """Keep `ids` (prompt then reply tokens; the first `prompt_tokens` were the prompt) and
+        their per-layer keys/values."""
         self._ids = list(ids)
         self._latents = None if latents is None else latents.detach().reshape(-1, latents.shape[-1])
         self._kv = kv
         self._key = self._key_for(model, adapter)
         self._model = weakref.ref(model)
         self._block = int(block)
+        self.prompt_tokens = int(prompt_tokens)
 
 
 def _dense_layers(cache) -> bool:
@@ -202,7 +227,7 @@ def generate_reusing(model, rows: Sequence, caches: Sequence[HistoryKVCache | No
         index = torch.arange(width - len(ids[b]), width + len(new), device=past.layers[0].keys.device)
         kv = [(layer.keys[b:b + 1].index_select(2, index).clone(),
                layer.values[b:b + 1].index_select(2, index).clone()) for layer in past.layers]
-        cache.store(model, ids[b] + new, lat[b], blocks[b], adapter, kv)
+        cache.store(model, ids[b] + new, lat[b], blocks[b], adapter, kv, prompt_tokens=len(ids[b]))
         if reused[b]:
             cache.hits += 1
             cache.reused_tokens += reused[b]

@@ -153,8 +153,9 @@ def test_instruction_block_kv_is_reused_across_requests_without_changing_replies
     msgs = [{"role": "system", "content": "always answer in french ."}, {"role": "user", "content": "the cat is blue"},
             {"role": "assistant", "content": "yes"}, {"role": "user", "content": "what color is the cat ?"}]
     kw = {"scorer": "bm25", "recognizer": None}
-    pooled = Engine(model, model_id="tiny", policy="rhea", policy_kwargs=kw, max_tokens=3)
-    plain = Engine(model, model_id="tiny", policy="rhea", policy_kwargs=kw, max_tokens=3, prefix_blocks=0)
+    pooled = Engine(model, model_id="tiny", policy="rhea", policy_kwargs=kw, max_tokens=3, history_entries=0)
+    plain = Engine(model, model_id="tiny", policy="rhea", policy_kwargs=kw, max_tokens=3, prefix_blocks=0,
+                   history_entries=0)
     try:
         a = pooled.submit(_request(msgs)).result(timeout=60)
         b = pooled.submit(_request(msgs[:1] + [{"role": "user", "content": "the dog ?"}])).result(timeout=60)
@@ -166,3 +167,51 @@ def test_instruction_block_kv_is_reused_across_requests_without_changing_replies
     finally:
         pooled.close()
         plain.close()
+
+
+def test_conversation_kv_is_reused_when_a_request_continues_one_and_forked_when_it_branches():
+    from rhea.serve.engine import Engine
+
+    model = tiny_rhea()
+    system = {"role": "system", "content": "always answer in french . keep every answer short and polite ."}
+    turns = [system, {"role": "user", "content": "the cat is blue and the dog is red"}]
+    pooled = Engine(model, model_id="tiny", policy="vanilla", max_tokens=4, history_entries=2, start=False)
+    plain = Engine(model, model_id="tiny", policy="vanilla", max_tokens=4, history_entries=0, prefix_blocks=0,
+                   start=False)
+    pooled.start()
+    plain.start()
+    try:
+        reused = []
+        for question in ("what color is the cat ?", "and the dog ?", "and the bird ?"):
+            a = pooled.submit(_request(turns)).result(timeout=60)
+            assert a.text == plain.submit(_request(turns)).result(timeout=60).text
+            reused.append(a.timings["prefix_reused_tokens"])
+            turns = turns + [{"role": "assistant", "content": a.text}, {"role": "user", "content": question}]
+        assert reused[0] == 0 and 0 < reused[1] < reused[2], reused  # each request continues the last
+        stats = pooled.cache_stats()["history_kv"]
+        assert (stats["fresh"], stats["continued"], stats["entries"]) == (1, 2, 1)
+        # another conversation under the same system prompt forks the shared part; the first keeps its entry
+        other = [system, {"role": "user", "content": "tell me about the moon"}]
+        b = pooled.submit(_request(other)).result(timeout=60)
+        assert b.text == plain.submit(_request(other)).result(timeout=60).text
+        assert b.timings["prefix_reused_tokens"] > 0
+        stats = pooled.cache_stats()["history_kv"]
+        assert stats["forked"] == 1 and stats["entries"] == 2
+        c = pooled.submit(_request(turns)).result(timeout=60)  # the first conversation goes on from its own entry
+        assert c.timings["prefix_reused_tokens"] >= reused[2]
+        assert c.text == plain.submit(_request(turns)).result(timeout=60).text
+    finally:
+        pooled.close()
+        plain.close()
+
+
+def test_history_pool_gives_rows_of_one_batch_different_entries_and_respects_its_bound():
+    from rhea.serve.cache import HistoryPool
+
+    pool = HistoryPool(2)
+    caches = pool.for_prompts([[1, 2, 3], [1, 2, 3], [4, 5]])
+    assert caches[0] is not caches[1] and caches[2] is None  # two entries, both serving this batch
+    assert pool.stats()["entries"] == 2
+    assert HistoryPool(0).for_prompts([[1]]) == [None]
+    with pytest.raises(ValueError):
+        HistoryPool(-1)
