@@ -28,7 +28,7 @@ from typing import Sequence
 from rhea.context import ContextOverflowError, render, render_batch
 from rhea.errors import RheaError
 from rhea.session.generation import DEFAULT_GENERATION, Generation
-from rhea.session.history_cache import HistoryKVCache, cache_keyword, generate_reusing
+from rhea.session.history_cache import HistoryKVCache, cache_keyword, generate_reusing, reuse_allowed
 
 
 class BatchError(RheaError, ValueError):
@@ -67,8 +67,7 @@ def generate_batch(model, plans: Sequence, *, max_new_tokens: int = 128, adapter
     tokenizer = model.tokenizer
     t0 = time.perf_counter()
     kwargs = {**DEFAULT_GENERATION, **generate_kwargs}
-    reuse = caches is not None and any(c is not None for c in caches) and kwargs.get("use_cache", True) \
-        and "past_key_values" not in kwargs and "cache" not in kwargs
+    reuse = caches is not None and any(c is not None for c in caches) and reuse_allowed(kwargs)
     if caches is not None and len(caches) != len(plans):
         raise ValueError(f"{len(plans)} plans but {len(caches)} caches; pass one cache (or None) per plan")
     if reuse:

@@ -12,7 +12,8 @@ import torch
 
 from rhea.context import ContextOverflowError, ContextPlan, render
 from rhea.errors import RheaConfigError
-from rhea.session.history_cache import HistoryKVCache, cache_keyword, generate_reusing, weights_version
+from rhea.session.history_cache import (HistoryKVCache, cache_keyword, generate_reusing, reuse_allowed,
+                                         weights_version)
 
 
 @dataclass
@@ -174,7 +175,8 @@ def generate_from_plan(
     `prefix_cache`: a `PrefixKVCache` holding the instruction block's keys/values across calls,
     or a `HistoryKVCache` holding the last prompt and reply (the next call prefills only what
     follows their common prefix); ignored when ``use_cache=False`` or a cache (``cache`` /
-    ``past_key_values``) is passed in `generate_kwargs`.
+    ``past_key_values``) is passed in `generate_kwargs` (and the history cache with beams or
+    several return sequences).
 
     >>> gen = generate_from_plan(model, plan, max_new_tokens=32)   # doctest: +SKIP
     >>> gen.text, gen.timings["prefill_s"]                          # doctest: +SKIP
@@ -198,7 +200,7 @@ def generate_from_plan(
     t1 = time.perf_counter()
     reused = 0
     free = kwargs.get("use_cache", True) and "past_key_values" not in kwargs and "cache" not in kwargs
-    if isinstance(prefix_cache, HistoryKVCache) and free:
+    if isinstance(prefix_cache, HistoryKVCache) and reuse_allowed(kwargs):
         def run(ids, lat, mask, prefix, past):
             return model.generate(ids, latent_embeds=lat, attention_mask=mask, prefix_len=prefix,
                                   **{cache_keyword(model): past}, max_new_tokens=max_new_tokens, streamer=streamer, **kwargs)

@@ -137,6 +137,15 @@ class HistoryKVCache:
         self.prompt_tokens = int(prompt_tokens)
 
 
+def reuse_allowed(generate_kwargs: dict) -> bool:
+    """Whether generation settings let a cache be passed in and read back per row: the cache is
+    the caller's (``use_cache`` on, none passed) and each row is one sequence (no beams, one
+    return sequence), so row b of the cache after `generate` is row b's."""
+    return (generate_kwargs.get("use_cache", True) and "past_key_values" not in generate_kwargs
+            and "cache" not in generate_kwargs and int(generate_kwargs.get("num_beams") or 1) == 1
+            and int(generate_kwargs.get("num_return_sequences") or 1) == 1)
+
+
 def _dense_layers(cache) -> bool:
     """Whether every layer of a transformers cache keeps all positions (no sliding window)."""
     layers = getattr(cache, "layers", None)
@@ -236,4 +245,4 @@ def generate_reusing(model, rows: Sequence, caches: Sequence[HistoryKVCache | No
     return out, width, reused
 
 
-__all__ = ["HistoryKVCache", "cache_keyword", "generate_reusing", "weights_version"]
+__all__ = ["HistoryKVCache", "cache_keyword", "generate_reusing", "reuse_allowed", "weights_version"]

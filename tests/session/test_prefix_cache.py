@@ -180,3 +180,17 @@ def test_set_policy_replays_the_memory_log_a_live_policy_keeps():
     actions = [h.action for h in switched.policy.im.history]
     assert "one-off-ignored" in actions and actions == [h.action for h in live.policy.im.history]
     assert [(h.text, h.turn) for h in switched.policy.im.history] == [(h.text, h.turn) for h in live.policy.im.history]
+
+
+def test_history_cache_needs_one_sequence_per_row_and_one_cache_per_plan():
+    from rhea.session.batch import generate_batch
+    from rhea.session.history_cache import HistoryKVCache, reuse_allowed
+
+    assert reuse_allowed({}) and reuse_allowed({"do_sample": True})
+    assert not reuse_allowed({"num_beams": 2}) and not reuse_allowed({"num_return_sequences": 2})
+    assert not reuse_allowed({"use_cache": False}) and not reuse_allowed({"cache": object()})
+    model = tiny_rhea()
+    plan = ContextPlan([{"role": "user", "content": "what is the capital of france ?"}])
+    cache = HistoryKVCache()
+    with pytest.raises(ValueError, match="one cache"):
+        generate_batch(model, [plan, plan], caches=[cache])
