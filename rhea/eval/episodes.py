@@ -41,6 +41,8 @@ def cost_row(record) -> dict:
         "plan_s": plan_s, "render_s": float(t.get("render_s", 0.0)),
         "prefill_s": float(t.get("prefill_s", 0.0)), "decode_s": float(t.get("decode_s", 0.0)),
         "observe_s": float(t.get("observe_s", 0.0)), "tiers": dict(record.tiers),
+        # of context_tokens, how many took their keys/values from the session's history cache
+        "prefix_reused_tokens": float(t.get("prefix_reused_tokens", 0.0)),
     }
     row["latency_s"] = plan_s + row["render_s"] + row["prefill_s"] + row["decode_s"] + row["observe_s"]
     return row
