@@ -127,14 +127,92 @@ TABLE3 = {"Mistral (baseline)": "vanilla", "+ EM only": None, "+ EM + HCR (no IM
 TABLE4 = {"Rhea-preserve (Retains all model replies)": "rhea-all-raw",
           "Rhea-abandon (Discards all model replies)": "rhea-drop-all",
           "Rhea (ours) (Dynamic multi-tiered selection)": "rhea"}
-OTHER_PAPERS = (("sculptor", "Table 2", "benchmarks/sculptor_pi.py (PI-LLM-style key/value streams, "
-                 "results/sculptor_pi.json) and the sculptor policy in the state-tracking suite"),
+#: (paper, table, what of ours relates); a run given with --ours NAME=JSON is shown under the
+#: first table of its paper (Sculptor's Table 1 is the prompted PI-LLM setting our run reproduces)
+OTHER_PAPERS = (("sculptor", "Table 1", "benchmarks/sculptor_pi.py (PI-LLM key/value streams with the paper's "
+                 "D.1 prompt) and the sculptor policy in the state-tracking suite"),
+                ("sculptor", "Table 2", "nothing yet: the fine-tuned and RL-trained models are not reproduced (no SFT "
+                 "trajectories or GSPO run here)"),
                 ("acr", "Table 1", "benchmarks/acr.py (results/acr.json)"),
                 ("ace", "Table 1", "benchmarks/ace.py (results/ace.json)"))
 
 
+def _ci(low, high, digits: int = 2) -> str:
+    return "" if low is None or high is None else f" [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def _ours_sculptor(doc: dict) -> list[str]:
+    """Our PI-LLM rows (benchmarks/sculptor_pi.py JSON) beside the paper's Table 1 cell at the same
+    updates per key."""
+    paper = doc.get("paper_table1", {})
+    xs = paper.get("updates_per_key", [])
+    meta = doc.get("meta", {})
+    s = meta.get("settings", {})
+    lines = [f"Ours: `{meta.get('backend')}` on {meta.get('device')}, PI-LLM {s.get('n_keys')} keys, "
+             f"{s.get('episodes')} episodes, prompt {s.get('prompt')}, first tool call forced: "
+             f"{s.get('force_first_tool')}. Key accuracy with a 95% bootstrap interval over episodes; "
+             "paired difference with plain on the same episodes (sign-flip p). Paper: Table 1 at the same "
+             "updates per key (Claude-4-Sonnet / GPT-4.1 / DeepSeek-V3, %).", "",
+             "| ours: method | updates/key | key accuracy | − plain (paired) | JGA | prompt tokens spent | "
+             "tool calls | paper baseline | paper w/ ACM tools |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in doc.get("table", []):
+        k = r["updates_per_key"]
+        cells = {"baseline": "", "acm": ""}
+        if k in xs:
+            i = xs.index(k)
+            for col in cells:
+                cells[col] = " / ".join(f"{paper[m][col][i]:.2f}" for m in ("claude-4-sonnet", "gpt-4.1", "deepseek-v3")
+                                        if m in paper)
+        ci = r.get("accuracy_episode_ci95") or [None, None]
+        vs = r.get("accuracy_vs_plain")
+        diff = "" if not vs else f"{vs['diff']:+.3f}{_ci(*(vs.get('ci95') or [None, None]))}, p = {vs['p']:.3g}"
+        lines.append(f"| {r['method']} | {k} | {r['accuracy']:.3f}{_ci(*ci)} | {diff} | {r['jga']:.2f} | "
+                     f"{r['prompt_tokens_spent']:.0f} | {r['tool_calls']:.1f} | {cells['baseline']} | {cells['acm']} |")
+    return lines
+
+
+def _ours_ace(doc: dict) -> list[str]:
+    """Our ACE rows (benchmarks/ace.py JSON): accuracy with its Wilson interval, paired with RAG."""
+    meta = doc.get("meta", {})
+    data = ", ".join(Path(d).name for d in meta.get("data", []))
+    lines = [f"Ours: `{meta.get('model')}`, {meta.get('n_questions')} questions of {data}, {meta.get('agents')} "
+             f"agents, at most {meta.get('max_rounds')} rounds. Accuracy with a 95% Wilson interval; paired "
+             "difference with RAG on the same questions (sign-flip p); Think % as the paper counts it (THINK "
+             "rounds / rounds).", "",
+             "| ours: method | n | accuracy | − RAG (paired) | avg tokens | Think % |", "|---|---|---|---|---|---|"]
+    for r in doc.get("table", []):
+        vs = r.get("accuracy_minus_rag") or {}
+        diff = "" if not vs or r["method"].startswith("rag") else \
+            f"{vs['diff']:+.3f}{_ci(vs.get('low'), vs.get('high'))}, p = {vs['p_value']:.3g}"
+        lines.append(f"| {r['method']} | {r['n']} | {r['accuracy']:.3f}{_ci(*(r.get('accuracy_95ci') or [None, None]))} "
+                     f"| {diff} | {r['avg_tokens']:.0f} | {100 * r.get('think_share', 0.0):.1f} |")
+    return lines
+
+
+def _ours_context_agent(doc: dict) -> list[str]:
+    """Our Context-Agent rows (benchmarks/context_agent.py JSON): per policy, means over conversations."""
+    lines = [f"Ours: `{doc.get('model')}`, TopiOCQA conversations from MemoChat's test file; means over "
+             "conversations with a 95% bootstrap interval where there are 2+.", "",
+             "| ours: policy | conversations | token F1 vs gold reply | context tokens / turn | topic pair agreement |",
+             "|---|---|---|---|---|"]
+    for name, r in doc.get("summary", {}).items():
+        if name == "paired_vs_vanilla" or not isinstance(r, dict):
+            continue
+
+        def cell(key, digits=3):
+            v = r.get(key)
+            return "" if not v else f"{v['mean']:.{digits}f}{_ci(v.get('low'), v.get('high'), digits)}"
+        lines.append(f"| {name} | {r.get('conversations')} | {cell('topiocqa_f1')} | {cell('context_tokens_per_turn', 0)} "
+                     f"| {cell('topic_pair_agreement')} |")
+    return lines
+
+
+#: how to show our run of another paper's method (`--ours NAME=PATH`)
+OURS = {"sculptor": _ours_sculptor, "ace": _ours_ace, "context-agent": _ours_context_agent}
+
+
 def render(results: dict[str, dict], paper: dict, variants: dict[str, dict] | None = None,
-           recognizer: dict | None = None) -> str:
+           recognizer: dict | None = None, ours_runs: dict[str, dict] | None = None) -> str:
     """Markdown: Rhea Tables 1-5 with the paper's cells beside ours, then the other papers'
     headline tables.
 
@@ -231,6 +309,7 @@ def render(results: dict[str, dict], paper: dict, variants: dict[str, dict] | No
             lines.append(f"| {label} (test split, n={m.get('n', '?')}) | {cell(m.get('accuracy'))} | "
                          f"{cell(m.get('precision'))} | {cell(m.get('recall'))} |")
 
+    shown: set[str] = set()
     for name, table, related in OTHER_PAPERS:
         t = _table(paper, name, table)
         meta = paper["papers"][name]
@@ -240,8 +319,13 @@ def render(results: dict[str, dict], paper: dict, variants: dict[str, dict] | No
         for row in t["rows"]:
             label = " / ".join(x for x in (row.get("group") or row.get("type"), row["name"]) if x)
             lines.append(f"| {label} | " + " | ".join(paper_cell(x) for x in row["cells"]) + " |")
+        if name in (ours_runs or {}) and name not in shown:
+            lines += [""] + OURS[name](ours_runs[name])
+            shown.add(name)
     ca = paper["papers"]["context-agent"]
     lines += ["", f"## Context-Agent — {ca['title']}", "", ca.get("no_tables", ""), ""]
+    if "context-agent" in (ours_runs or {}):
+        lines += OURS["context-agent"](ours_runs["context-agent"]) + [""]
     return "\n".join(lines)
 
 
@@ -287,7 +371,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", action="append", default=[], metavar="LABEL=DIR",
                         help="more runs (e.g. the same model with calibrated thresholds) shown as extra rows "
                              "'policy (LABEL)'; repeatable")
+    parser.add_argument("--ours", action="append", default=[], metavar="NAME=JSON",
+                        help=f"our run of another paper's method, shown under its table; NAME is one of "
+                             f"{', '.join(OURS)} (the JSON its benchmark script writes); repeatable")
     args = parser.parse_args(argv)
+    ours_runs = {}
+    for spec in args.ours:
+        name, sep, path = spec.partition("=")
+        if not sep or name not in OURS:
+            parser.error(f"--ours takes NAME=JSON with NAME one of {', '.join(OURS)}, got {spec!r}")
+        if not Path(path).is_file():
+            parser.error(f"--ours {spec!r}: {path} is not a file")
+        ours_runs[name] = json.loads(Path(path).read_text())
     results = load_results(args.results)
     variants = {}
     for spec in args.variant:
@@ -296,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--variant takes LABEL=DIR, got {spec!r}")
         variants[label] = load_results(Path(directory))
     recognizer = json.loads(args.recognizer.read_text()) if args.recognizer.is_file() else None
-    text = render(results, json.loads(args.paper.read_text()), variants, recognizer)
+    text = render(results, json.loads(args.paper.read_text()), variants, recognizer, ours_runs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".md").write_text(text)
     plot(results, args.out.with_suffix(".png"), variants)

@@ -236,6 +236,28 @@ def test_paper_tables_render_our_runs(model, tmp_path):
     with pytest.raises(SystemExit):
         paper_tables.main(["--results", str(tmp_path / "runs"), "--out", str(tmp_path / "t"), "--variant", "nolabel"])
 
+    # our runs of the other papers' methods sit under their tables (the JSON their scripts write)
+    sculptor = {"meta": {"backend": "m", "device": "cpu", "settings": {"n_keys": 46, "episodes": 2}},
+                "paper_table1": {"updates_per_key": [4, 8], "claude-4-sonnet": {"baseline": [99.13, 95.65],
+                                                                               "acm": [90.43, 91.74]}},
+                "table": [{"method": "sculptor", "updates_per_key": 4, "accuracy": 0.25, "jga": 0.0,
+                           "accuracy_episode_ci95": [0.1, 0.4], "prompt_tokens_spent": 900.0, "tool_calls": 1.0,
+                           "accuracy_vs_plain": {"diff": -0.05, "ci95": [-0.2, 0.1], "p": 0.5, "episodes": 2}}]}
+    ace = {"meta": {"model": "m", "data": ["/x/qa2.txt"], "n_questions": 3, "agents": 5, "max_rounds": 3},
+           "table": [{"method": "ace N=3", "n": 3, "accuracy": 2 / 3, "accuracy_95ci": [0.2, 0.94], "avg_tokens": 10.0,
+                      "think_share": 0.5, "accuracy_minus_rag": {"diff": 0.33, "low": 0.0, "high": 0.67,
+                                                                  "p_value": 0.5}}]}
+    (tmp_path / "s.json").write_text(json.dumps(sculptor))
+    (tmp_path / "a.json").write_text(json.dumps(ace))
+    assert paper_tables.main(["--results", str(tmp_path / "runs"), "--out", str(tmp_path / "tables"),
+                              "--ours", f"sculptor={tmp_path / 's.json'}", "--ours", f"ace={tmp_path / 'a.json'}"]) == 0
+    text = (tmp_path / "tables.md").read_text()
+    assert "| sculptor | 4 | 0.250 [0.10, 0.40] | -0.050 [-0.20, 0.10], p = 0.5 | 0.00 | 900 | 1.0 | 99.13 | 90.43 |" in text
+    assert text.index("| sculptor | 4 |") < text.index("## Sculptor Table 2")  # under Table 1, once
+    assert "| ace N=3 | 3 | 0.667 [0.20, 0.94] | +0.330 [0.00, 0.67], p = 0.5 | 10 | 50.0 |" in text
+    with pytest.raises(SystemExit):
+        paper_tables.main(["--results", str(tmp_path / "runs"), "--out", str(tmp_path / "t"), "--ours", "acr=x.json"])
+
 
 def test_adding_a_policy_reuses_the_finished_ones(model, tmp_path, monkeypatch):
     first = run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
