@@ -28,12 +28,28 @@ batch 4, patience 3, temperature 0.7). ``--adapters DIR`` evaluates adapters tra
 instead of training. The teacher is the offline rule teacher (``--teacher rules``) or any
 OpenAI-compatible endpoint (``--teacher http://host:port/v1#model``; the paper uses GPT-5.2).
 
+Tasks: ``--tasks drift`` (the default, above) or ``--tasks babi --babi FILE...``: bAbI stories
+(e.g. shared/data's qa2/qa3, multi-hop) with one fact per user turn (`babi_tasks`), the
+nearest task in the data at hand to the paper's multi-hop QA (HotpotQA, 2Wiki, MuSiQue are not
+in shared/data). ``--settings`` runs a subset (``none,prompt-only`` needs no TGSE, which is
+skipped); every ACR setting is compared with ``none`` on the same tasks (paired bootstrap
+difference and sign-flip p-value). Rows go to ``acr_rows.jsonl`` as they finish and a rerun
+with the same ``--out`` continues from them (``--no-resume`` starts over); ``acr.json`` is
+rewritten after every setting.
+
 Writes ``acr.json`` + ``acr.png`` and a router/refactorer trace (``acr_trace.json``) to
 ``--out``. CPU smoke run (the 135M model cannot follow the JSON/<summary> formats, so its
 numbers only show the pipeline runs):
 
     flock /tmp/rhea-heavy.lock nice -n 10 .venv/bin/python benchmarks/acr.py --n-test 2 --n-train 2 \\
         --iterations 1 --sweep-n 1 --out benchmarks/results/acr-smoke
+
+Prompt-only run on the capable model, CPU (docs/fidelity.md, ## ACR, "Runs"):
+
+    python benchmarks/acr.py --model qwen2.5-coder-1.5b --device cpu --threads 1 --tasks babi \\
+        --babi ../shared/data/babi_en_1k/qa2_two-supporting-facts_test.txt \\
+        ../shared/data/babi_en_1k/qa3_three-supporting-facts_test.txt \\
+        --settings none,prompt-only --n-test 30 --sweep-n 0 --out benchmarks/results/acr_qwen_babi_cpu
 
 GPU run on the capable model (docs/fidelity.md, ## ACR):
 
@@ -49,6 +65,9 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ACR_SETTINGS = ("prompt-only", "w/o-router", "w/o-refactorer", "trained")
+ALL_SETTINGS = ("none", *ACR_SETTINGS)
+TRAINED_SETTINGS = ("w/o-router", "w/o-refactorer", "trained")
+ROWS_FILE = "acr_rows.jsonl"
 
 
 class FixedRouter:
@@ -69,11 +88,16 @@ def _tokens(gens) -> int:
 
 
 def evaluate(name, tasks, make_policy, solver, tokenizer, reward_fns, controller_gens, max_new_tokens, trace,
-             temperature=0.0):
+             temperature=0.0, done=None, sink=None):
+    """Run `tasks` under one setting. `done` maps task ids to rows of an earlier run (reused, not rerun);
+    `sink(row)` is called on each new row (the resumable rows file)."""
     from rhea.policies import Vanilla
 
     rows = []
     for task in tasks:
+        if done and task.task_id in done:
+            rows.append(done[task.task_id])
+            continue
         before = _tokens(controller_gens)
         t0 = time.perf_counter()
         policy = make_policy(task) if make_policy else Vanilla(tokenizer=tokenizer)
@@ -96,7 +120,44 @@ def evaluate(name, tasks, make_policy, solver, tokenizer, reward_fns, controller
         print(f"[acr bench] {name:28s} {task.task_id:18s} op={row['operator']:18s} src={row['refactor_source']} "
               f"em={row['em']:.0f} val={row['value']:.0f} ctx={row['context_tokens']} ctrl={controller_tokens} "
               f"{answer!r}", flush=True)
+        if sink is not None:
+            sink(row)
     return summarize(rows), rows
+
+
+def compare_with_none(rows: dict[str, list[dict]]) -> dict:
+    """Each setting minus ``none`` on the same tasks: paired bootstrap difference and sign-flip p (EM, value)."""
+    from rhea.eval.stats import paired_comparison
+
+    if "none" not in rows:
+        return {}
+    base = {m: {r["task_id"]: r[m] for r in rows["none"]} for m in ("em", "value")}
+    out = {}
+    for name, setting_rows in rows.items():
+        if name == "none" or name.startswith("sweep"):
+            continue
+        out[name] = {m: paired_comparison({r["task_id"]: r[m] for r in setting_rows}, base[m]).to_dict()
+                     for m in ("em", "value")}
+    return out
+
+
+def load_rows(path: Path) -> dict[str, dict[str, dict]]:
+    """Rows of an earlier run: setting -> task id -> row."""
+    done: dict[str, dict[str, dict]] = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                done.setdefault(rec["setting"], {})[rec["row"]["task_id"]] = rec["row"]
+    return done
+
+
+def parse_settings(spec: str) -> list[str]:
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    bad = [n for n in names if n not in ALL_SETTINGS]
+    if bad or not names:
+        raise SystemExit(f"acr bench: --settings {spec!r}: unknown {bad or 'empty list'}; choose from {','.join(ALL_SETTINGS)}")
+    return [n for n in ALL_SETTINGS if n in names]
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -186,6 +247,14 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default="smollm2-135m", help="model-zoo name or path (qwen2.5-coder-1.5b on a GPU)")
     parser.add_argument("--setting", choices=("cpu", "paper"), default="cpu",
                         help="TGSE config: cpu = TGSEConfig.cpu_demo(); paper = the paper's defaults")
+    parser.add_argument("--tasks", choices=("drift", "babi"), default="drift",
+                        help="drift: templated facts corrected mid-conversation; babi: bAbI stories (--babi)")
+    parser.add_argument("--babi", nargs="+", default=None, metavar="FILE",
+                        help="bAbI task files for --tasks babi (test tasks; training tasks stay drift tasks)")
+    parser.add_argument("--max-facts", type=int, default=20,
+                        help="bAbI questions with more facts before them are skipped, not truncated")
+    parser.add_argument("--settings", default=",".join(ALL_SETTINGS),
+                        help="comma list of settings to run (TGSE runs only if a trained one is listed)")
     parser.add_argument("--n-test", type=int, default=12)
     parser.add_argument("--n-train", type=int, default=None,
                         help="training tasks (default: cpu 24; paper: what the config draws, 3800)")
@@ -195,6 +264,7 @@ def main(argv=None) -> int:
     parser.add_argument("--adapters", default=None, help="evaluate these trained adapters (dir with router/ and "
                         "refactorer/) instead of running TGSE")
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--no-resume", action="store_true", help=f"ignore (and overwrite) the rows in --out/{ROWS_FILE}")
     parser.add_argument("--tgse-dir", default="/tmp/rhea-acr-bench-tgse")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available)")
@@ -209,19 +279,33 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.n_train is None:
         args.n_train = 24 if args.setting == "cpu" else None
+    settings = parse_settings(args.settings)
+    if args.tasks == "babi" and not args.babi:
+        parser.error("--tasks babi needs --babi FILE... (e.g. shared/data/babi_en_1k/qa2_two-supporting-facts_test.txt)")
+    if args.babi and args.tasks != "babi":
+        parser.error("--babi is only read with --tasks babi")
 
     import torch
 
     from rhea.agents.acr import ACRController, ACRPolicy
     from rhea.agents.acr.operators import ACTIVE_OPERATORS
-    from rhea.agents.acr.tasks import drift_tasks
+    from rhea.agents.acr.tasks import babi_tasks, drift_tasks
     from rhea.modeling import load_base_model
     from rhea.training.acr import TGSE, clear_output, exact_match, teacher_from_spec, value_match
 
-    cfg = tgse_config(args)  # bad settings fail before the model loads
+    cfg = tgse_config(args)  # bad settings and data fail before the model loads
     teacher = teacher_from_spec(args.teacher)
     n_train = args.n_train or cfg.seed_tasks + (cfg.iterations - 1) * cfg.tasks_per_iteration
+    test = (babi_tasks(args.babi, args.n_test, seed=1000, max_facts=args.max_facts) if args.tasks == "babi"
+            else drift_tasks(args.n_test, seed=1000))
+    needs_trained = any(n in TRAINED_SETTINGS for n in settings)
     temperature = args.temperature if args.temperature is not None else (0.7 if args.setting == "paper" else 0.0)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows_path = out_dir / ROWS_FILE
+    if args.no_resume and rows_path.exists():
+        rows_path.unlink()
+    done = load_rows(rows_path)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -230,20 +314,35 @@ def main(argv=None) -> int:
     base.to(device)
     controller = ACRController(base, tok, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha)
     solver = controller.generator(None, seed=args.seed)
-    test = drift_tasks(args.n_test, seed=1000)
     train = drift_tasks(n_train, seed=1)
     rewards = {"em": exact_match, "value": value_match}
     budgets = {"router_max_new_tokens": args.router_tokens, "refactor_max_new_tokens": args.refactor_tokens,
                "temperature": temperature}
-    results = {"model": args.model, "device": device, "setting": args.setting, "n_test": len(test),
-               "n_train": len(train), "solver_max_new_tokens": args.solver_tokens, **budgets, "settings": {},
+    results = {"model": args.model, "device": device, "setting": args.setting, "tasks": args.tasks,
+               "babi": args.babi, "max_facts": args.max_facts if args.tasks == "babi" else None,
+               "settings_run": settings, "n_test": len(test), "n_train": len(train) if needs_trained else 0,
+               "solver_max_new_tokens": args.solver_tokens, **budgets, "settings": {}, "vs_none": {},
                "operator_sweep": {}, "tgse": None, "rows": {}}
     trace: list[dict] = []
 
+    def write() -> None:
+        results["vs_none"] = compare_with_none(results["rows"])
+        results["seconds"] = round(time.perf_counter() - t_start, 1)
+        (out_dir / "acr.json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
+        (out_dir / "acr_trace.json").write_text(json.dumps(trace, indent=1, ensure_ascii=False))
+
     def run(name, make_policy, gens):
-        summary, rows = evaluate(name, test if not name.startswith("sweep") else test[: args.sweep_n], make_policy,
-                                 solver, tok, rewards, gens, args.solver_tokens, trace, temperature)
+        with rows_path.open("a", encoding="utf-8") as sink:
+            def save(row):
+                sink.write(json.dumps({"setting": name, "row": row}, ensure_ascii=False) + "\n")
+                sink.flush()
+            summary, rows = evaluate(name, test if not name.startswith("sweep") else test[: args.sweep_n],
+                                     make_policy, solver, tok, rewards, gens, args.solver_tokens, trace, temperature,
+                                     done=done.get(name), sink=save)
         results["rows"][name] = rows
+        if not name.startswith("sweep"):
+            results["settings"][name] = summary
+        write()
         return summary
 
     def acr(router_gen, refactor_gen):
@@ -251,72 +350,82 @@ def main(argv=None) -> int:
                                       **budgets)
 
     base_gens = [controller.generator(None, seed=args.seed), controller.generator(None, seed=args.seed + 1)]
-    results["settings"]["none"] = run("none", None, [])
-    results["settings"]["prompt-only"] = run("prompt-only", acr(*base_gens), base_gens)
+    if "none" in settings:
+        run("none", None, [])
+    if "prompt-only" in settings:
+        run("prompt-only", acr(*base_gens), base_gens)
 
-    if args.adapters:
-        controller.load_adapters(args.adapters)
-        results["tgse"] = {"adapters": args.adapters}
-    else:
-        clear_output(cfg)
-        t0 = time.perf_counter()
-        tgse = TGSE(cfg, controller, teacher, train, solver=solver)
-        out = tgse.run(resume=False)
-        results["tgse"] = {"config": cfg.to_dict(), "seconds": round(time.perf_counter() - t0, 1), "pools": out.pools,
-                           "stopped": out.stopped, "history": out.history, "teacher": args.teacher}
-        for pool, items in tgse.pools.items():  # a few verified TGSE instances for the trace
-            for inst in items[:2]:
-                trace.append({"setting": "tgse-pool", "pool": pool, "task_id": inst.task_id,
-                              "iteration": inst.iteration, "operator": inst.operator,
-                              "router_target": inst.router_target, "refactor_target": inst.refactor_target,
-                              "refactored_by": inst.refactored_by, "reward_raw": inst.reward_raw,
-                              "reward_refactored": inst.reward_refactored, "tokens_raw": inst.tokens_raw,
-                              "tokens_refactored": inst.tokens_refactored})
-
-    trained_router = controller.generator("router", seed=args.seed + 2)
-    trained_refactorer = controller.generator("refactorer", seed=args.seed + 3)
-    results["settings"]["w/o-router"] = run("w/o-router", acr(base_gens[0], trained_refactorer),
-                                            [base_gens[0], trained_refactorer])
-    results["settings"]["w/o-refactorer"] = run("w/o-refactorer", acr(trained_router, base_gens[1]),
-                                                [trained_router, base_gens[1]])
-    results["settings"]["trained"] = run("trained", acr(trained_router, trained_refactorer),
-                                         [trained_router, trained_refactorer])
+    refactorers = {"prompt-only": base_gens[1]} if "prompt-only" in settings else {}
+    if needs_trained:
+        if args.adapters:
+            controller.load_adapters(args.adapters)
+            results["tgse"] = {"adapters": args.adapters}
+        else:
+            clear_output(cfg)
+            t0 = time.perf_counter()
+            tgse = TGSE(cfg, controller, teacher, train, solver=solver)
+            out = tgse.run(resume=False)
+            results["tgse"] = {"config": cfg.to_dict(), "seconds": round(time.perf_counter() - t0, 1),
+                               "pools": out.pools, "stopped": out.stopped, "history": out.history,
+                               "teacher": args.teacher}
+            for pool, items in tgse.pools.items():  # a few verified TGSE instances for the trace
+                for inst in items[:2]:
+                    trace.append({"setting": "tgse-pool", "pool": pool, "task_id": inst.task_id,
+                                  "iteration": inst.iteration, "operator": inst.operator,
+                                  "router_target": inst.router_target, "refactor_target": inst.refactor_target,
+                                  "refactored_by": inst.refactored_by, "reward_raw": inst.reward_raw,
+                                  "reward_refactored": inst.reward_refactored, "tokens_raw": inst.tokens_raw,
+                                  "tokens_refactored": inst.tokens_refactored})
+        trained_router = controller.generator("router", seed=args.seed + 2)
+        trained_refactorer = controller.generator("refactorer", seed=args.seed + 3)
+        refactorers["trained"] = trained_refactorer
+        if "w/o-router" in settings:
+            run("w/o-router", acr(base_gens[0], trained_refactorer), [base_gens[0], trained_refactorer])
+        if "w/o-refactorer" in settings:
+            run("w/o-refactorer", acr(trained_router, base_gens[1]), [trained_router, base_gens[1]])
+        if "trained" in settings:
+            run("trained", acr(trained_router, trained_refactorer), [trained_router, trained_refactorer])
 
     if args.sweep_n > 0:  # every operator through the model-driven refactorer, router bypassed
-        for label, refactor_gen in (("prompt-only", base_gens[1]), ("trained", trained_refactorer)):
-            per_op = {}
-            for op in ACTIVE_OPERATORS:
-                per_op[op] = run(f"sweep/{label}/{op}", acr(FixedRouter(op), refactor_gen), [refactor_gen])
-            results["operator_sweep"][label] = per_op
+        for label, refactor_gen in refactorers.items():
+            results["operator_sweep"][label] = {
+                op: run(f"sweep/{label}/{op}", acr(FixedRouter(op), refactor_gen), [refactor_gen])
+                for op in ACTIVE_OPERATORS}
     results["refactorer_runs_per_operator"] = _runs_per_operator(results, ACTIVE_OPERATORS)
-    results["seconds"] = round(time.perf_counter() - t_start, 1)
-
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "acr.json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
-    (out_dir / "acr_trace.json").write_text(json.dumps(trace, indent=1, ensure_ascii=False))
+    write()
     try:
         plot(results, out_dir / "acr.png")
     except ImportError as e:
         print(f"[acr bench] no PNG: matplotlib is missing ({e})")
-    print("\n| setting | n | EM [95% CI] | value acc. [95% CI] | context tokens | controller tokens | router valid | operators |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, s in results["settings"].items():
-        print(f"| {name} | {s['n']} | {s['em']:.2f} [{s['em_ci95'][0]:.2f}, {s['em_ci95'][1]:.2f}] | "
-              f"{s['value_accuracy']:.2f} [{s['value_accuracy_ci95'][0]:.2f}, {s['value_accuracy_ci95'][1]:.2f}] | "
-              f"{s['context_tokens']:.0f} | {s['controller_tokens']:.0f} | {_fmt(s['router_valid_rate'])} | {s['operators']} |")
+    print(markdown_table(results))
     print("refactorer runs per operator:", json.dumps(results["refactorer_runs_per_operator"]))
     print(f"total {results['seconds']} s")
     return 0
 
 
+def markdown_table(results: dict) -> str:
+    """The settings as a markdown table, each ACR setting with its paired difference from ``none``."""
+    lines = ["| setting | n | EM [95% CI] | value acc. [95% CI] | value vs none [95% CI], p | context tokens | "
+             "controller tokens | router valid | operators |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, s in results["settings"].items():
+        cmp = results.get("vs_none", {}).get(name, {}).get("value")
+        vs = (f"{cmp['diff']:+.2f} [{cmp['low']:+.2f}, {cmp['high']:+.2f}], p = {cmp['p_value']:.3f}"
+              if cmp and cmp.get("low") is not None else "—")
+        lines.append(f"| {name} | {s['n']} | {s['em']:.2f} [{s['em_ci95'][0]:.2f}, {s['em_ci95'][1]:.2f}] | "
+                     f"{s['value_accuracy']:.2f} [{s['value_accuracy_ci95'][0]:.2f}, {s['value_accuracy_ci95'][1]:.2f}] | "
+                     f"{vs} | {s['context_tokens']:.0f} | {s['controller_tokens']:.0f} | "
+                     f"{_fmt(s['router_valid_rate'])} | {s['operators']} |")
+    return "\n".join(lines)
+
+
 def _runs_per_operator(results: dict, operators) -> dict:
     """How often each refactorer (prompt-only: the base model; trained: the refactorer adapter) executed
     each operator, over the routed settings and the sweep, split by how its output was used."""
-    sources = {"prompt-only": [results["settings"]["prompt-only"], results["settings"]["w/o-refactorer"],
-                               *results["operator_sweep"].get("prompt-only", {}).values()],
-               "trained": [results["settings"]["trained"], results["settings"]["w/o-router"],
-                           *results["operator_sweep"].get("trained", {}).values()]}
+    settings = results["settings"]
+    sources = {"prompt-only": [settings[n] for n in ("prompt-only", "w/o-refactorer") if n in settings]
+               + list(results["operator_sweep"].get("prompt-only", {}).values()),
+               "trained": [settings[n] for n in ("trained", "w/o-router") if n in settings]
+               + list(results["operator_sweep"].get("trained", {}).values())}
     out = {}
     for label, summaries in sources.items():
         out[label] = {}

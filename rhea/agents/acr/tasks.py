@@ -9,6 +9,12 @@ question and its gold answer. Facts come from the eval harness's key/value vocab
   the user keeps rejecting it; the question asks again;
 - ``clean``: the fact is stated once and asked for (no drift: NONE is the right choice).
 
+`babi_tasks` turns bAbI stories (shared/data's ``babi_en_1k``; qa2/qa3 are the multi-hop
+ones) into the same shape: each fact is one user turn, the question is the query, and the
+story's possible answers are the confusable candidates. The facts drift by themselves
+("Mary went to the kitchen." ... "Mary moved to the garden."), so ACR's operators have
+something to refactor on real, not templated, text.
+
 >>> task = drift_tasks(3, seed=0)[0]
 >>> task.kind, task.answer in task.candidates, len(task.conversation) >= 3
 ('correction', True, True)
@@ -17,13 +23,18 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 from rhea.agents.acr.errors import ACRConfigError
 from rhea.context import Conversation, Turn
+from rhea.eval.loaders import load_babi
 from rhea.eval.suites.builtin import KV_VOCABULARY, ORDINARY_QUESTIONS
 
 KINDS = ("correction", "failed_attempts", "clean")
 TASK_DESCRIPTION = "Answer the user's questions about facts they told you; facts may be corrected later."
+BABI_TASK_DESCRIPTION = ("The user tells a story one fact per turn, then asks a question about it. "
+                         "Answer with one word.")
+BABI_REPLY = "Got it."
 FILLER_REPLY = "That is a broad question; in short, it comes down to a few well-understood physical and biological effects."
 
 
@@ -79,3 +90,44 @@ def drift_tasks(n: int, *, seed: int = 0, kinds=KINDS, n_filler: int = 2) -> lis
         raise ACRConfigError(f"kinds={list(kinds)} must be a non-empty subset of {KINDS}")
     rng = random.Random(seed)
     return [_task(i, kinds[i % len(kinds)], rng, n_filler) for i in range(n)]
+
+
+def babi_tasks(paths, n: int, *, seed: int = 0, max_facts: int = 20) -> list[DriftTask]:
+    """`n` bAbI questions drawn evenly from the files `paths` (one path or several), reproducible from `seed`.
+
+    Each fact before the question becomes a user turn answered "Got it."; questions with more
+    than `max_facts` facts before them are skipped (not truncated), so every setting sees the
+    whole story. The candidates are every answer the file's questions have (for qa2/qa3 the six
+    locations), so `value_match` fails an answer that names two places. ``kind`` is the file's
+    task (``qa2``, ``qa3``...). Fewer than `n` eligible questions in a file is an error.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ACRConfigError(f"n={n!r} must be an int >= 1")
+    if isinstance(max_facts, bool) or not isinstance(max_facts, int) or max_facts < 1:
+        raise ACRConfigError(f"max_facts={max_facts!r} must be an int >= 1")
+    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    if not paths:
+        raise ACRConfigError("babi_tasks needs at least one bAbI file (e.g. qa2_two-supporting-facts_test.txt)")
+    rng = random.Random(seed)
+    per_file = [n // len(paths) + (i < n % len(paths)) for i in range(len(paths))]
+    tasks: list[DriftTask] = []
+    for path, want in zip(paths, per_file):
+        kind = path.stem.split("_", 1)[0]
+        eligible, answers = [], set()
+        for s, story in enumerate(load_babi(path)):
+            facts = []
+            for line in story:
+                if not line.is_question:
+                    facts.append(line.text)
+                    continue
+                answers.add(line.answer)
+                if len(facts) <= max_facts:
+                    eligible.append((f"{kind}-{s}-{line.number}", list(facts), line.text, line.answer))
+        if len(eligible) < want:
+            raise ACRConfigError(f"{path}: only {len(eligible)} questions have <= {max_facts} facts before them, "
+                                 f"{want} asked for; raise max_facts or ask for fewer tasks")
+        for task_id, facts, question, answer in rng.sample(eligible, want):
+            conversation = Conversation([Turn(fact, BABI_REPLY) for fact in facts])
+            tasks.append(DriftTask(task_id, kind, conversation, f"{question} Answer with one word.", answer,
+                                   sorted(answers), BABI_TASK_DESCRIPTION))
+    return tasks

@@ -44,3 +44,68 @@ def test_every_operator_reaches_the_refactorer_and_is_counted(bench):
     counts = bench._runs_per_operator(results, ACTIVE_OPERATORS)
     for label in ("prompt-only", "trained"):
         assert counts[label] == {op: {"runs": 2, "refactorer": 1, "fallback-raw": 1} for op in ACTIVE_OPERATORS}
+
+
+BABI = """1 Mary moved to the bathroom.
+2 John went to the hallway.
+3 Mary picked up the football.
+4 Where is Mary?\tbathroom\t1
+5 Mary went to the garden.
+6 Where is the football?\tgarden\t3 5
+1 Sandra journeyed to the kitchen.
+2 Where is Sandra?\tkitchen\t1
+"""
+
+
+def test_babi_tasks_turn_each_fact_into_a_user_turn(tmp_path):
+    from rhea.agents.acr import ACRConfigError
+    from rhea.agents.acr.tasks import BABI_REPLY, babi_tasks
+
+    path = tmp_path / "qa2_two-supporting-facts_test.txt"
+    path.write_text(BABI)
+    tasks = {t.task_id: t for t in babi_tasks(path, 3, seed=0)}
+    assert sorted(tasks) == ["qa2-0-4", "qa2-0-6", "qa2-1-2"]
+    football = tasks["qa2-0-6"]
+    assert [t.user for t in football.conversation] == ["Mary moved to the bathroom.", "John went to the hallway.",
+                                                        "Mary picked up the football.", "Mary went to the garden."]
+    assert all(t.assistant == BABI_REPLY for t in football.conversation)
+    assert football.query == "Where is the football? Answer with one word." and football.answer == "garden"
+    assert football.kind == "qa2" and football.candidates == ["bathroom", "garden", "kitchen"]
+    assert value_match("The football is in the garden.", football) == 1.0
+    assert value_match("garden or bathroom", football) == 0.0
+    assert [t.task_id for t in babi_tasks(path, 1, seed=0, max_facts=1)] == ["qa2-1-2"]  # longer stories skipped
+    with pytest.raises(ACRConfigError, match="only 1 questions have <= 1 facts"):
+        babi_tasks(path, 2, max_facts=1)
+    with pytest.raises(ACRConfigError, match="at least one bAbI file"):
+        babi_tasks([], 1)
+
+
+def test_rows_resume_and_paired_comparison_with_none(bench, tmp_path):
+    tok = tiny_tokenizer()
+    tasks = drift_tasks(3, kinds=("correction",), seed=4)
+    rewards = {"em": exact_match, "value": value_match}
+    rows_path = tmp_path / bench.ROWS_FILE
+    sunk = []
+
+    def sink(row):
+        sunk.append(row)
+        with rows_path.open("a") as f:
+            f.write(bench.json.dumps({"setting": "none", "row": row}) + "\n")
+
+    solver = FirstFactSolver()
+    _, first = bench.evaluate("none", tasks[:2], None, solver, tok, rewards, [], 4, [], sink=sink)
+    assert len(solver.calls) == 2 and sunk == first
+    done = bench.load_rows(rows_path)
+    assert sorted(done["none"]) == sorted(t.task_id for t in tasks[:2])
+    _, rows = bench.evaluate("none", tasks, None, solver, tok, rewards, [], 4, [], done=done["none"])
+    assert len(solver.calls) == 3  # the two finished tasks are reused, only the third runs
+    assert [r["task_id"] for r in rows] == [t.task_id for t in tasks] and rows[:2] == first
+    # the raw history answers with the corrected-away first value; a refactored one would not
+    better = [{**r, "em": 1.0, "value": 1.0} for r in rows]
+    cmp = bench.compare_with_none({"none": rows, "prompt-only": better, "sweep/prompt-only/noise_filter": better})
+    assert set(cmp) == {"prompt-only"}
+    assert cmp["prompt-only"]["value"]["diff"] == pytest.approx(1.0 - sum(r["value"] for r in rows) / 3)
+    assert cmp["prompt-only"]["value"]["n"] == 3
+    assert bench.parse_settings("trained,none") == ["none", "trained"]
+    with pytest.raises(SystemExit, match="unknown"):
+        bench.parse_settings("none,oracle")
