@@ -247,16 +247,29 @@ def test_paper_tables_render_our_runs(model, tmp_path):
            "table": [{"method": "ace N=3", "n": 3, "accuracy": 2 / 3, "accuracy_95ci": [0.2, 0.94], "avg_tokens": 10.0,
                       "think_share": 0.5, "accuracy_minus_rag": {"diff": 0.33, "low": 0.0, "high": 0.67,
                                                                   "p_value": 0.5}}]}
+    acr = {"model": "m", "device": "cpu", "tasks": "babi", "babi": ["/x/qa2_two.txt"], "n_test": 4, "temperature": 0.0,
+           "settings": {"none": {"n": 4, "em": 0.25, "em_ci95": [0.05, 0.7], "value_accuracy": 0.5,
+                                 "value_accuracy_ci95": [0.15, 0.85], "context_tokens": 100.0, "controller_tokens": 0.0},
+                        "prompt-only": {"n": 4, "em": 0.5, "em_ci95": [0.15, 0.85], "value_accuracy": 0.75,
+                                        "value_accuracy_ci95": [0.3, 0.95], "context_tokens": 60.0,
+                                        "controller_tokens": 700.0}},
+           "vs_none": {"prompt-only": {"value": {"diff": 0.25, "low": 0.0, "high": 0.5, "p_value": 1.0}}}}
     (tmp_path / "s.json").write_text(json.dumps(sculptor))
     (tmp_path / "a.json").write_text(json.dumps(ace))
+    (tmp_path / "r.json").write_text(json.dumps(acr))
     assert paper_tables.main(["--results", str(tmp_path / "runs"), "--out", str(tmp_path / "tables"),
-                              "--ours", f"sculptor={tmp_path / 's.json'}", "--ours", f"ace={tmp_path / 'a.json'}"]) == 0
+                              "--ours", f"sculptor={tmp_path / 's.json'}", "--ours", f"ace={tmp_path / 'a.json'}",
+                              "--ours", f"acr={tmp_path / 'r.json'}"]) == 0
     text = (tmp_path / "tables.md").read_text()
     assert "| sculptor | 4 | 0.250 [0.10, 0.40] | -0.050 [-0.20, 0.10], p = 0.5 | 0.00 | 900 | 1.0 | 99.13 | 90.43 |" in text
     assert text.index("| sculptor | 4 |") < text.index("## Sculptor Table 2")  # under Table 1, once
     assert "| ace N=3 | 3 | 0.667 [0.20, 0.94] | +0.330 [0.00, 0.67], p = 0.5 | 10 | 50.0 |" in text
-    with pytest.raises(SystemExit):
-        paper_tables.main(["--results", str(tmp_path / "runs"), "--out", str(tmp_path / "t"), "--ours", "acr=x.json"])
+    assert "| none | 4 | 0.250 [0.05, 0.70] | 0.500 [0.15, 0.85] |  | 100 | 0 |" in text
+    assert "| prompt-only | 4 | 0.500 [0.15, 0.85] | 0.750 [0.30, 0.95] | +0.250 [0.00, 0.50], p = 1 | 60 | 700 |" in text
+    assert text.index("## ACR Table 1") < text.index("| prompt-only | 4 |") < text.index("## ACE Table 1")
+    for bad in ("oracle=x.json", f"acr={tmp_path / 'missing.json'}"):
+        with pytest.raises(SystemExit):
+            paper_tables.main(["--results", str(tmp_path / "runs"), "--out", str(tmp_path / "t"), "--ours", bad])
 
 
 def test_adding_a_policy_reuses_the_finished_ones(model, tmp_path, monkeypatch):
