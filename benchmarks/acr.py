@@ -141,14 +141,22 @@ def compare_with_none(rows: dict[str, list[dict]]) -> dict:
     return out
 
 
-def load_rows(path: Path) -> dict[str, dict[str, dict]]:
-    """Rows of an earlier run: setting -> task id -> row."""
+def load_rows(path: Path, run_key: dict | None = None) -> dict[str, dict[str, dict]]:
+    """Rows of an earlier run: setting -> task id -> row. A row written under another `run_key`
+    (model, tasks, decoding budgets...) is an error, not silently mixed in."""
     done: dict[str, dict[str, dict]] = {}
     if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                done.setdefault(rec["setting"], {})[rec["row"]["task_id"]] = rec["row"]
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            theirs = rec.get("run")
+            if run_key is not None and theirs is not None and theirs != run_key:
+                changed = sorted(k for k in set(theirs) | set(run_key) if theirs.get(k) != run_key.get(k))
+                raise SystemExit(f"acr bench: {path} line {n} was written with other settings ({', '.join(changed)}: "
+                                 f"{ {k: theirs.get(k) for k in changed} } vs { {k: run_key.get(k) for k in changed} }); "
+                                 "pass --no-resume to start over or choose another --out")
+            done.setdefault(rec["setting"], {})[rec["row"]["task_id"]] = rec["row"]
     return done
 
 
@@ -276,6 +284,9 @@ def main(argv=None) -> int:
     parser.add_argument("--router-tokens", type=int, default=48)
     parser.add_argument("--refactor-tokens", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-prefix-cache", action="store_true",
+                        help="prefill every prompt in full (by default each generator reuses the KV prefix its last "
+                             "call shares with the next: the router's and refactorer's long instructions)")
     args = parser.parse_args(argv)
     if args.n_train is None:
         args.n_train = 24 if args.setting == "cpu" else None
@@ -305,7 +316,11 @@ def main(argv=None) -> int:
     rows_path = out_dir / ROWS_FILE
     if args.no_resume and rows_path.exists():
         rows_path.unlink()
-    done = load_rows(rows_path)
+    run_key = {"model": args.model, "tasks": args.tasks, "babi": [Path(b).name for b in args.babi or []],
+               "max_facts": args.max_facts, "n_test_seed": 1000, "seed": args.seed, "temperature": temperature,
+               "solver_tokens": args.solver_tokens, "router_tokens": args.router_tokens,
+               "refactor_tokens": args.refactor_tokens}
+    done = load_rows(rows_path, run_key)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -313,7 +328,8 @@ def main(argv=None) -> int:
     base, tok = load_base_model(args.model, dtype=torch.bfloat16 if device == "cuda" else None)
     base.to(device)
     controller = ACRController(base, tok, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha)
-    solver = controller.generator(None, seed=args.seed)
+    cache = not args.no_prefix_cache
+    solver = controller.generator(None, seed=args.seed, prefix_cache=cache)
     train = drift_tasks(n_train, seed=1)
     rewards = {"em": exact_match, "value": value_match}
     budgets = {"router_max_new_tokens": args.router_tokens, "refactor_max_new_tokens": args.refactor_tokens,
@@ -321,7 +337,7 @@ def main(argv=None) -> int:
     results = {"model": args.model, "device": device, "setting": args.setting, "tasks": args.tasks,
                "babi": args.babi, "max_facts": args.max_facts if args.tasks == "babi" else None,
                "settings_run": settings, "n_test": len(test), "n_train": len(train) if needs_trained else 0,
-               "solver_max_new_tokens": args.solver_tokens, **budgets, "settings": {}, "vs_none": {},
+               "solver_max_new_tokens": args.solver_tokens, "prefix_cache": cache, **budgets, "settings": {}, "vs_none": {},
                "operator_sweep": {}, "tgse": None, "rows": {}}
     trace: list[dict] = []
 
@@ -334,7 +350,7 @@ def main(argv=None) -> int:
     def run(name, make_policy, gens):
         with rows_path.open("a", encoding="utf-8") as sink:
             def save(row):
-                sink.write(json.dumps({"setting": name, "row": row}, ensure_ascii=False) + "\n")
+                sink.write(json.dumps({"setting": name, "run": run_key, "row": row}, ensure_ascii=False) + "\n")
                 sink.flush()
             summary, rows = evaluate(name, test if not name.startswith("sweep") else test[: args.sweep_n],
                                      make_policy, solver, tok, rewards, gens, args.solver_tokens, trace, temperature,
@@ -349,7 +365,8 @@ def main(argv=None) -> int:
         return lambda task: ACRPolicy(router=router_gen, refactorer=refactor_gen, task=task.task, tokenizer=tok,
                                       **budgets)
 
-    base_gens = [controller.generator(None, seed=args.seed), controller.generator(None, seed=args.seed + 1)]
+    base_gens = [controller.generator(None, seed=args.seed, prefix_cache=cache),
+                 controller.generator(None, seed=args.seed + 1, prefix_cache=cache)]
     if "none" in settings:
         run("none", None, [])
     if "prompt-only" in settings:
@@ -376,8 +393,11 @@ def main(argv=None) -> int:
                                   "refactored_by": inst.refactored_by, "reward_raw": inst.reward_raw,
                                   "reward_refactored": inst.reward_refactored, "tokens_raw": inst.tokens_raw,
                                   "tokens_refactored": inst.tokens_refactored})
-        trained_router = controller.generator("router", seed=args.seed + 2)
-        trained_refactorer = controller.generator("refactorer", seed=args.seed + 3)
+        solver.reset_prefix_cache()  # TGSE trained the adapters the base generators ran with disabled
+        for gen in base_gens:
+            gen.reset_prefix_cache()
+        trained_router = controller.generator("router", seed=args.seed + 2, prefix_cache=cache)
+        trained_refactorer = controller.generator("refactorer", seed=args.seed + 3, prefix_cache=cache)
         refactorers["trained"] = trained_refactorer
         if "w/o-router" in settings:
             run("w/o-router", acr(base_gens[0], trained_refactorer), [base_gens[0], trained_refactorer])

@@ -106,6 +106,11 @@ def test_rows_resume_and_paired_comparison_with_none(bench, tmp_path):
     assert set(cmp) == {"prompt-only"}
     assert cmp["prompt-only"]["value"]["diff"] == pytest.approx(1.0 - sum(r["value"] for r in rows) / 3)
     assert cmp["prompt-only"]["value"]["n"] == 3
+    key = {"model": "m", "router_tokens": 48}
+    rows_path.write_text(bench.json.dumps({"setting": "none", "run": key, "row": first[0]}) + "\n")
+    assert list(bench.load_rows(rows_path, key)["none"]) == [first[0]["task_id"]]
+    with pytest.raises(SystemExit, match="router_tokens.*--no-resume"):
+        bench.load_rows(rows_path, {**key, "router_tokens": 128})
     assert bench.parse_settings("trained,none") == ["none", "trained"]
     with pytest.raises(SystemExit, match="unknown"):
         bench.parse_settings("none,oracle")
