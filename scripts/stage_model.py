@@ -5,7 +5,8 @@ travels in pieces: split it here, carry one piece per call into a folder that pe
 while the machine stays warm, check what has arrived, and reassemble it there, verified
 against the SHA-256 that `rhea.modeling.zoo` records, into the cache location `rhea.modeling.zoo` loads from.
 
-    python scripts/stage_model.py split smollm2-135m --out .stage/smollm2-135m --piece-mb 40
+    python scripts/stage_model.py room                        # what travels now, what is left for a piece
+    python scripts/stage_model.py split smollm2-135m --out .stage/smollm2-135m   # --piece-mb auto (the room)
     python scripts/stage_model.py status --staged .stage/smollm2-135m
     python scripts/stage_model.py assemble --staged .stage/smollm2-135m            # into the cache
     python scripts/stage_model.py assemble --staged DIR --out /tmp/model.gguf --no-install
@@ -15,6 +16,13 @@ and SHA-256, and the whole file's size and SHA-256). The whole file's hash comes
 record (`SplitGGUF.sha256`, e.g. qwen2.5-coder-1.5b); a model shipped as one package
 (`PackagedGGUF`, e.g. smollm2-135m) has no recorded hash, so the manifest records the hash of
 the installed package's file and says so.
+
+The working tree travels with every call and counts towards the 64 MiB (tracked files and
+untracked ones git does not ignore, plus a checkout's own ``shared/``). `room` measures it and
+what is left for a piece after the carried extras (``--carry``: the manifest, wheels), less a
+1 MiB margin; ``split --piece-mb auto`` (the default) cuts pieces of that size, so a call never
+exceeds the limit as the tree grows (it was 23 MiB when this was written, 45 MiB a few sessions
+later, which left 18 MiB, not 40, for a piece).
 
 `status` lists each piece as present, missing or corrupt (size or SHA-256 differ) and names
 the next piece to send. `assemble` concatenates the pieces (streamed, hashed while written,
@@ -38,6 +46,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -48,6 +57,10 @@ from rhea.modeling import zoo as zoo_mod  # noqa: E402
 from rhea.errors import CorruptModelFileError, RheaError  # noqa: E402
 
 MANIFEST = "manifest.json"
+#: what one device call may carry, working tree included (device README, Limits)
+CALL_LIMIT_BYTES = 64 * 2**20
+#: kept free under the limit (a manifest, files the tree gains between the split and the call)
+MARGIN_BYTES = 2**20
 
 
 class StagingError(RheaError, ValueError):
@@ -77,11 +90,70 @@ def source_of(name: str, from_file: str | None = None) -> tuple[Path, int | None
     return path, recorded_size, recorded_sha, basis
 
 
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def travelling_bytes(repo: Path) -> int:
+    """Bytes of what a device call sends from `repo` on its own: tracked files that exist, untracked
+    files git does not ignore, and the checkout's own ``shared/`` folder."""
+    def listed(*flags: str) -> list[str]:
+        try:
+            out = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", *flags], check=True,
+                                 capture_output=True).stdout
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise StagingError(f"{repo}: cannot list the files a device call would send ({e}); run this from the "
+                               "repository's checkout") from e
+        return [n for n in out.decode("utf-8", "surrogateescape").split("\0") if n]
+
+    names = set(listed()) | set(listed("--others", "--exclude-standard"))
+    total = 0
+    for name in names:
+        f = repo / name
+        if f.is_file() and not f.is_symlink() and not name.startswith("shared/"):
+            total += f.stat().st_size
+    if (repo / "shared").is_dir():
+        total += _size(repo / "shared")
+    return total
+
+
+def room(repo: Path, carry: list[Path] = ()) -> dict:
+    """What a call from `repo` sends before any piece, and how large a piece may be."""
+    tree = travelling_bytes(repo)
+    paths = [c if c.is_absolute() else repo / c for c in carry]
+    missing = [str(c) for c in paths if not c.exists()]
+    if missing:
+        raise StagingError(f"--carry {', '.join(missing)}: no such path; name what each call will carry")
+    extra = sum(_size(c) for c in paths)
+    free = CALL_LIMIT_BYTES - tree - extra - MARGIN_BYTES
+    return {"tree_bytes": tree, "carry_bytes": extra, "margin_bytes": MARGIN_BYTES, "limit_bytes": CALL_LIMIT_BYTES,
+            "piece_bytes": max(free, 0), "piece_mib": round(max(free, 0) / 2**20, 2)}
+
+
+def check_ignored(repo: Path, out: Path) -> None:
+    """Pieces written inside the checkout must be git-ignored, or every call would send all of them."""
+    out = out.resolve()
+    try:
+        out.relative_to(repo)
+    except ValueError:
+        return
+    probe = out / "piece-000.bin"
+    hit = subprocess.run(["git", "-C", str(repo), "check-ignore", "-q", str(probe)], capture_output=True)
+    if hit.returncode != 0:
+        rel = out.relative_to(repo).parts[0]
+        exclude = subprocess.run(["git", "-C", str(repo), "rev-parse", "--git-path", "info/exclude"],
+                                 capture_output=True, text=True).stdout.strip() or ".git/info/exclude"
+        raise StagingError(f"{out} is inside the checkout and not ignored, so every device call would send the "
+                           f"pieces: `mkdir -p {Path(exclude).parent} && echo /{rel}/ >> {exclude}` first")
+
+
 def split(name: str, out: Path, piece_mb: float, from_file: str | None = None) -> dict:
     """Write `name`'s GGUF as pieces of at most `piece_mb` MiB plus the manifest; return the manifest."""
     if not 0 < piece_mb <= 64:
         raise StagingError(f"--piece-mb {piece_mb}: must be in (0, 64]; the device machine takes 64 MiB per call "
-                           "including the working tree, so about 40 is what fits")
+                           "including the working tree: `stage_model.py room` says what is left for a piece")
     path, recorded_size, recorded_sha, basis = source_of(name, from_file)
     piece_bytes = int(piece_mb * 2**20)
     out.mkdir(parents=True, exist_ok=True)
@@ -203,7 +275,13 @@ def main(argv=None) -> int:
     s = sub.add_parser("split", help="write NAME's GGUF as pieces + manifest.json")
     s.add_argument("name", help="a model-zoo name (rhea models list)")
     s.add_argument("--out", required=True, type=Path, help="folder for the pieces (e.g. .stage/NAME, git-ignored)")
-    s.add_argument("--piece-mb", type=float, default=40.0, help="MiB per piece (default 40; at most 64)")
+    s.add_argument("--piece-mb", default="auto",
+                   help="MiB per piece, or auto (default): what `room` leaves beside the working tree and --carry")
+    s.add_argument("--carry", nargs="*", type=Path, default=[],
+                   help="with auto: other paths each call carries beside the piece (e.g. .whl)")
+    r = sub.add_parser("room", help="how many bytes a device call sends from this checkout, and the room for a piece")
+    r.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1])
+    r.add_argument("--carry", nargs="*", type=Path, default=[], help="other paths each call carries (e.g. .whl)")
     s.add_argument("--from", dest="from_file", default=None, help="split this GGUF file instead of locating it")
     st = sub.add_parser("status", help="which pieces are present, missing or corrupt")
     st.add_argument("--staged", required=True, type=Path)
@@ -216,9 +294,26 @@ def main(argv=None) -> int:
                    help="also convert a split model into the model cache now (packaged models always are)")
     args = ap.parse_args(argv)
     try:
+        if args.cmd == "room":
+            r = room(args.repo, args.carry)
+            print(json.dumps(r, indent=1))
+            return 0 if r["piece_bytes"] > 0 else 1
         if args.cmd == "split":
-            m = split(args.name, args.out, args.piece_mb, args.from_file)
-            print(f"{m['model']}: {len(m['pieces'])} pieces of <= {m['piece_bytes'] / 2**20:.0f} MiB in {args.out} "
+            if args.piece_mb == "auto":
+                r = room(Path(__file__).resolve().parents[1], args.carry)
+                if r["piece_bytes"] < 2**20:
+                    raise StagingError(f"the working tree ({r['tree_bytes'] / 2**20:.1f} MiB) and --carry "
+                                       f"({r['carry_bytes'] / 2**20:.1f} MiB) leave {r['piece_mib']} MiB of the 64 MiB "
+                                       "a device call takes; shrink what travels first")
+                piece_mb = r["piece_bytes"] / 2**20
+                check_ignored(Path(__file__).resolve().parents[1], args.out)
+            else:
+                try:
+                    piece_mb = float(args.piece_mb)
+                except ValueError:
+                    raise StagingError(f"--piece-mb {args.piece_mb!r}: a number of MiB or auto") from None
+            m = split(args.name, args.out, piece_mb, args.from_file)
+            print(f"{m['model']}: {len(m['pieces'])} pieces of <= {m['piece_bytes'] / 2**20:.1f} MiB in {args.out} "
                   f"({m['size']} bytes, SHA-256 {m['sha256']}; {m['sha256_source']})")
         elif args.cmd == "status":
             r = status(args.staged, hash_pieces=not args.quick)

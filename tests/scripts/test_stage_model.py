@@ -125,3 +125,52 @@ def test_bad_arguments_get_named_errors(stage, tmp_path, capsys):
         stage.split("smollm2-135m", tmp_path / "s", 100)
     assert stage.main(["status", "--staged", str(tmp_path)]) == 2
     assert "StagingError" in capsys.readouterr().err
+
+
+def _git(repo, *args):
+    import subprocess
+
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def test_room_counts_what_a_device_call_sends(stage, tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / ".gitignore").write_text("/runs/\n")
+    (repo / "tracked.bin").write_bytes(b"t" * 3000)
+    _git(repo, "add", ".gitignore", "tracked.bin")
+    (repo / "untracked.txt").write_bytes(b"u" * 500)            # travels: untracked, not ignored
+    (repo / "runs").mkdir()
+    (repo / "runs" / "big.bin").write_bytes(b"x" * 10_000)       # stays: ignored
+    (repo / "shared").mkdir()
+    (repo / "shared" / "data.txt").write_bytes(b"s" * 200)       # travels: the checkout's own shared/
+    (repo / ".whl").mkdir()
+    (repo / ".whl" / "w.whl").write_bytes(b"w" * 700)
+    r = stage.room(repo)
+    tree = 3000 + len("/runs/\n") + 500 + 200 + 700  # .whl is not ignored here, so it travels anyway
+    assert r["tree_bytes"] == tree and r["carry_bytes"] == 0
+    assert r["piece_bytes"] == stage.CALL_LIMIT_BYTES - tree - stage.MARGIN_BYTES
+    (repo / ".gitignore").write_text("/runs/\n/.whl/\n")
+    r = stage.room(repo, [Path(".whl")])
+    assert r["carry_bytes"] == 700 and r["tree_bytes"] == tree - 700 + len("/.whl/\n")
+    assert r["piece_bytes"] == stage.CALL_LIMIT_BYTES - r["tree_bytes"] - 700 - stage.MARGIN_BYTES
+    with pytest.raises(stage.StagingError, match="no such path"):
+        stage.room(repo, [Path("nowhere")])
+
+
+def test_pieces_inside_the_checkout_must_be_ignored(stage, tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    stage.check_ignored(repo, tmp_path / "elsewhere")              # outside the checkout: nothing to check
+    with pytest.raises(stage.StagingError, match=r"echo /\.stage/ >> .*exclude"):
+        stage.check_ignored(repo, repo / ".stage" / "m")
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "exclude").write_text("/.stage/\n")
+    stage.check_ignored(repo, repo / ".stage" / "m")
+
+
+def test_piece_size_must_be_a_number_or_auto(stage, tmp_path, capsys):
+    assert stage.main(["split", "smollm2-135m", "--out", str(tmp_path / "s"), "--piece-mb", "forty"]) == 2
+    assert "a number of MiB or auto" in capsys.readouterr().err
