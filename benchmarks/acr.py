@@ -68,6 +68,8 @@ ACR_SETTINGS = ("prompt-only", "w/o-router", "w/o-refactorer", "trained")
 ALL_SETTINGS = ("none", *ACR_SETTINGS)
 TRAINED_SETTINGS = ("w/o-router", "w/o-refactorer", "trained")
 ROWS_FILE = "acr_rows.jsonl"
+#: router/refactorer decisions kept in acr_trace.json
+MAX_TRACE = 80
 
 
 class FixedRouter:
@@ -90,7 +92,8 @@ def _tokens(gens) -> int:
 def evaluate(name, tasks, make_policy, solver, tokenizer, reward_fns, controller_gens, max_new_tokens, trace,
              temperature=0.0, done=None, sink=None):
     """Run `tasks` under one setting. `done` maps task ids to rows of an earlier run (reused, not rerun);
-    `sink(row)` is called on each new row (the resumable rows file)."""
+    `sink(row, trace_entry)` is called on each new row (the resumable rows file; the entry is None
+    when the row added nothing to `trace`)."""
     from rhea.policies import Vanilla
 
     rows = []
@@ -114,14 +117,16 @@ def evaluate(name, tasks, make_policy, solver, tokenizer, reward_fns, controller
                "router_valid": route["fallback_reason"] is None if route else None,
                "refactor_source": refactor["source"] if refactor else None}
         rows.append(row)
-        if route is not None and len(trace) < 80:
-            trace.append({"setting": name, "task_id": task.task_id, "kind": task.kind, "query": task.query,
-                          "gold": task.answer, "answer": answer, "route": route, "refactor": refactor})
+        entry = None
+        if route is not None and len(trace) < MAX_TRACE:
+            entry = {"setting": name, "task_id": task.task_id, "kind": task.kind, "query": task.query,
+                     "gold": task.answer, "answer": answer, "route": route, "refactor": refactor}
+            trace.append(entry)
         print(f"[acr bench] {name:28s} {task.task_id:18s} op={row['operator']:18s} src={row['refactor_source']} "
               f"em={row['em']:.0f} val={row['value']:.0f} ctx={row['context_tokens']} ctrl={controller_tokens} "
               f"{answer!r}", flush=True)
         if sink is not None:
-            sink(row)
+            sink(row, entry)
     return summarize(rows), rows
 
 
@@ -141,9 +146,10 @@ def compare_with_none(rows: dict[str, list[dict]]) -> dict:
     return out
 
 
-def load_rows(path: Path, run_key: dict | None = None) -> dict[str, dict[str, dict]]:
-    """Rows of an earlier run: setting -> task id -> row. A row written under another `run_key`
-    (model, tasks, decoding budgets...) is an error, not silently mixed in."""
+def load_rows(path: Path, run_key: dict | None = None, trace: list | None = None) -> dict[str, dict[str, dict]]:
+    """Rows of an earlier run: setting -> task id -> row (their trace entries are appended to `trace`).
+    A row written under another `run_key` (model, tasks, decoding budgets...) is an error, not
+    silently mixed in."""
     done: dict[str, dict[str, dict]] = {}
     if path.exists():
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
@@ -157,6 +163,8 @@ def load_rows(path: Path, run_key: dict | None = None) -> dict[str, dict[str, di
                                  f"{ {k: theirs.get(k) for k in changed} } vs { {k: run_key.get(k) for k in changed} }); "
                                  "pass --no-resume to start over or choose another --out")
             done.setdefault(rec["setting"], {})[rec["row"]["task_id"]] = rec["row"]
+            if trace is not None and rec.get("trace"):
+                trace.append(rec["trace"])
     return done
 
 
@@ -320,7 +328,8 @@ def main(argv=None) -> int:
                "max_facts": args.max_facts, "n_test_seed": 1000, "seed": args.seed, "temperature": temperature,
                "solver_tokens": args.solver_tokens, "router_tokens": args.router_tokens,
                "refactor_tokens": args.refactor_tokens}
-    done = load_rows(rows_path, run_key)
+    trace: list[dict] = []
+    done = load_rows(rows_path, run_key, trace)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -339,7 +348,6 @@ def main(argv=None) -> int:
                "settings_run": settings, "n_test": len(test), "n_train": len(train) if needs_trained else 0,
                "solver_max_new_tokens": args.solver_tokens, "prefix_cache": cache, **budgets, "settings": {}, "vs_none": {},
                "operator_sweep": {}, "tgse": None, "rows": {}}
-    trace: list[dict] = []
 
     def write() -> None:
         results["vs_none"] = compare_with_none(results["rows"])
@@ -349,8 +357,9 @@ def main(argv=None) -> int:
 
     def run(name, make_policy, gens):
         with rows_path.open("a", encoding="utf-8") as sink:
-            def save(row):
-                sink.write(json.dumps({"setting": name, "run": run_key, "row": row}, ensure_ascii=False) + "\n")
+            def save(row, entry):
+                sink.write(json.dumps({"setting": name, "run": run_key, "row": row, "trace": entry},
+                                      ensure_ascii=False) + "\n")
                 sink.flush()
             summary, rows = evaluate(name, test if not name.startswith("sweep") else test[: args.sweep_n],
                                      make_policy, solver, tok, rewards, gens, args.solver_tokens, trace, temperature,

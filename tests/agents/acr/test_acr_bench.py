@@ -87,10 +87,10 @@ def test_rows_resume_and_paired_comparison_with_none(bench, tmp_path):
     rows_path = tmp_path / bench.ROWS_FILE
     sunk = []
 
-    def sink(row):
+    def sink(row, entry):
         sunk.append(row)
         with rows_path.open("a") as f:
-            f.write(bench.json.dumps({"setting": "none", "row": row}) + "\n")
+            f.write(bench.json.dumps({"setting": "none", "row": row, "trace": entry}) + "\n")
 
     solver = FirstFactSolver()
     _, first = bench.evaluate("none", tasks[:2], None, solver, tok, rewards, [], 4, [], sink=sink)
@@ -106,6 +106,18 @@ def test_rows_resume_and_paired_comparison_with_none(bench, tmp_path):
     assert set(cmp) == {"prompt-only"}
     assert cmp["prompt-only"]["value"]["diff"] == pytest.approx(1.0 - sum(r["value"] for r in rows) / 3)
     assert cmp["prompt-only"]["value"]["n"] == 3
+    # an ACR setting's decisions go to the trace, and come back with the rows on a resume
+    router = bench.FixedRouter("fact_rectify")
+    refactorer = ScriptedGenerator(["<summary>the key is new</summary>"])
+    policy = lambda task: ACRPolicy(router=router, refactorer=refactorer, tokenizer=tok)
+    records, trace = [], []
+    bench.evaluate("prompt-only", tasks[:1], policy, FirstFactSolver(), tok, rewards, [refactorer], 4, trace,
+                   sink=lambda row, entry: records.append({"setting": "prompt-only", "row": row, "trace": entry}))
+    assert len(trace) == 1 and records[0]["trace"] == trace[0] and trace[0]["route"]["selected_operator"] == "fact_rectify"
+    rows_path.write_text("".join(bench.json.dumps(r) + "\n" for r in records))
+    restored = []
+    assert list(bench.load_rows(rows_path, None, restored)["prompt-only"]) == [tasks[0].task_id]
+    assert restored == trace
     key = {"model": "m", "router_tokens": 48}
     rows_path.write_text(bench.json.dumps({"setting": "none", "run": key, "row": first[0]}) + "\n")
     assert list(bench.load_rows(rows_path, key)["none"]) == [first[0]["task_id"]]
