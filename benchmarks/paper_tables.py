@@ -194,8 +194,9 @@ def _ours_context_agent(doc: dict) -> list[str]:
     """Our Context-Agent rows (benchmarks/context_agent.py JSON): per policy, means over conversations."""
     lines = [f"Ours: `{doc.get('model')}`, TopiOCQA conversations from MemoChat's test file; means over "
              "conversations with a 95% bootstrap interval where there are 2+.", "",
-             "| ours: policy | conversations | token F1 vs gold reply | context tokens / turn | topic pair agreement |",
-             "|---|---|---|---|---|"]
+             "| ours: policy | conversations | token F1 vs gold reply | F1 − vanilla (paired) | context tokens / turn | "
+             "topic pair agreement |", "|---|---|---|---|---|---|"]
+    paired = doc.get("summary", {}).get("paired_vs_vanilla") or {}
     for name, r in doc.get("summary", {}).items():
         if name == "paired_vs_vanilla" or not isinstance(r, dict):
             continue
@@ -203,8 +204,11 @@ def _ours_context_agent(doc: dict) -> list[str]:
         def cell(key, digits=3):
             v = r.get(key)
             return "" if not v else f"{v['mean']:.{digits}f}{_ci(v.get('low'), v.get('high'), digits)}"
-        lines.append(f"| {name} | {r.get('conversations')} | {cell('topiocqa_f1')} | {cell('context_tokens_per_turn', 0)} "
-                     f"| {cell('topic_pair_agreement')} |")
+        vs = (paired.get(name) or {}).get("f1")
+        diff = "" if not vs else (f"{vs['diff']:+.3f}{_ci(vs.get('low'), vs.get('high'), 3)}, p = {vs['p_value']:.3g} "
+                                  f"({vs['n']} conversations)")
+        lines.append(f"| {name} | {r.get('conversations')} | {cell('topiocqa_f1')} | {diff} | "
+                     f"{cell('context_tokens_per_turn', 0)} | {cell('topic_pair_agreement')} |")
     return lines
 
 

@@ -257,9 +257,18 @@ def test_paper_tables_render_our_runs(model, tmp_path):
     (tmp_path / "s.json").write_text(json.dumps(sculptor))
     (tmp_path / "a.json").write_text(json.dumps(ace))
     (tmp_path / "r.json").write_text(json.dumps(acr))
+    ca = {"model": "m", "summary": {
+        "vanilla": {"conversations": 3, "topiocqa_f1": {"mean": 0.2, "low": 0.1, "high": 0.3},
+                    "context_tokens_per_turn": {"mean": 100.0, "low": 90.0, "high": 110.0}},
+        "context-agent": {"conversations": 3, "topiocqa_f1": {"mean": 0.15, "low": 0.1, "high": 0.2},
+                          "context_tokens_per_turn": {"mean": 120.0, "low": 100.0, "high": 140.0},
+                          "topic_pair_agreement": {"mean": 0.7, "low": 0.6, "high": 0.8}},
+        "paired_vs_vanilla": {"context-agent": {"f1": {"diff": -0.05, "low": -0.1, "high": 0.0, "p_value": 0.25,
+                                                       "n": 3}}}}}
+    (tmp_path / "c.json").write_text(json.dumps(ca))
     assert paper_tables.main(["--results", str(tmp_path / "runs"), "--out", str(tmp_path / "tables"),
                               "--ours", f"sculptor={tmp_path / 's.json'}", "--ours", f"ace={tmp_path / 'a.json'}",
-                              "--ours", f"acr={tmp_path / 'r.json'}"]) == 0
+                              "--ours", f"acr={tmp_path / 'r.json'}", "--ours", f"context-agent={tmp_path / 'c.json'}"]) == 0
     text = (tmp_path / "tables.md").read_text()
     assert "| sculptor | 4 | 0.250 [0.10, 0.40] | -0.050 [-0.20, 0.10], p = 0.5 | 0.00 | 900 | 1.0 | 99.13 | 90.43 |" in text
     assert text.index("| sculptor | 4 |") < text.index("## Sculptor Table 2")  # under Table 1, once
@@ -267,6 +276,9 @@ def test_paper_tables_render_our_runs(model, tmp_path):
     assert "| none | 4 | 0.250 [0.05, 0.70] | 0.500 [0.15, 0.85] |  | 100 | 0 |" in text
     assert "| prompt-only | 4 | 0.500 [0.15, 0.85] | 0.750 [0.30, 0.95] | +0.250 [0.00, 0.50], p = 1 | 60 | 700 |" in text
     assert text.index("## ACR Table 1") < text.index("| prompt-only | 4 |") < text.index("## ACE Table 1")
+    assert "| vanilla | 3 | 0.200 [0.100, 0.300] |  | 100 [90, 110] |  |" in text
+    assert ("| context-agent | 3 | 0.150 [0.100, 0.200] | -0.050 [-0.100, 0.000], p = 0.25 (3 conversations) | "
+            "120 [100, 140] | 0.700 [0.600, 0.800] |") in text
     for bad in ("oracle=x.json", f"acr={tmp_path / 'missing.json'}"):
         with pytest.raises(SystemExit):
             paper_tables.main(["--results", str(tmp_path / "runs"), "--out", str(tmp_path / "t"), "--ours", bad])
