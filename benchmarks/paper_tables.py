@@ -135,7 +135,7 @@ OTHER_PAPERS = (("sculptor", "Table 1", "benchmarks/sculptor_pi.py (PI-LLM key/v
                  "trajectories or GSPO run here)"),
                 ("acr", "Table 1", "benchmarks/acr.py (multi-turn QA with drift, or bAbI stories told one fact "
                  "per turn)"),
-                ("ace", "Table 1", "benchmarks/ace.py (results/ace.json)"))
+                ("ace", "Table 1", "benchmarks/ace.py (bAbI multi-hop questions)"))
 
 
 def _ci(low, high, digits: int = 2) -> str:
