@@ -232,7 +232,8 @@ def plot(results: dict, path: Path) -> None:
     axes[1].set_xticks(xs, names, rotation=20)
     axes[1].set_title("tokens per question")
     axes[1].legend()
-    fig.suptitle(f"ACR on drift QA ({results['model']}, {results['n_test']} test tasks)")
+    tasks = "bAbI stories, one fact per turn" if results.get("tasks") == "babi" else "drift QA"
+    fig.suptitle(f"ACR on {tasks} ({results['model']}, {results['n_test']} test tasks)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
