@@ -70,6 +70,8 @@ TRAINED_SETTINGS = ("w/o-router", "w/o-refactorer", "trained")
 ROWS_FILE = "acr_rows.jsonl"
 #: router/refactorer decisions kept in acr_trace.json
 MAX_TRACE = 80
+#: seed of the test tasks (the training tasks use 1)
+TEST_SEED = 1000
 
 
 class FixedRouter:
@@ -316,8 +318,8 @@ def main(argv=None) -> int:
     cfg = tgse_config(args)  # bad settings and data fail before the model loads
     teacher = teacher_from_spec(args.teacher)
     n_train = args.n_train or cfg.seed_tasks + (cfg.iterations - 1) * cfg.tasks_per_iteration
-    test = (babi_tasks(args.babi, args.n_test, seed=1000, max_facts=args.max_facts) if args.tasks == "babi"
-            else drift_tasks(args.n_test, seed=1000))
+    test = (babi_tasks(args.babi, args.n_test, seed=TEST_SEED, max_facts=args.max_facts) if args.tasks == "babi"
+            else drift_tasks(args.n_test, seed=TEST_SEED))
     needs_trained = any(n in TRAINED_SETTINGS for n in settings)
     temperature = args.temperature if args.temperature is not None else (0.7 if args.setting == "paper" else 0.0)
     out_dir = Path(args.out)
@@ -326,7 +328,7 @@ def main(argv=None) -> int:
     if args.no_resume and rows_path.exists():
         rows_path.unlink()
     run_key = {"model": args.model, "tasks": args.tasks, "babi": [Path(b).name for b in args.babi or []],
-               "max_facts": args.max_facts, "n_test_seed": 1000, "seed": args.seed, "temperature": temperature,
+               "max_facts": args.max_facts, "n_test_seed": TEST_SEED, "seed": args.seed, "temperature": temperature,
                "solver_tokens": args.solver_tokens, "router_tokens": args.router_tokens,
                "refactor_tokens": args.refactor_tokens}
     trace: list[dict] = []

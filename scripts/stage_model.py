@@ -51,7 +51,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 from rhea.modeling import zoo as zoo_mod  # noqa: E402
 from rhea.errors import CorruptModelFileError, RheaError  # noqa: E402
@@ -280,7 +281,7 @@ def main(argv=None) -> int:
     s.add_argument("--carry", nargs="*", type=Path, default=[],
                    help="with auto: other paths each call carries beside the piece (e.g. .whl)")
     r = sub.add_parser("room", help="how many bytes a device call sends from this checkout, and the room for a piece")
-    r.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1])
+    r.add_argument("--repo", type=Path, default=REPO)
     r.add_argument("--carry", nargs="*", type=Path, default=[], help="other paths each call carries (e.g. .whl)")
     s.add_argument("--from", dest="from_file", default=None, help="split this GGUF file instead of locating it")
     st = sub.add_parser("status", help="which pieces are present, missing or corrupt")
@@ -299,14 +300,14 @@ def main(argv=None) -> int:
             print(json.dumps(r, indent=1))
             return 0 if r["piece_bytes"] > 0 else 1
         if args.cmd == "split":
+            check_ignored(REPO, args.out)
             if args.piece_mb == "auto":
-                r = room(Path(__file__).resolve().parents[1], args.carry)
+                r = room(REPO, args.carry)
                 if r["piece_bytes"] < 2**20:
                     raise StagingError(f"the working tree ({r['tree_bytes'] / 2**20:.1f} MiB) and --carry "
                                        f"({r['carry_bytes'] / 2**20:.1f} MiB) leave {r['piece_mib']} MiB of the 64 MiB "
                                        "a device call takes; shrink what travels first")
                 piece_mb = r["piece_bytes"] / 2**20
-                check_ignored(Path(__file__).resolve().parents[1], args.out)
             else:
                 try:
                     piece_mb = float(args.piece_mb)

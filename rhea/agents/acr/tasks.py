@@ -25,9 +25,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from rhea.agents.ace.qa import babi_items
 from rhea.agents.acr.errors import ACRConfigError
 from rhea.context import Conversation, Turn
-from rhea.eval.loaders import load_babi
 from rhea.eval.suites.builtin import KV_VOCABULARY, ORDINARY_QUESTIONS
 
 KINDS = ("correction", "failed_attempts", "clean")
@@ -113,21 +113,16 @@ def babi_tasks(paths, n: int, *, seed: int = 0, max_facts: int = 20) -> list[Dri
     tasks: list[DriftTask] = []
     for path, want in zip(paths, per_file):
         kind = path.stem.split("_", 1)[0]
-        eligible, answers = [], set()
-        for s, story in enumerate(load_babi(path)):
-            facts = []
-            for line in story:
-                if not line.is_question:
-                    facts.append(line.text)
-                    continue
-                answers.add(line.answer)
-                if len(facts) <= max_facts:
-                    eligible.append((f"{kind}-{s}-{line.number}", list(facts), line.text, line.answer))
+        items = babi_items(path)  # every question, so the candidates cover the whole file
+        answers = sorted({item.answer for item in items})
+        eligible = [item for item in items if len(item.passages) <= max_facts]
         if len(eligible) < want:
             raise ACRConfigError(f"{path}: only {len(eligible)} questions have <= {max_facts} facts before them, "
                                  f"{want} asked for; raise max_facts or ask for fewer tasks")
-        for task_id, facts, question, answer in rng.sample(eligible, want):
-            conversation = Conversation([Turn(fact, BABI_REPLY) for fact in facts])
-            tasks.append(DriftTask(task_id, kind, conversation, f"{question} Answer with one word.", answer,
-                                   sorted(answers), BABI_TASK_DESCRIPTION))
+        for item in rng.sample(eligible, want):
+            _, story, number = item.id.rsplit(":", 2)
+            conversation = Conversation([Turn(fact, BABI_REPLY) for fact in item.passages])
+            tasks.append(DriftTask(f"{kind}-{story}-{number}", kind, conversation,
+                                   f"{item.question} Answer with one word.", item.answer, answers,
+                                   BABI_TASK_DESCRIPTION))
     return tasks
