@@ -11,8 +11,11 @@ after ``<mem>×n + "Repeat the reply above word for word."``:
 * greedy decoding on the first ``--greedy-n`` replies: exact match of the whole chunk and the
   share of tokens matched before the first error, own vs control.
 
-Means carry 95% normal intervals over the replies. Writes JSON + PNG; ``--write-fidelity``
-records the first adapter's numbers in its ``rhea_config.json`` (``"fidelity"``).
+Means carry 95% normal intervals over the replies. With several adapter directories, each after
+the first is also compared with the first reply by reply (``"paired"``: the difference of own-latent
+accuracy and of the gap, with a bootstrap interval and a sign-flip p-value over the replies).
+Writes JSON + PNG; ``--write-fidelity`` records the first adapter's numbers in its
+``rhea_config.json`` (``"fidelity"``).
 
     python benchmarks/reconstruction.py --data /work/shared/data \\
         --adapters rhea/data/adapters/smollm2-135m --out benchmarks/results/reconstruction
@@ -62,6 +65,25 @@ def measure(model, texts: list[str], greedy_n: int, batch_size: int = 8) -> dict
             "examples": [{"target": t, "own": o["text"], "control": c["text"]} for t, o, c in zip(sub[:4], own, ctl)],
         }
     out["seconds"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def paired(results: dict) -> dict:
+    """Each adapter after the first minus the first, over the same replies: own accuracy and gap."""
+    from rhea.eval.stats import paired_comparison
+
+    names = list(results)
+    out = {}
+    for name in names[1:]:
+        row = {}
+        for metric in ("own", "gap"):
+            def per(n, metric=metric):
+                r = results[n]["per_reply"]
+                vals = r["own"] if metric == "own" else [a - b for a, b in zip(r["own"], r["control"])]
+                return dict(enumerate(vals))
+            c = paired_comparison(per(name), per(names[0]))
+            row[metric] = {"diff": c.diff, "lo": c.low, "hi": c.high, "p": c.p_value, "n": c.n}
+        out[f"{name} - {names[0]}"] = row
     return out
 
 
@@ -133,7 +155,13 @@ def main(argv=None) -> int:
     meta = {"data": args.data, "split": "rhea.training.compressor.split_held_apart (share 0.2, sha256 of the source)",
             "chunk_tokens": args.chunk_tokens, "n_replies": len(texts), "greedy_n": min(args.greedy_n, len(texts)),
             "model": "SmolLM2-135M-Instruct"}
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    report = {"meta": meta, "results": results}
+    if len(results) > 1:
+        report["paired"] = paired(results)
+        for name, row in report["paired"].items():
+            print(json.dumps({"paired": name, **{k: {x: round(y, 4) if isinstance(y, float) else y for x, y in v.items()}
+                                                 for k, v in row.items()}}), flush=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2))
     plot(results, out.with_suffix(".png"))
     if args.write_fidelity:
         first = args.adapters[0]

@@ -51,7 +51,8 @@ def tiny_llama(vocab_size: int, *, hidden_size: int = 32, layers: int = 2, heads
 
 
 def tiny_rhea(n_mem: int = 4, seed: int = 0, **config_kwargs):
-    """A `RheaForCausalLM` on a tiny Llama, LoRA B matrices randomised so adapters are not no-ops."""
+    """A `RheaForCausalLM` on a tiny Llama, LoRA B matrices (and a ``"deep"`` injector's per-layer
+    up matrices) randomised so adapters are not no-ops."""
     from rhea.modeling import RheaConfig, RheaForCausalLM
 
     tok = tiny_tokenizer()
@@ -63,4 +64,7 @@ def tiny_rhea(n_mem: int = 4, seed: int = 0, **config_kwargs):
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+        if model.latent_injector is not None and model.latent_injector.layer_up is not None:
+            up = model.latent_injector.layer_up
+            up.copy_(torch.randn(up.shape, generator=gen) * 0.5)
     return model.eval()

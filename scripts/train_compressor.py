@@ -43,7 +43,7 @@ def parse_args(argv=None):
     p.add_argument("--out", default="runs/compressor")
     p.add_argument("--base-model", default="smollm2-135m")
     p.add_argument("--init-from", default=None, help="start from a save_pretrained directory instead of fresh adapters")
-    p.add_argument("--injection", default="norm", choices=["raw", "norm", "projector"])
+    p.add_argument("--injection", default="norm", choices=["raw", "norm", "projector", "deep"])
     p.add_argument("--n-mem", type=int, default=8)
     p.add_argument("--lora-r", type=int, default=16)
     p.add_argument("--lora-alpha", type=int, default=32)

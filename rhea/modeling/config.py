@@ -11,7 +11,7 @@ from rhea.errors import RheaConfigError
 
 CONFIG_NAME = "rhea_config.json"
 #: values of `RheaConfig.latent_injection`
-LATENT_INJECTIONS = ("raw", "norm", "projector")
+LATENT_INJECTIONS = ("raw", "norm", "projector", "deep")
 
 #: how the Rhea policy scores past turns, and how scores become tiers (see rhea.memory.scoring)
 SCORERS = ("latent", "bm25", "dense", "fused")
@@ -136,7 +136,9 @@ class RheaConfig:
     base_vocab_size: int | None = None
     #: how latents enter the generate pass: "raw" (final hidden states as they are; adapters saved before this
     #: option), "norm" (subtract a learned centre, rescale each slot to the token-embedding norm) or "projector"
-    #: ("norm" followed by a learned linear map into the embedding space, identity-initialised)
+    #: ("norm" followed by a learned linear map into the embedding space, identity-initialised) or "deep"
+    #: ("projector", plus a per-layer low-rank term of the latent added to every decoder layer's input
+    #: at the slots, zero at initialisation: each layer's keys/values at a slot read the latent; docs/compressor.md)
     latent_injection: str = "raw"
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -19,7 +19,11 @@ Written by `rhea export {source} --out {out}`.
 * `mem_tokens.safetensors` — `mem_slot_embeds` (the {n_mem} compression read-out slots) and
   `mem_token_row` (the `<mem>` embedding row).
 * `latent_injector.safetensors` (when `latent_injection` is not "raw") — the centre/projector that maps
-  each latent into the embedding space before it fills a `<mem>` position.
+  each latent into the embedding space before it fills a `<mem>` position. With `latent_injection`
+  "deep" it also holds `layer_down`/`layer_up`: a term `(y @ layer_down[l].T) @ layer_up[l].T` of
+  the projected latent `y` is added to the residual stream at each `<mem>` position at the input of
+  every decoder layer `l`, which `inputs_embeds` alone cannot express: load the source with
+  `RheaForCausalLM.from_pretrained` to answer from such latents.
 * `rhea_config.json` — the Rhea configuration (n_mem, thresholds, base model).
 
 Load everything back as a trainable Rhea model from the source instead:

@@ -12,6 +12,7 @@ one without freezing the other (PEFT's ``set_adapter`` would), so one graph can 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import warnings
 from pathlib import Path
@@ -28,6 +29,8 @@ ADAPTERS = ("compress", "generate")
 MEM_WEIGHTS_NAME = "mem_tokens.safetensors"
 INJECTOR_WEIGHTS_NAME = "latent_injector.safetensors"
 TOKENIZER_DIR = "tokenizer"
+#: rank of the per-layer correction of `latent_injection="deep"`
+DEEP_RANK = 64
 
 
 def _text_config(config):
@@ -103,19 +106,30 @@ class LatentInjector(nn.Module):
     """
 
     def __init__(self, hidden: int, mode: str, target_norm: float, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str | None = None):
+                 device: torch.device | str | None = None, n_layers: int = 0, rank: int = DEEP_RANK):
         super().__init__()
-        if mode not in ("norm", "projector"):
-            raise RheaConfigError(f"LatentInjector mode {mode!r} must be 'norm' or 'projector'")
+        if mode not in ("norm", "projector", "deep"):
+            raise RheaConfigError(f"LatentInjector mode {mode!r} must be 'norm', 'projector' or 'deep'")
+        if mode == "deep" and n_layers < 1:
+            raise RheaConfigError(f"latent_injection='deep' needs the decoder's layer count, got n_layers={n_layers}")
         self.mode = mode
         self.center = nn.Parameter(torch.zeros(hidden, dtype=dtype, device=device))
         self.register_buffer("target_norm", torch.tensor(float(target_norm), dtype=torch.float32, device=device))
         self.proj = None
-        if mode == "projector":
+        if mode in ("projector", "deep"):
             self.proj = nn.Linear(hidden, hidden, dtype=dtype, device=device)
             with torch.no_grad():
                 self.proj.weight.copy_(torch.eye(hidden, dtype=dtype))
                 self.proj.bias.zero_()
+        self.layer_down = self.layer_up = None
+        if mode == "deep":
+            # per decoder layer a low-rank, latent-dependent addition to the slot's residual stream,
+            # LoRA-style: down random, up zero, so a fresh injector adds nothing (= "projector")
+            r = min(rank, hidden)
+            g = torch.Generator().manual_seed(0)
+            down = torch.randn(n_layers, r, hidden, generator=g) / math.sqrt(hidden)
+            self.layer_down = nn.Parameter(down.to(dtype=dtype, device=device))
+            self.layer_up = nn.Parameter(torch.zeros(n_layers, hidden, r, dtype=dtype, device=device))
 
     def forward(self, latents: torch.Tensor) -> torch.Tensor:
         y = latents.float() - self.center.float()
@@ -123,6 +137,18 @@ class LatentInjector(nn.Module):
         if self.proj is not None:
             y = torch.nn.functional.linear(y, self.proj.weight.float(), self.proj.bias.float())
         return y.to(latents.dtype)
+
+    @property
+    def n_layers(self) -> int:
+        """Decoder layers the latent is written into (0: the input embeddings only)."""
+        return 0 if self.layer_down is None else int(self.layer_down.shape[0])
+
+    def at_layer(self, rows: torch.Tensor, layer: int) -> torch.Tensor:
+        """``"deep"``: what is added to a `<mem>` slot's residual stream at the input of decoder
+        `layer`, from `rows` = this injector's output (``[R, hidden]``). Zero at initialisation, so
+        a fresh ``"deep"`` injector is exactly ``"projector"``."""
+        y = rows.float()
+        return ((y @ self.layer_down[layer].float().T) @ self.layer_up[layer].float().T).to(rows.dtype)
 
     @torch.no_grad()
     def fit_center(self, latents: torch.Tensor) -> None:
@@ -168,7 +194,8 @@ class RheaForCausalLM(nn.Module):
         if config.latent_injection != "raw":
             self.latent_injector = LatentInjector(hidden, config.latent_injection,
                                                   _embedding_norm(self.base_model, config.base_vocab_size),
-                                                  dtype=self.dtype, device=self.device)
+                                                  dtype=self.dtype, device=self.device,
+                                                  n_layers=len(self._decoder_layers()) if config.latent_injection == "deep" else 0)
         self.peft_model.set_requires_grad(list(ADAPTERS), True)
         self.anchor_attention_registered = False
         #: `generate` decodes through weights with the generate LoRA folded in (see `merged`) instead of
@@ -500,6 +527,11 @@ class RheaForCausalLM(nn.Module):
         `latent_embeds` is ``[R, hidden]`` or any ``[..., hidden]`` (flattened row-major); R must
         equal the number of placeholders in the whole batch, counted row by row.
         """
+        return self._embed_latents(input_ids, latent_embeds)[0]
+
+    def _embed_latents(self, input_ids: torch.Tensor, latent_embeds: torch.Tensor | None):
+        """(embeddings, slot mask ``[B, S]``, injected rows ``[R, hidden]`` or None): `embed_with_latents`
+        plus what `_deep_latents` writes into every decoder layer."""
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be [batch, seq], got shape {tuple(input_ids.shape)}")
         embeds = self.base_model.get_input_embeddings()(input_ids)
@@ -511,7 +543,7 @@ class RheaForCausalLM(nn.Module):
                     f"input_ids contain {n_slots} {MEM_TOKEN} placeholders but no latent_embeds were given; "
                     f"pass latent_embeds with {n_slots} rows (or remove the placeholders)"
                 )
-            return embeds
+            return embeds, slots, None
         if latent_embeds.shape[-1] != embeds.shape[-1]:
             raise LatentMismatchError(
                 f"latent_embeds have width {latent_embeds.shape[-1]} but the model's hidden size is {embeds.shape[-1]}"
@@ -524,7 +556,80 @@ class RheaForCausalLM(nn.Module):
                 f"input_ids contain {n_slots} {MEM_TOKEN} placeholders but latent_embeds has {rows.shape[0]} rows; "
                 f"each latent block of {self.n_mem} vectors needs exactly {self.n_mem} placeholders"
             )
-        return embeds.masked_scatter(slots.unsqueeze(-1), rows.to(embeds.dtype))
+        return embeds.masked_scatter(slots.unsqueeze(-1), rows.to(embeds.dtype)), slots, rows
+
+    def _decoder_layers(self) -> nn.ModuleList:
+        decoder = self.base_model.get_decoder()
+        layers = getattr(decoder, "layers", None)
+        if layers is None:
+            raise RheaConfigError(f"{type(decoder).__name__} has no `.layers`; latent_injection='deep' needs a "
+                                  "decoder with a list of layers (Llama/Qwen/Mistral-style)")
+        return layers
+
+    @contextlib.contextmanager
+    def _deep_latents(self, slots: torch.Tensor, rows: torch.Tensor | None, *, once: bool):
+        """``latent_injection="deep"``: inside the block, every decoder layer's input at the `<mem>`
+        slots gets the injector's per-layer term of the latent added, so each layer's keys and values
+        at a slot read the latent directly (as 500xCompressor feeds a frozen decoder the compressed
+        tokens' K/V at every layer), not only through what the layers below made of one input
+        embedding.
+
+        A forward call over S tokens is the last S of ``slots``' columns (a `generate` prefill after a
+        reused cache feeds only the tokens past it); with `once`, only the first call writes (the
+        prefill of `generate`; decode steps feed new tokens). A no-op in other modes."""
+        inj = self.latent_injector
+        if inj is None or inj.mode != "deep" or rows is None or not bool(slots.any()):
+            yield
+            return
+        layers = self._decoder_layers()
+        last = len(layers) - 1
+        # column of each latent row (rows are the slots in row-major order)
+        columns = slots.nonzero()[:, 1]
+        state = {"done": False, "mask": None, "rows": None}
+
+        def make(index: int):
+            def hook(module, args, kwargs):
+                if state["done"]:
+                    return None
+                hidden = args[0] if args else kwargs["hidden_states"]
+                batch, width = hidden.shape[:2]
+                if batch % slots.shape[0] or width > slots.shape[1]:
+                    return None
+                if index == 0:
+                    start = slots.shape[1] - width
+                    tail = slots[:, start:]
+                    kept = rows[columns >= start]
+                    k = batch // slots.shape[0]
+                    if k > 1:  # beams / several return sequences: generate repeats each row k times
+                        parts = kept.split(tail.sum(1).tolist())
+                        kept = torch.cat([part for part in parts for _ in range(k)])
+                        tail = tail.repeat_interleave(k, dim=0)
+                    state["mask"], state["rows"] = tail.unsqueeze(-1), kept
+                if once and index == last:
+                    state["done"] = True
+                if state["rows"] is None or state["rows"].shape[0] == 0:
+                    return None
+                add = torch.zeros_like(hidden).masked_scatter(state["mask"], inj.at_layer(state["rows"], index).to(hidden.dtype))
+                hidden = hidden + add
+                if args:
+                    return (hidden,) + tuple(args[1:]), kwargs
+                return args, {**kwargs, "hidden_states": hidden}
+            return hook
+
+        handles = [layer.register_forward_pre_hook(make(i), with_kwargs=True) for i, layer in enumerate(layers)]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    def _check_deep_recompute(self) -> None:
+        if (self.latent_injector is not None and self.latent_injector.mode == "deep" and self.training
+                and getattr(self.base_model, "is_activation_checkpointing",
+                            getattr(self.base_model, "is_gradient_checkpointing", False))):
+            raise RheaConfigError(
+                "latent_injection='deep' writes the latents into each layer with hooks that are gone when "
+                "activation checkpointing recomputes a layer in backward; turn gradient_checkpointing off")
 
     def _tokenize_for_compression(self, texts: Sequence[str]) -> list[list[int]]:
         if isinstance(texts, str):
@@ -604,16 +709,19 @@ class RheaForCausalLM(nn.Module):
         attention when ``config.anchor_bias > 0``.
         Returns the base model's ``CausalLMOutputWithPast``.
         """
+        deep = contextlib.nullcontext()
         if inputs_embeds is None:
             if input_ids is None:
                 raise ValueError("forward() needs input_ids (with <mem> placeholders) or inputs_embeds")
-            inputs_embeds = self.embed_with_latents(input_ids, latent_embeds)
+            inputs_embeds, slots, rows = self._embed_latents(input_ids, latent_embeds)
+            self._check_deep_recompute()
+            deep = self._deep_latents(slots, rows, once=False)
         elif latent_embeds is not None:
             raise ValueError("pass latent_embeds with input_ids, not with inputs_embeds (they would be ignored)")
         if position_ids is None and attention_mask is not None and kwargs.get("past_key_values") is None:
             position_ids = positions_from_mask(attention_mask)
         kwargs.update(self._anchor_kwargs(prefix_len, attention_mask, inputs_embeds.shape[0]))
-        with self.adapter("generate"):
+        with self.adapter("generate"), deep:
             return self.peft_model(
                 inputs_embeds=inputs_embeds,
                 attention_mask=attention_mask,
@@ -637,7 +745,7 @@ class RheaForCausalLM(nn.Module):
         call (`merged`): the same tokens, at the base model's cost per token. Returns ``input_ids`` followed by the new tokens, like ``transformers``' ``generate``.
         `<mem>` is never generated. Left padding is supported (pass `attention_mask`).
         """
-        inputs_embeds = self.embed_with_latents(input_ids, latent_embeds)
+        inputs_embeds, slots, rows = self._embed_latents(input_ids, latent_embeds)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         suppress = list(generate_kwargs.pop("suppress_tokens", None) or [])
@@ -647,7 +755,8 @@ class RheaForCausalLM(nn.Module):
             generate_kwargs["max_new_tokens"] = 256
         anchor = self._anchor_kwargs(prefix_len, attention_mask, input_ids.shape[0])
         merged = self.merged("generate") if self.decode_merged else contextlib.nullcontext()
-        with self.adapter("generate"), merged, self._inject_forward_kwargs(anchor):
+        with self.adapter("generate"), merged, self._inject_forward_kwargs(anchor), \
+                self._deep_latents(slots, rows, once=True):
             return self.peft_model.generate(
                 input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask, **generate_kwargs
             )

@@ -164,12 +164,18 @@ def _prefill_row(model, ids: list[int], latents: torch.Tensor | None, block: int
         for layer, (k, v) in enumerate(cache.keys_values(reused)):
             past.update(k.to(model.device), v.to(model.device), layer)
     if reused < n - 1:
-        row = torch.tensor([ids], dtype=torch.long, device=model.device)
-        lat = latents.to(model.device) if latents is not None else None
-        embeds = model.embed_with_latents(row, lat)[:, reused:n - 1]
+        # the new tokens with the latent rows of the `<mem>` slots among them (the reused part holds
+        # the first `before` rows), through model(input_ids=...) so every latent_injection applies
+        before = sum(1 for t in ids[:reused] if t == model.mem_token_id)
+        inside = sum(1 for t in ids[reused:n - 1] if t == model.mem_token_id)
+        lat = None
+        if inside:
+            lat = latents.reshape(-1, latents.shape[-1])[before:before + inside].to(model.device)
+        suffix = torch.tensor([ids[reused:n - 1]], dtype=torch.long, device=model.device)
         positions = torch.arange(reused, n - 1, device=model.device).unsqueeze(0)
         with torch.no_grad():
-            model(inputs_embeds=embeds, attention_mask=torch.ones((1, n - 1), dtype=torch.long, device=model.device),
+            model(input_ids=suffix, latent_embeds=lat,
+                  attention_mask=torch.ones((1, n - 1), dtype=torch.long, device=model.device),
                   position_ids=positions, prefix_len=torch.tensor([block]), use_cache=True, logits_to_keep=1,
                   **{cache_keyword(model): past})
     return [(layer.keys, layer.values) for layer in past.layers]

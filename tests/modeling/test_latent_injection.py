@@ -107,3 +107,136 @@ def test_config_validation():
         RheaConfig(fidelity={"reconstruction_token_acc": "high"})
     with pytest.raises(RheaConfigError, match="mode"):
         LatentInjector(4, "raw", 1.0)
+
+
+# ---------------------------------------------------------------- "deep": the latent in every layer
+def test_fresh_deep_injector_is_exactly_projector():
+    from rhea.modeling import load_base_model  # noqa: F401  (import check only)
+
+    tok = tiny_tokenizer()
+    deep = RheaForCausalLM.from_base(tiny_llama(len(tok)), tok, RheaConfig(n_mem=4, latent_injection="deep"))
+    proj = RheaForCausalLM.from_base(tiny_llama(len(tok)), tiny_tokenizer(), RheaConfig(n_mem=4, latent_injection="projector"))
+    proj.load_state_dict({k: v for k, v in deep.state_dict().items() if ".layer_" not in k})
+    assert deep.latent_injector.n_layers == len(deep._decoder_layers()) == 2
+    assert not deep.latent_injector.layer_up.any()
+    lat = torch.randn(1, 4, deep.hidden_size)
+    with torch.no_grad():
+        torch.testing.assert_close(deep(input_ids=_ids(deep), latent_embeds=lat).logits,
+                                   proj(input_ids=_ids(proj), latent_embeds=lat).logits)
+
+
+def _capture(model, layer_index):
+    """(input of decoder layer `layer_index` before the deep hook, the residual its attention norm reads)."""
+    layer = model._decoder_layers()[layer_index]
+    seen = {}
+    h1 = layer.register_forward_pre_hook(lambda m, a, k: seen.__setitem__("before", (a[0] if a else k["hidden_states"]).clone()),
+                                         with_kwargs=True)
+    h2 = layer.input_layernorm.register_forward_pre_hook(lambda m, a: seen.__setitem__("after", a[0].clone()))
+    return seen, (h1, h2)
+
+
+@pytest.mark.parametrize("layer_index", [0, 1])
+def test_deep_adds_the_latent_term_at_the_slots_of_every_layer(layer_index):
+    model = tiny_rhea(latent_injection="deep")
+    ids = _ids(model)
+    lat = torch.randn(1, model.n_mem, model.hidden_size)
+    seen, handles = _capture(model, layer_index)
+    with torch.no_grad():
+        model(input_ids=ids, latent_embeds=lat)
+        rows = model.latent_injector(lat.reshape(-1, model.hidden_size))
+        term = model.latent_injector.at_layer(rows, layer_index)
+    for h in handles:
+        h.remove()
+    slots = (ids == model.mem_token_id)[0]
+    assert term.abs().sum() > 0
+    torch.testing.assert_close(seen["after"][0, slots], seen["before"][0, slots] + term)
+    torch.testing.assert_close(seen["after"][0, ~slots], seen["before"][0, ~slots])
+
+
+def test_deep_injector_trains_and_refuses_activation_checkpointing():
+    model = tiny_rhea(latent_injection="deep").train()
+    lat = model.compress(["the cat is blue"])
+    model(input_ids=_ids(model), latent_embeds=lat, labels=_ids(model)).loss.backward()
+    inj = model.latent_injector
+    assert inj.layer_up.grad.abs().sum() > 0 and inj.layer_down.grad.abs().sum() > 0
+    assert model.mem_slot_embeds.grad is not None
+    model.base_model.gradient_checkpointing_enable()
+    with pytest.raises(RheaConfigError, match="gradient_checkpointing off"):
+        model(input_ids=_ids(model), latent_embeds=lat, labels=_ids(model))
+
+
+def test_deep_generate_matches_forward_batched_and_with_beams():
+    model = tiny_rhea(latent_injection="deep")
+    tok = model.tokenizer
+    lat = torch.randn(2, model.n_mem, model.hidden_size)
+    rows = [[5, 6] + [model.mem_token_id] * model.n_mem + [7], [5] + [model.mem_token_id] * model.n_mem + [8, 9, 7]]
+    singles = []
+    for r, row in enumerate(rows):
+        ids = torch.tensor([row])
+        with torch.no_grad():
+            first = int(model(input_ids=ids, latent_embeds=lat[r:r + 1]).logits[0, -1].argmax())
+        out = model.generate(ids, latent_embeds=lat[r:r + 1], max_new_tokens=4, do_sample=False)
+        assert int(out[0, len(row)]) == first
+        singles.append(out[0, len(row):].tolist())
+    width = max(map(len, rows))
+    ids = torch.tensor([[tok.pad_token_id] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    out = model.generate(ids, latent_embeds=lat, attention_mask=mask, max_new_tokens=4, do_sample=False)
+    assert [out[b, width:].tolist() for b in range(2)] == singles
+    # each beam reads its own row's latents: one row's beam search equals the same row inside a batch
+    one = model.generate(torch.tensor([rows[1]]), latent_embeds=lat[1:], max_new_tokens=3, num_beams=2, do_sample=False)
+    two = model.generate(ids, latent_embeds=lat, attention_mask=mask, max_new_tokens=3, num_beams=2, do_sample=False)
+    assert one[0, len(rows[1]):].tolist() == two[1, width:].tolist()
+
+
+def test_deep_replies_exact_with_history_and_prefix_reuse():
+    """The session's KV reuse feeds only new tokens: the deep term must reach their slots too."""
+    from rhea.session import ChatSession
+
+    script = ["from now on always answer in french .", "what is the capital of france ?",
+              "what color is the cat ?", "the dog and the cat"]
+    for kw in ({}, {"anchor_bias": 1.5}):
+        model = tiny_rhea(latent_injection="deep", **kw)
+        on = ChatSession(model, policy="reply-soft-compress", max_new_tokens=6)
+        off = ChatSession(model, policy="reply-soft-compress", max_new_tokens=6, reuse_prefix_cache=False)
+        for q in script:
+            assert on.send(q) == off.send(q)
+        assert sum(r.timings["prefix_reused_tokens"] for r in on.records) > 0
+
+
+def test_deep_save_reload_round_trip(tmp_path):
+    model = tiny_rhea(latent_injection="deep")
+    model.save_pretrained(tmp_path)
+    tok = tiny_tokenizer()
+    again = RheaForCausalLM.from_pretrained(tmp_path, base_model=tiny_llama(len(tok)))
+    assert again.config.latent_injection == "deep"
+    torch.testing.assert_close(again.latent_injector.layer_up, model.latent_injector.layer_up)
+    lat = torch.randn(1, model.n_mem, model.hidden_size)
+    with torch.no_grad():
+        torch.testing.assert_close(again(input_ids=_ids(again), latent_embeds=lat).logits,
+                                   model(input_ids=_ids(model), latent_embeds=lat).logits)
+    # a "projector" file where the config says "deep"
+    tiny_rhea(latent_injection="projector").save_pretrained(tmp_path / "p")
+    import shutil
+
+    shutil.copy(tmp_path / "p" / INJECTOR_WEIGHTS_NAME, tmp_path / INJECTOR_WEIGHTS_NAME)
+    with pytest.raises(CheckpointError, match="do not match"):
+        RheaForCausalLM.from_pretrained(tmp_path, base_model=tiny_llama(len(tok)))
+
+
+def test_deep_prefill_after_a_cached_instruction_block_still_injects():
+    """With the instruction block's keys/values reused, generate's prefill feeds only the tokens after
+    it: the latent slots among them must get the same deep term as in a full prefill."""
+    from rhea.context import ContextPlan, Latent
+    from rhea.session.generation import PrefixKVCache, generate_from_plan
+
+    model = tiny_rhea(latent_injection="deep")
+    lat = torch.randn(model.n_mem, model.hidden_size)
+    plan = ContextPlan([{"role": "system", "content": "always answer in french . never use the cat ."},
+                        {"role": "user", "content": [Latent(lat, 0), "\nwhat is the capital of france ?"]}])
+    cache = PrefixKVCache()
+    kw = dict(max_new_tokens=12, repetition_penalty=1.0)
+    plain = generate_from_plan(model, plan, **kw)
+    generate_from_plan(model, plan, prefix_cache=cache, **kw)
+    hit = generate_from_plan(model, plan, prefix_cache=cache, **kw)
+    assert hit.timings["prefix_reused_tokens"] > 0 and hit.new_tokens == plain.new_tokens

@@ -26,6 +26,18 @@ def test_measure_reports_own_control_gap_and_greedy(bench):
     assert out["greedy"]["exact_own"]["n"] == 2 and len(out["greedy"]["examples"]) == 2
 
 
+def test_paired_compares_each_adapter_with_the_first_reply_by_reply(bench):
+    a = {"per_reply": {"own": [0.5, 0.6, 0.7, 0.4], "control": [0.4, 0.4, 0.4, 0.4]}}
+    b = {"per_reply": {"own": [0.6, 0.7, 0.8, 0.5], "control": [0.4, 0.5, 0.4, 0.4]}}
+    out = bench.paired({"first": a, "second": b})
+    row = out["second - first"]
+    assert row["own"]["diff"] == pytest.approx(0.1) and row["own"]["n"] == 4
+    assert row["own"]["lo"] == pytest.approx(0.1) and row["own"]["hi"] == pytest.approx(0.1)
+    assert row["gap"]["diff"] == pytest.approx(0.075)  # gaps .1 .2 .3 0 -> .2 .2 .4 .1
+    assert 0 < row["own"]["p"] <= 0.125 + 1e-9  # every reply better: the most extreme of 2^4 patterns, both sides
+    assert bench.paired({"only": a}) == {}
+
+
 def test_rejects_a_directory_that_is_not_an_adapter_dir(bench, tmp_path, capsys):
     assert bench.main(["--data", str(tmp_path), "--adapters", str(tmp_path)]) == 2
     assert "not a save_pretrained directory" in capsys.readouterr().err
