@@ -7,7 +7,7 @@ item); the flags in ``--common`` go to every run. Runs go to ``OUT/<variant>/`` 
 ``--parallel`` at a time (a 135M-parameter model leaves most of a GPU idle, so 3-4 runs share
 one); each stops at ``--max-minutes`` (or its ``--max-steps``) and, rerun, continues where it
 stopped. The summary compares the variants at the same step (the last step all of them reached)
-and at their last measurement:
+and at their last measurement (``--no-train`` only summarises runs already in ``OUT``):
 
     python scripts/compressor_sweep.py --data DATA --out /root/runs/sweep --max-minutes 8 \\
         --common "--device cuda --bf16 --batch 32 --injection projector --eval-every 250 --eval-n 144" \\
@@ -127,6 +127,8 @@ def parse_args(argv=None):
     p.add_argument("--snapshot-root", default=None,
                    help="each variant's committable snapshot goes to SNAPSHOT_ROOT/<variant> (e.g. under $OUT)")
     p.add_argument("--summary", default=None, help="stem of SUMMARY.json / SUMMARY.png (default OUT/summary)")
+    p.add_argument("--no-train", action="store_true",
+                   help="start no run: summarise the curves already in OUT/<variant>/ (e.g. runs made one by one)")
     args = p.parse_args(argv)
     if args.parallel < 1:
         p.error("--parallel must be >= 1")
@@ -152,8 +154,13 @@ def main(argv=None) -> int:
             raise SweepError(f"{own} in --common would be shared by every variant; the sweep sets it per run "
                              "(--out, --snapshot-root, --max-minutes)")
     out = Path(args.out)
+    if args.no_train:
+        missing = [name for name in variants if not (out / name / "curve.jsonl").is_file()]
+        if missing:
+            raise SweepError(f"--no-train: no curve.jsonl in {[str(out / m) for m in missing]}; run those variants "
+                             "first (without --no-train) or name the variants whose runs are in OUT")
     out.mkdir(parents=True, exist_ok=True)
-    pending = list(variants.items())
+    pending = [] if args.no_train else list(variants.items())
     running: list[tuple[str, subprocess.Popen]] = []
     failed = []
     while pending or running:

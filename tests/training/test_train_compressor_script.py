@@ -163,6 +163,15 @@ def test_capacity_sweep_runs_variants_side_by_side(setup):
     assert all(r["at_common_step"]["step"] == 2 for r in summary["variants"])
     assert (root / "sweep" / "summary.png").stat().st_size > 0
     assert {p.name for p in (root / "snaps").iterdir()} == {"n_mem-2_lora_r-2", "n_mem-4_lora_r-2"}
+    # --no-train: the same summary from the runs already there, nothing started
+    stamp = (root / "sweep" / "n_mem-2_lora_r-2" / "curve.jsonl").stat().st_mtime_ns
+    assert sweep.main(["--data", str(data), "--out", str(root / "sweep"), "--no-train", "--variant", "n_mem=2,lora_r=2",
+                       "--variant", "n_mem=4,lora_r=2", "--summary", str(root / "again")]) == 0
+    again = json.loads((root / "again.json").read_text())
+    assert again["variants"] == summary["variants"]
+    assert (root / "sweep" / "n_mem-2_lora_r-2" / "curve.jsonl").stat().st_mtime_ns == stamp
+    with pytest.raises(sweep.SweepError, match="no curve.jsonl"):
+        sweep.main(["--data", str(data), "--out", str(root / "sweep"), "--no-train", "--variant", "n_mem=8"])
     with pytest.raises(sweep.SweepError, match="--snapshot-dir in --common"):
         sweep.main(["--data", str(data), "--out", str(root / "s1"), "--common", "--snapshot-dir x", "--variant", "n_mem=4"])
     with pytest.raises(sweep.SweepError, match="both in a variant and in --common"):
@@ -171,3 +180,13 @@ def test_capacity_sweep_runs_variants_side_by_side(setup):
         sweep.main(["--data", str(data), "--out", str(root / "s3"), "--variant", "n_mem=4", "--variant", "n_mem=4"])
     with pytest.raises(sweep.SweepError, match="name=value"):
         sweep.parse_variant("16")
+
+
+def test_deep_injection_trains_its_per_layer_term_and_reloads(script, setup):
+    data, base_dir, root = setup
+    script.main(["deep" if a == "projector" else a for a in _argv(data, base_dir, root, 2, lr=0.01)])
+    from rhea.modeling import RheaForCausalLM
+    loaded = RheaForCausalLM.from_pretrained(root / "out" / "latest", base_model=str(base_dir))
+    assert loaded.config.latent_injection == "deep" and loaded.latent_injector.layer_up.abs().sum() > 0
+    curve = [json.loads(line) for line in (root / "out" / "curve.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in curve] == [0, 2]
