@@ -87,6 +87,20 @@ def paired(results: dict) -> dict:
     return out
 
 
+def bar_label(name: str, result: dict) -> str:
+    """A bar's label: the directory's last part, with its latent injection and training steps when recorded.
+
+    >>> bar_label("runs/deep/latest", {"latent_injection": "deep", "optimizer_steps": 600})
+    'deep/latest\\ndeep, step 600'
+    """
+    short = Path(name).name or name
+    if short in ("latest",) and len(Path(name).parts) > 1:
+        short = str(Path(*Path(name).parts[-2:]))
+    extra = [x for x in (result.get("latent_injection"),
+                         f"step {result['optimizer_steps']}" if result.get("optimizer_steps") is not None else None) if x]
+    return short + ("\n" + ", ".join(extra) if extra else "")
+
+
 def plot(results: dict, path: Path) -> None:
     import matplotlib
 
@@ -100,7 +114,7 @@ def plot(results: dict, path: Path) -> None:
         xs = [i + (k - 0.5) * 0.38 for i in range(len(names))]
         ax.bar(xs, [v["mean"] for v in vals], width=0.38, label=label,
                yerr=[[v["mean"] - v["lo"] for v in vals], [v["hi"] - v["mean"] for v in vals]], capsize=3)
-    ax.set_xticks(range(len(names)), [Path(n).name or n for n in names], fontsize=8)
+    ax.set_xticks(range(len(names)), [bar_label(n, results[n]) for n in names], fontsize=8)
     ax.set_ylim(0, 1)
     ax.set_ylabel("teacher-forced token accuracy")
     ax.set_title("reconstruction of held-apart replies (95% CI)")
@@ -144,6 +158,7 @@ def main(argv=None) -> int:
         with torch.no_grad():
             results[d] = measure(model, texts, args.greedy_n)
         results[d]["latent_injection"] = model.config.latent_injection
+        results[d]["optimizer_steps"] = (model.config.extra.get("training") or {}).get("optimizer_steps")
         tf = results[d]["teacher_forced"]
         print(json.dumps({"adapters": d, "own": round(tf["own"]["mean"], 4), "control": round(tf["control"]["mean"], 4),
                           "gap": round(tf["gap"]["mean"], 4), "gap_ci": [round(tf["gap"]["lo"], 4), round(tf["gap"]["hi"], 4)],
