@@ -72,18 +72,19 @@ def paired(results: dict) -> dict:
     """Each adapter after the first minus the first, over the same replies: own accuracy and gap."""
     from rhea.eval.stats import paired_comparison
 
-    names = list(results)
+    def per_reply(result: dict) -> dict:
+        r = result["per_reply"]
+        return {"own": dict(enumerate(r["own"])),
+                "gap": dict(enumerate(a - b for a, b in zip(r["own"], r["control"])))}
+
+    first, *others = results
+    base = per_reply(results[first])
     out = {}
-    for name in names[1:]:
-        row = {}
-        for metric in ("own", "gap"):
-            def per(n, metric=metric):
-                r = results[n]["per_reply"]
-                vals = r["own"] if metric == "own" else [a - b for a, b in zip(r["own"], r["control"])]
-                return dict(enumerate(vals))
-            c = paired_comparison(per(name), per(names[0]))
-            row[metric] = {"diff": c.diff, "lo": c.low, "hi": c.high, "p": c.p_value, "n": c.n}
-        out[f"{name} - {names[0]}"] = row
+    for name in others:
+        mine = per_reply(results[name])
+        out[f"{name} - {first}"] = {
+            metric: {"diff": c.diff, "lo": c.low, "hi": c.high, "p": c.p_value, "n": c.n}
+            for metric in ("own", "gap") for c in [paired_comparison(mine[metric], base[metric])]}
     return out
 
 
@@ -94,7 +95,7 @@ def bar_label(name: str, result: dict) -> str:
     'deep/latest\\ndeep, step 600'
     """
     short = Path(name).name or name
-    if short in ("latest",) and len(Path(name).parts) > 1:
+    if short == "latest" and len(Path(name).parts) > 1:
         short = str(Path(*Path(name).parts[-2:]))
     extra = [x for x in (result.get("latent_injection"),
                          f"step {result['optimizer_steps']}" if result.get("optimizer_steps") is not None else None) if x]

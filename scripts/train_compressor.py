@@ -38,12 +38,14 @@ import torch
 
 
 def parse_args(argv=None):
+    from rhea.modeling.config import LATENT_INJECTIONS
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="data directory in the shared/data layout (real replies)")
     p.add_argument("--out", default="runs/compressor")
     p.add_argument("--base-model", default="smollm2-135m")
     p.add_argument("--init-from", default=None, help="start from a save_pretrained directory instead of fresh adapters")
-    p.add_argument("--injection", default="norm", choices=["raw", "norm", "projector", "deep"])
+    p.add_argument("--injection", default="norm", choices=list(LATENT_INJECTIONS))
     p.add_argument("--n-mem", type=int, default=8)
     p.add_argument("--lora-r", type=int, default=16)
     p.add_argument("--lora-alpha", type=int, default=32)

@@ -585,7 +585,7 @@ class RheaForCausalLM(nn.Module):
         last = len(layers) - 1
         # column of each latent row (rows are the slots in row-major order)
         columns = slots.nonzero()[:, 1]
-        state = {"done": False, "mask": None, "rows": None}
+        state = {"done": False, "index": None, "rows": None}
 
         def make(index: int):
             def hook(module, args, kwargs):
@@ -604,13 +604,13 @@ class RheaForCausalLM(nn.Module):
                         parts = kept.split(tail.sum(1).tolist())
                         kept = torch.cat([part for part in parts for _ in range(k)])
                         tail = tail.repeat_interleave(k, dim=0)
-                    state["mask"], state["rows"] = tail.unsqueeze(-1), kept
+                    state["index"], state["rows"] = tail.nonzero(as_tuple=True), kept  # row-major, as the rows
                 if once and index == last:
                     state["done"] = True
                 if state["rows"] is None or state["rows"].shape[0] == 0:
                     return None
-                add = torch.zeros_like(hidden).masked_scatter(state["mask"], inj.at_layer(state["rows"], index).to(hidden.dtype))
-                hidden = hidden + add
+                hidden = hidden.index_put(state["index"], inj.at_layer(state["rows"], index).to(hidden.dtype),
+                                          accumulate=True)
                 if args:
                     return (hidden,) + tuple(args[1:]), kwargs
                 return args, {**kwargs, "hidden_states": hidden}
