@@ -193,7 +193,8 @@ class LatentCache:
         t0 = time.perf_counter()
         for i in range(0, len(todo), batch):
             chunk = todo[i: i + batch]
-            lat = self._model().compress(chunk).float().cpu()
+            model = self._model()
+            lat = model.score_view(model.compress(chunk)).float().cpu()  # what the latent scorer reads
             self.store.update(zip(chunk, lat.half()))
             if (i // batch) % 10 == 9 or i + batch >= len(todo):
                 self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -119,7 +119,7 @@ def fresh_init(model, train, seed: int) -> None:
         model.mem_slot_embeds.copy_(model.base_model.get_input_embeddings().weight[rows].to(model.mem_slot_embeds.dtype))
         if model.latent_injector is not None:
             lat = model.compress([c.text for c in train[:32]], batch_size=8)
-            model.latent_injector.fit_center(lat)
+            model.latent_injector.fit_center(model.score_view(lat))
 
 
 def trainable(model, train_generate: bool):

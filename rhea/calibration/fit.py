@@ -35,11 +35,14 @@ def share(mask: torch.Tensor) -> float | torch.Tensor:
 
 @torch.no_grad()
 def compress_texts(model, texts: Sequence[str], *, batch_size: int = 16) -> torch.Tensor:
-    """``[N, n_mem, hidden]`` fp32 CPU latents of `texts` (compress adapter, eval mode)."""
+    """``[N, n_mem, hidden]`` fp32 CPU latents of `texts` as they are scored (compress adapter, eval mode;
+    ``model.score_view``: the final states)."""
     was_training = model.training
     model.eval()
     try:
-        return model.compress(list(texts), batch_size=batch_size).float().cpu()
+        lat = model.compress(list(texts), batch_size=batch_size)
+        lat = model.score_view(lat) if hasattr(model, "score_view") else lat
+        return lat.float().cpu()
     finally:
         model.train(was_training)
 

@@ -35,6 +35,10 @@ class EpisodicMemory:
       replies and the query being scored), which needs no calibration data;
     * ``"none"``: raw cosine (the paper's rule), even when `center` is set.
 
+    `score_view` picks what is scored from a stored latent (``model.score_view``: the final states;
+    under ``latent_injection="states"`` a latent also holds the per-layer slot states, which the
+    generate pass reads but the scores do not); None scores the latent as it is.
+
     >>> from rhea.testing import tiny_rhea                            # doctest: +SKIP
     >>> em = EpisodicMemory(tiny_rhea().compress)                     # doctest: +SKIP
     >>> em.append(Turn("hi", "hello there")); em.score("hello?")     # doctest: +SKIP
@@ -42,12 +46,13 @@ class EpisodicMemory:
     """
 
     def __init__(self, compress_fn: Callable[[Sequence[str]], torch.Tensor], *, center: torch.Tensor | None = None,
-                 centering: str = "fixed"):
+                 centering: str = "fixed", score_view: Callable[[torch.Tensor], torch.Tensor] | None = None):
         if centering not in CENTERING_MODES:
             raise ValueError(f"centering={centering!r} must be one of {CENTERING_MODES}")
         self.compress_fn = compress_fn
         self.center = center
         self.centering = centering
+        self.score_view = score_view or (lambda x: x)
         self.entries: list[EpisodicEntry] = []
         self.compress_calls = 0
         self.compress_seconds = 0.0
@@ -89,7 +94,13 @@ class EpisodicMemory:
         self.extend(list(turns)[len(self.entries):])
 
     def query_latents(self, query: str) -> torch.Tensor:
-        return self._compress([query])[0]
+        """The query's latents as scored (``score_view`` applied)."""
+        return self.score_view(self._compress([query])[0])
+
+    def _scored(self, query: str | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        vq = self.query_latents(query) if isinstance(query, str) else self.score_view(query.float())
+        vk = torch.stack([self.score_view(e.latents).to(vq.device) for e in self.entries])
+        return vq, vk
 
     def score(self, query: str | torch.Tensor) -> torch.Tensor:
         """Scores ``[T]`` of every stored turn against `query` (text, or its ``[n, hidden]`` latents)."""
@@ -97,9 +108,8 @@ class EpisodicMemory:
 
         if not self.entries:
             return torch.zeros(0)
-        vq = self.query_latents(query) if isinstance(query, str) else query.float()
         # entries loaded from a saved session sit on the CPU; score where the query was made
-        vk = torch.stack([e.latents.to(vq.device) for e in self.entries])
+        vq, vk = self._scored(query)
         center = self.score_center(vq)
         return turn_scores(vq[None], vk[None], center=None if center is None else center.to(vq.device))[0].cpu()
 
@@ -109,8 +119,7 @@ class EpisodicMemory:
 
         if not self.entries:
             return torch.zeros(0), torch.zeros(0, dtype=torch.int8)
-        vq = self.query_latents(query) if isinstance(query, str) else query.float()
-        vk = torch.stack([e.latents.to(vq.device) for e in self.entries])
+        vq, vk = self._scored(query)
         center = self.score_center(vq)
         scores, tiers = turn_scores_and_tiers(vq[None], vk[None], tau_low, tau_high,
                                               center=None if center is None else center.to(vq.device))
@@ -122,7 +131,8 @@ class EpisodicMemory:
             return None
         if self.centering == "fixed":
             return self.center
-        seen = [e.latents for e in self.entries] + ([query_latents.float()] if query_latents is not None else [])
+        seen = [self.score_view(e.latents) for e in self.entries] + \
+            ([self.score_view(query_latents.float())] if query_latents is not None else [])
         if not seen:
             return None
         flat = torch.cat([x.reshape(-1, x.shape[-1]).to(seen[-1].device) for x in seen])

@@ -11,7 +11,7 @@ from rhea.errors import RheaConfigError
 
 CONFIG_NAME = "rhea_config.json"
 #: values of `RheaConfig.latent_injection`
-LATENT_INJECTIONS = ("raw", "norm", "projector", "deep")
+LATENT_INJECTIONS = ("raw", "norm", "projector", "deep", "states")
 
 #: how the Rhea policy scores past turns, and how scores become tiers (see rhea.memory.scoring)
 SCORERS = ("latent", "bm25", "dense", "fused")
@@ -139,6 +139,10 @@ class RheaConfig:
     #: ("norm" followed by a learned linear map into the embedding space, identity-initialised) or "deep"
     #: ("projector", plus a per-layer low-rank term of the latent added to every decoder layer's input
     #: at the slots, zero at initialisation: each layer's keys/values at a slot read the latent; docs/compressor.md)
+    #: or "states" (the compress pass's own hidden state at each `<mem>` slot, at the input of every decoder
+    #: layer, is stored with the latent and replaces the generate pass's slot state at that layer, as
+    #: 500xCompressor hands the decoder the compressed tokens' per-layer K/V; the latent is then
+    #: ``[n_mem, n_layers * hidden]``, its first ``hidden`` columns the final states used for scoring)
     latent_injection: str = "raw"
     extra: dict[str, Any] = field(default_factory=dict)
 

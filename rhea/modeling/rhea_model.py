@@ -108,15 +108,15 @@ class LatentInjector(nn.Module):
     def __init__(self, hidden: int, mode: str, target_norm: float, dtype: torch.dtype = torch.float32,
                  device: torch.device | str | None = None, n_layers: int = 0, rank: int = DEEP_RANK):
         super().__init__()
-        if mode not in ("norm", "projector", "deep"):
-            raise RheaConfigError(f"LatentInjector mode {mode!r} must be 'norm', 'projector' or 'deep'")
+        if mode not in ("norm", "projector", "deep", "states"):
+            raise RheaConfigError(f"LatentInjector mode {mode!r} must be 'norm', 'projector', 'deep' or 'states'")
         if mode == "deep" and n_layers < 1:
             raise RheaConfigError(f"latent_injection='deep' needs the decoder's layer count, got n_layers={n_layers}")
         self.mode = mode
         self.center = nn.Parameter(torch.zeros(hidden, dtype=dtype, device=device))
         self.register_buffer("target_norm", torch.tensor(float(target_norm), dtype=torch.float32, device=device))
         self.proj = None
-        if mode in ("projector", "deep"):
+        if mode in ("projector", "deep", "states"):  # "states": the projector maps the final states to the input
             self.proj = nn.Linear(hidden, hidden, dtype=dtype, device=device)
             with torch.no_grad():
                 self.proj.weight.copy_(torch.eye(hidden, dtype=dtype))
@@ -372,6 +372,18 @@ class RheaForCausalLM(nn.Module):
         return self.config.n_mem
 
     @property
+    def latent_width(self) -> int:
+        """Width of one latent vector: ``hidden``, or ``n_layers * hidden`` under ``latent_injection="states"``
+        (the final states first, then the slot's state at the input of decoder layers 1 .. n_layers-1)."""
+        if self.config.latent_injection == "states":
+            return self.hidden_size * len(self._decoder_layers())
+        return self.hidden_size
+
+    def score_view(self, latents: torch.Tensor) -> torch.Tensor:
+        """The part of `latents` (``[..., latent_width]``) that retrieval scores: the final hidden states."""
+        return latents[..., : self.hidden_size]
+
+    @property
     def max_context(self) -> int | None:
         return getattr(_text_config(self.base_model.config), "max_position_embeddings", None)
 
@@ -544,11 +556,16 @@ class RheaForCausalLM(nn.Module):
                     f"pass latent_embeds with {n_slots} rows (or remove the placeholders)"
                 )
             return embeds, slots, None
-        if latent_embeds.shape[-1] != embeds.shape[-1]:
+        width, hidden = self.latent_width, embeds.shape[-1]
+        if latent_embeds.shape[-1] != width:
+            what = (f"latent_injection='states' latents of {width} = layers x hidden" if width != hidden
+                    else f"the model's hidden size {hidden}")
             raise LatentMismatchError(
-                f"latent_embeds have width {latent_embeds.shape[-1]} but the model's hidden size is {embeds.shape[-1]}"
+                f"latent_embeds have width {latent_embeds.shape[-1]} but this model takes {what}; "
+                "compress with this model (latents of another injection mode or model do not fit)"
             )
-        rows = latent_embeds.reshape(-1, latent_embeds.shape[-1])
+        full = latent_embeds.reshape(-1, width)
+        rows = full[:, :hidden]
         if self.latent_injector is not None:
             rows = self.latent_injector(rows)
         if rows.shape[0] != n_slots:
@@ -556,7 +573,10 @@ class RheaForCausalLM(nn.Module):
                 f"input_ids contain {n_slots} {MEM_TOKEN} placeholders but latent_embeds has {rows.shape[0]} rows; "
                 f"each latent block of {self.n_mem} vectors needs exactly {self.n_mem} placeholders"
             )
-        return embeds.masked_scatter(slots.unsqueeze(-1), rows.to(embeds.dtype)), slots, rows
+        embeds = embeds.masked_scatter(slots.unsqueeze(-1), rows.to(embeds.dtype))
+        if width != hidden:  # "states": what `_deep_latents` writes at layers 1.. is the stored per-layer states
+            rows = full[:, hidden:]
+        return embeds, slots, rows
 
     def _decoder_layers(self) -> nn.ModuleList:
         decoder = self.base_model.get_decoder()
@@ -578,9 +598,11 @@ class RheaForCausalLM(nn.Module):
         reused cache feeds only the tokens past it); with `once`, only the first call writes (the
         prefill of `generate`; decode steps feed new tokens). A no-op in other modes."""
         inj = self.latent_injector
-        if inj is None or inj.mode != "deep" or rows is None or not bool(slots.any()):
+        if inj is None or inj.mode not in ("deep", "states") or rows is None or not bool(slots.any()):
             yield
             return
+        states = inj.mode == "states"
+        hidden_size = self.hidden_size
         layers = self._decoder_layers()
         last = len(layers) - 1
         # column of each latent row (rows are the slots in row-major order)
@@ -609,8 +631,14 @@ class RheaForCausalLM(nn.Module):
                     state["done"] = True
                 if state["rows"] is None or state["rows"].shape[0] == 0:
                     return None
-                hidden = hidden.index_put(state["index"], inj.at_layer(state["rows"], index).to(hidden.dtype),
-                                          accumulate=True)
+                if states:  # the compress pass's own slot state at this layer's input replaces the slot's
+                    if index == 0:
+                        return None
+                    value = state["rows"][:, (index - 1) * hidden_size:index * hidden_size]
+                    hidden = hidden.index_put(state["index"], value.to(hidden.dtype), accumulate=False)
+                else:
+                    hidden = hidden.index_put(state["index"], inj.at_layer(state["rows"], index).to(hidden.dtype),
+                                              accumulate=True)
                 if args:
                     return (hidden,) + tuple(args[1:]), kwargs
                 return args, {**kwargs, "hidden_states": hidden}
@@ -624,11 +652,11 @@ class RheaForCausalLM(nn.Module):
                 h.remove()
 
     def _check_deep_recompute(self) -> None:
-        if (self.latent_injector is not None and self.latent_injector.mode == "deep" and self.training
+        if (self.latent_injector is not None and self.latent_injector.mode in ("deep", "states") and self.training
                 and getattr(self.base_model, "is_activation_checkpointing",
                             getattr(self.base_model, "is_gradient_checkpointing", False))):
             raise RheaConfigError(
-                "latent_injection='deep' writes the latents into each layer with hooks that are gone when "
+                f"latent_injection={self.latent_injector.mode!r} writes the latents into each layer with hooks that are gone when "
                 "activation checkpointing recomputes a layer in backward; turn gradient_checkpointing off")
 
     def _tokenize_for_compression(self, texts: Sequence[str]) -> list[list[int]]:
@@ -664,7 +692,7 @@ class RheaForCausalLM(nn.Module):
         """
         ids = self._tokenize_for_compression(texts)
         if not ids:
-            return torch.zeros(0, self.n_mem, self.hidden_size, dtype=self.dtype, device=self.device)
+            return torch.zeros(0, self.n_mem, self.latent_width, dtype=self.dtype, device=self.device)
         step = batch_size or len(ids)
         return torch.cat([self._compress_ids(ids[i : i + step]) for i in range(0, len(ids), step)], dim=0)
 
@@ -680,7 +708,7 @@ class RheaForCausalLM(nn.Module):
         text_embeds = self.base_model.get_input_embeddings()(input_ids[:, :-n])
         slots = self.mem_slot_embeds.to(text_embeds.dtype).unsqueeze(0).expand(len(ids), -1, -1)
         embeds = torch.cat([text_embeds, slots], dim=1)
-        with self.adapter("compress"):
+        with self.adapter("compress"), self._record_slot_states(n) as per_layer:
             # The decoder alone: no lm_head over the vocabulary, which compression never needs.
             hidden = self.base_model.get_decoder()(
                 inputs_embeds=embeds,
@@ -688,7 +716,32 @@ class RheaForCausalLM(nn.Module):
                 position_ids=positions_from_mask(attention_mask),
                 use_cache=False,
             ).last_hidden_state
-        return hidden[:, -n:, :]
+        return torch.cat([hidden[:, -n:, :]] + per_layer, dim=-1)
+
+    @contextlib.contextmanager
+    def _record_slot_states(self, n: int):
+        """``"states"``: collects the last `n` positions' hidden state at the input of decoder layers
+        1 .. L-1 during a compress pass (a list, filled when the block exits); empty in other modes."""
+        per_layer: list[torch.Tensor] = []
+        if self.config.latent_injection != "states":
+            yield per_layer
+            return
+        seen: dict[int, torch.Tensor] = {}
+
+        def make(index: int):
+            def hook(module, args, kwargs):
+                hidden = args[0] if args else kwargs["hidden_states"]
+                seen[index] = hidden[:, -n:, :]
+            return hook
+
+        layers = self._decoder_layers()
+        handles = [layer.register_forward_pre_hook(make(i), with_kwargs=True) for i, layer in enumerate(layers) if i]
+        try:
+            yield per_layer
+        finally:
+            for h in handles:
+                h.remove()
+        per_layer.extend(seen[i] for i in range(1, len(layers)))
 
     # ------------------------------------------------------------------ generate side
     def forward(

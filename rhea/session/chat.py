@@ -329,7 +329,7 @@ class ChatSession:
             "generation_kwargs": self.generation_kwargs,
             "reuse_prefix_cache": self.prefix_cache is not None,
             "model": {"hidden_size": self.model.hidden_size, "n_mem": self.model.n_mem,
-                      "base_model": self.model.config.base_model},
+                      "latent_width": self.model.latent_width, "base_model": self.model.config.base_model},
         }
         (path / SESSION_JSON).write_text(json.dumps(payload, indent=1, ensure_ascii=False))
         save_file(tensors, str(path / SESSION_TENSORS))
@@ -353,10 +353,12 @@ class ChatSession:
         if payload.get("format") != "rhea-session/1":
             raise SessionError(f"{path}: unknown session format {payload.get('format')!r}")
         saved = payload["model"]
-        if (saved["hidden_size"], saved["n_mem"]) != (model.hidden_size, model.n_mem):
+        width = saved.get("latent_width", saved["hidden_size"])  # sessions saved before latent_width
+        if (saved["hidden_size"], saved["n_mem"], width) != (model.hidden_size, model.n_mem, model.latent_width):
             raise SessionError(
-                f"{path} was saved with a model of hidden size {saved['hidden_size']} and n_mem {saved['n_mem']} "
-                f"({saved['base_model']}); this model has {model.hidden_size} and {model.n_mem}"
+                f"{path} was saved with a model of hidden size {saved['hidden_size']}, n_mem {saved['n_mem']} and "
+                f"latent width {width} ({saved['base_model']}); this model has {model.hidden_size}, {model.n_mem} "
+                f"and {model.latent_width} (latent_injection={model.config.latent_injection!r})"
             )
         policy_state = join_tensors(payload["policy"], tensors)
         session = cls(model, policy=policy_state["name"], max_new_tokens=payload["max_new_tokens"],

@@ -144,6 +144,7 @@ class ContrastiveRetrievalLoss:
         drawn = [self.triples[i] for i in self.draw()]
         k = len(drawn)
         lat = model.compress([t.reply for t in drawn] + [t.query for t in drawn] + [t.unrelated for t in drawn])
+        lat = model.score_view(lat) if hasattr(model, "score_view") else lat  # the read-out is what is scored
         center = lat.detach().float().reshape(-1, lat.shape[-1]).mean(0) if self.center else None
         replies, queries = lat[:k], lat[k:]
         target = torch.arange(k, device=lat.device)

@@ -165,10 +165,11 @@ def test_deep_injector_trains_and_refuses_activation_checkpointing():
         model(input_ids=_ids(model), latent_embeds=lat, labels=_ids(model))
 
 
-def test_deep_generate_matches_forward_batched_and_with_beams():
-    model = tiny_rhea(latent_injection="deep")
+@pytest.mark.parametrize("mode", ["deep", "states"])
+def test_deep_generate_matches_forward_batched_and_with_beams(mode):
+    model = tiny_rhea(latent_injection=mode)
     tok = model.tokenizer
-    lat = torch.randn(2, model.n_mem, model.hidden_size)
+    lat = torch.randn(2, model.n_mem, model.latent_width)
     rows = [[5, 6] + [model.mem_token_id] * model.n_mem + [7], [5] + [model.mem_token_id] * model.n_mem + [8, 9, 7]]
     singles = []
     for r, row in enumerate(rows):
@@ -189,14 +190,15 @@ def test_deep_generate_matches_forward_batched_and_with_beams():
     assert one[0, len(rows[1]):].tolist() == two[1, width:].tolist()
 
 
-def test_deep_replies_exact_with_history_and_prefix_reuse():
+@pytest.mark.parametrize("mode", ["deep", "states"])
+def test_deep_replies_exact_with_history_and_prefix_reuse(mode):
     """The session's KV reuse feeds only new tokens: the deep term must reach their slots too."""
     from rhea.session import ChatSession
 
     script = ["from now on always answer in french .", "what is the capital of france ?",
               "what color is the cat ?", "the dog and the cat"]
     for kw in ({}, {"anchor_bias": 1.5}):
-        model = tiny_rhea(latent_injection="deep", **kw)
+        model = tiny_rhea(latent_injection=mode, **kw)
         on = ChatSession(model, policy="reply-soft-compress", max_new_tokens=6)
         off = ChatSession(model, policy="reply-soft-compress", max_new_tokens=6, reuse_prefix_cache=False)
         for q in script:
@@ -224,14 +226,15 @@ def test_deep_save_reload_round_trip(tmp_path):
         RheaForCausalLM.from_pretrained(tmp_path, base_model=tiny_llama(len(tok)))
 
 
-def test_deep_prefill_after_a_cached_instruction_block_still_injects():
+@pytest.mark.parametrize("mode", ["deep", "states"])
+def test_deep_prefill_after_a_cached_instruction_block_still_injects(mode):
     """With the instruction block's keys/values reused, generate's prefill feeds only the tokens after
     it: the latent slots among them must get the same deep term as in a full prefill."""
     from rhea.context import ContextPlan, Latent
     from rhea.session.generation import PrefixKVCache, generate_from_plan
 
-    model = tiny_rhea(latent_injection="deep")
-    lat = torch.randn(model.n_mem, model.hidden_size)
+    model = tiny_rhea(latent_injection=mode)
+    lat = torch.randn(model.n_mem, model.latent_width)
     plan = ContextPlan([{"role": "system", "content": "always answer in french . never use the cat ."},
                         {"role": "user", "content": [Latent(lat, 0), "\nwhat is the capital of france ?"]}])
     cache = PrefixKVCache()
@@ -240,3 +243,109 @@ def test_deep_prefill_after_a_cached_instruction_block_still_injects():
     generate_from_plan(model, plan, prefix_cache=cache, **kw)
     hit = generate_from_plan(model, plan, prefix_cache=cache, **kw)
     assert hit.timings["prefix_reused_tokens"] > 0 and hit.new_tokens == plain.new_tokens
+
+
+# ---------------------------------------------------------------- "states": the compress pass's slot states in every layer
+def _compress_pass_inputs(model, text):
+    """Input of every decoder layer at the `<mem>` slots during `model.compress([text])`."""
+    seen = {}
+    hooks = [layer.register_forward_pre_hook(
+        lambda m, a, k, i=i: seen.__setitem__(i, (a[0] if a else k["hidden_states"])[0, -model.n_mem:].clone()),
+        with_kwargs=True) for i, layer in enumerate(model._decoder_layers())]
+    with torch.no_grad():
+        lat = model.compress([text])
+    for h in hooks:
+        h.remove()
+    return lat, seen
+
+
+def test_states_latents_hold_the_final_and_every_layer_slot_state():
+    model = tiny_rhea(latent_injection="states")
+    n_layers, hidden = len(model._decoder_layers()), model.hidden_size
+    assert model.latent_width == n_layers * hidden
+    lat, seen = _compress_pass_inputs(model, "the cat is blue")
+    assert lat.shape == (1, model.n_mem, n_layers * hidden)
+    for layer in range(1, n_layers):
+        torch.testing.assert_close(lat[0, :, layer * hidden:(layer + 1) * hidden], seen[layer])
+    # the first `hidden` columns are the final states: what the other modes return, and what is scored
+    plain = tiny_rhea(latent_injection="projector")
+    plain.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(model.score_view(lat), plain.compress(["the cat is blue"]))
+    assert model.compress([]).shape == (0, model.n_mem, model.latent_width)
+
+
+@pytest.mark.parametrize("layer_index", [0, 1])
+def test_states_replace_the_slot_state_at_every_layer_input(layer_index):
+    model = tiny_rhea(latent_injection="states")
+    hidden = model.hidden_size
+    ids = _ids(model)
+    lat = torch.randn(1, model.n_mem, model.latent_width)
+    seen, handles = _capture(model, layer_index)
+    with torch.no_grad():
+        model(input_ids=ids, latent_embeds=lat)
+        first = model.latent_injector(lat[0, :, :hidden])
+    for h in handles:
+        h.remove()
+    slots = (ids == model.mem_token_id)[0]
+    expected = first if layer_index == 0 else lat[0, :, layer_index * hidden:(layer_index + 1) * hidden]
+    torch.testing.assert_close(seen["after"][0, slots], expected)
+    torch.testing.assert_close(seen["after"][0, ~slots], seen["before"][0, ~slots])
+
+
+def test_states_train_the_compressor_through_every_layer_and_refuse_activation_checkpointing():
+    model = tiny_rhea(latent_injection="states").train()
+    lat = model.compress(["the cat is blue"])
+    model(input_ids=_ids(model), latent_embeds=lat, labels=_ids(model)).loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if ".compress." in n and "lora_B" in n}
+    # every layer's compress LoRA below the top one feeds a stored state the generate pass reads
+    assert all(g is not None and g.abs().sum() > 0 for n, g in grads.items() if ".layers.0." in n)
+    model.base_model.gradient_checkpointing_enable()
+    with pytest.raises(RheaConfigError, match="latent_injection='states'.*gradient_checkpointing off"):
+        model(input_ids=_ids(model), latent_embeds=lat, labels=_ids(model))
+
+
+def test_states_width_is_checked_and_sessions_record_it(tmp_path):
+    from rhea.errors import LatentMismatchError
+    from rhea.session import ChatSession
+    from rhea.session.chat import SessionError
+
+    model = tiny_rhea(latent_injection="states")
+    with pytest.raises(LatentMismatchError, match="layers x hidden"):
+        model(input_ids=_ids(model), latent_embeds=torch.randn(1, model.n_mem, model.hidden_size))
+    chat = ChatSession(model, policy="reply-soft-compress", max_new_tokens=4)
+    chat.send("what is the capital of france ?")
+    chat.send("and the cat ?")
+    chat.save(tmp_path / "s")
+    again = ChatSession.load(tmp_path / "s", model)
+    assert again.send("the dog ?") == chat.send("the dog ?")
+    with pytest.raises(SessionError, match="latent width"):
+        ChatSession.load(tmp_path / "s", tiny_rhea(latent_injection="deep"))
+    # the Rhea policy scores the final states and feeds the wide latents: the same replies with and without KV reuse
+    kw = {"scorer": "latent", "latent_tier": "on", "tier_mode": "budget", "max_raw": 1, "max_latent": 4,
+          "recognizer": None, "recent_raw": 0}
+    on = ChatSession(model, policy="rhea", max_new_tokens=4, policy_kwargs=kw)
+    off = ChatSession(model, policy="rhea", max_new_tokens=4, policy_kwargs=kw, reuse_prefix_cache=False)
+    for q in ["what is the capital of france ?", "the cat is blue .", "and the dog ?", "what color is the cat ?"]:
+        assert on.send(q) == off.send(q)
+    assert on.records[-1].latent_slots > 0
+
+
+def test_states_save_reload_and_score_on_the_final_states(tmp_path):
+    from rhea.context.conversation import Turn
+    from rhea.memory.episodic import EpisodicMemory
+
+    model = tiny_rhea(latent_injection="states")
+    model.save_pretrained(tmp_path)
+    again = RheaForCausalLM.from_pretrained(tmp_path, base_model=tiny_llama(len(tiny_tokenizer())))
+    assert again.config.latent_injection == "states" and again.latent_width == model.latent_width
+    lat = model.compress(["the cat is blue"]).detach()
+    with torch.no_grad():
+        torch.testing.assert_close(again(input_ids=_ids(again), latent_embeds=lat).logits,
+                                   model(input_ids=_ids(model), latent_embeds=lat).logits)
+    wide = EpisodicMemory(model.compress, score_view=model.score_view)
+    final = EpisodicMemory(lambda texts: model.score_view(model.compress(texts)))
+    for mem in (wide, final):
+        mem.extend([Turn("a", "the cat is blue"), Turn("b", "paris is in france")])
+    assert wide.entries[0].latents.shape[-1] == model.latent_width
+    torch.testing.assert_close(wide.score("what colour is the cat ?"), final.score("what colour is the cat ?"))
