@@ -32,11 +32,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from rhea.errors import RheaError  # noqa: E402
+
 INDEX = "checkpoints/parked.json"
 DEFAULT_RESTORE = "runs/snapshots"
 
 
-class SnapshotStoreError(RuntimeError):
+class SnapshotStoreError(RheaError, ValueError):
     """A park or restore that cannot be done as asked (the message says why and what to do)."""
 
 

@@ -23,7 +23,10 @@ Written by `rhea export {source} --out {out}`.
   "deep" it also holds `layer_down`/`layer_up`: a term `(y @ layer_down[l].T) @ layer_up[l].T` of
   the projected latent `y` is added to the residual stream at each `<mem>` position at the input of
   every decoder layer `l`, which `inputs_embeds` alone cannot express: load the source with
-  `RheaForCausalLM.from_pretrained` to answer from such latents.
+  `RheaForCausalLM.from_pretrained` to answer from such latents. With "states" a latent is
+  `[n_mem, n_layers * hidden]`: its first `hidden` columns (through the projector) fill the `<mem>`
+  position, and column block `l` replaces that position's hidden state at the input of decoder layer
+  `l` (1 .. n_layers-1), which needs the same hooks.
 * `rhea_config.json` — the Rhea configuration (n_mem, thresholds, base model).
 
 Load everything back as a trainable Rhea model from the source instead:

@@ -33,7 +33,7 @@ class ModelSection:
     lora_dropout: float = 0.05
     #: PEFT target modules: "all-linear" or a list such as [q_proj, k_proj, v_proj, o_proj]
     target_modules: Any = "all-linear"
-    #: how latents enter the generate pass: "raw", "norm" or "projector" (see RheaConfig.latent_injection)
+    #: how latents enter the generate pass: "raw", "norm", "projector", "deep" or "states" (RheaConfig.latent_injection)
     latent_injection: str = "raw"
 
 
