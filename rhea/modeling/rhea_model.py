@@ -380,8 +380,11 @@ class RheaForCausalLM(nn.Module):
         return self.hidden_size
 
     def score_view(self, latents: torch.Tensor) -> torch.Tensor:
-        """The part of `latents` (``[..., latent_width]``) that retrieval scores: the final hidden states."""
-        return latents[..., : self.hidden_size]
+        """The part of `latents` (``[..., latent_width]``) that retrieval scores: the final hidden states
+        (contiguous, as the turn-scoring kernels read them)."""
+        if latents.shape[-1] == self.hidden_size:
+            return latents
+        return latents[..., : self.hidden_size].contiguous()
 
     @property
     def max_context(self) -> int | None:
