@@ -190,3 +190,21 @@ def test_deep_injection_trains_its_per_layer_term_and_reloads(script, setup):
     assert loaded.config.latent_injection == "deep" and loaded.latent_injector.layer_up.abs().sum() > 0
     curve = [json.loads(line) for line in (root / "out" / "curve.jsonl").read_text().splitlines()]
     assert [r["step"] for r in curve] == [0, 2]
+
+
+def test_states_injection_trains_resumes_from_its_snapshot_and_reloads(script, setup, capsys):
+    """`states` latents are [n_mem, n_layers*hidden]: the fresh-start centre is fitted on their final-state
+    view, the adapters reload with that width, and a run continues from its snapshot."""
+    import shutil
+
+    data, base_dir, root = setup
+    script.main(["states" if a == "projector" else a for a in _argv(data, base_dir, root, 2, lr=0.01)])
+    from rhea.modeling import RheaForCausalLM
+    loaded = RheaForCausalLM.from_pretrained(root / "out" / "latest", base_model=str(base_dir))
+    assert loaded.config.latent_injection == "states" and loaded.latent_width == 2 * loaded.hidden_size
+    assert loaded.compress(["a reply"]).shape[-1] == loaded.latent_width
+    assert loaded.latent_injector.center.abs().sum() > 0
+    shutil.rmtree(root / "out" / "checkpoint")  # a new machine: only the snapshot is left
+    script.main(["states" if a == "projector" else a for a in _argv(data, base_dir, root, 3, lr=0.01)])
+    assert "resumed from snapshot" in capsys.readouterr().out
+    assert json.loads((root / "snap" / "state.json").read_text())["step"] == 3
