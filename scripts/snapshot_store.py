@@ -83,8 +83,7 @@ def _snapshot_files(src: Path) -> list[Path]:
     if not (src / "state.json").is_file():
         raise SnapshotStoreError(f"{src} has no state.json: not a scripts/train_compressor.py snapshot "
                                  "(pass the folder given to --snapshot-dir)")
-    files = sorted(p for p in src.rglob("*") if p.is_file())
-    return files
+    return sorted(p for p in src.rglob("*") if p.is_file())
 
 
 def park(repo: Path, src: Path, name: str, message: str | None = None) -> dict:

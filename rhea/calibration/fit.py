@@ -40,9 +40,7 @@ def compress_texts(model, texts: Sequence[str], *, batch_size: int = 16) -> torc
     was_training = model.training
     model.eval()
     try:
-        lat = model.compress(list(texts), batch_size=batch_size)
-        lat = model.score_view(lat) if hasattr(model, "score_view") else lat
-        return lat.float().cpu()
+        return model.score_view(model.compress(list(texts), batch_size=batch_size)).float().cpu()
     finally:
         model.train(was_training)
 

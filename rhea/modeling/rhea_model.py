@@ -719,7 +719,8 @@ class RheaForCausalLM(nn.Module):
                 position_ids=positions_from_mask(attention_mask),
                 use_cache=False,
             ).last_hidden_state
-        return torch.cat([hidden[:, -n:, :]] + per_layer, dim=-1)
+        final = hidden[:, -n:, :]
+        return torch.cat([final] + per_layer, dim=-1) if per_layer else final
 
     @contextlib.contextmanager
     def _record_slot_states(self, n: int):

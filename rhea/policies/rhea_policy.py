@@ -134,7 +134,7 @@ class RheaPolicy(ContextPolicy):
         self.im = InstructionalMemory()
         center = torch.tensor(cfg.latent_center) if cfg.latent_center is not None else None
         self.episodic = EpisodicMemory(model.compress, center=center, centering=getattr(cfg, "latent_centering", "fixed"),
-                                       score_view=getattr(model, "score_view", None))
+                                       score_view=model.score_view)
         self._seen_queries: set[tuple[int, str]] = set()
 
     def config(self) -> dict:

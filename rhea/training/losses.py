@@ -143,8 +143,8 @@ class ContrastiveRetrievalLoss:
     def __call__(self, model, batch: dict, latents: torch.Tensor | None, outputs) -> torch.Tensor:
         drawn = [self.triples[i] for i in self.draw()]
         k = len(drawn)
-        lat = model.compress([t.reply for t in drawn] + [t.query for t in drawn] + [t.unrelated for t in drawn])
-        lat = model.score_view(lat) if hasattr(model, "score_view") else lat  # the read-out is what is scored
+        # the read-out is what is scored: the final-state view
+        lat = model.score_view(model.compress([t.reply for t in drawn] + [t.query for t in drawn] + [t.unrelated for t in drawn]))
         center = lat.detach().float().reshape(-1, lat.shape[-1]).mean(0) if self.center else None
         replies, queries = lat[:k], lat[k:]
         target = torch.arange(k, device=lat.device)
