@@ -36,6 +36,8 @@ from pathlib import Path
 
 import torch
 
+from rhea.training.factqa import DEFAULT_BABI_TASKS
+
 
 def parse_args(argv=None):
     from rhea.modeling.config import LATENT_INJECTIONS
@@ -74,7 +76,27 @@ def parse_args(argv=None):
                         "fit a time-limited call on a lent GPU; the same command continues")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
-    return p.parse_args(argv)
+    p.add_argument("--qa-share", type=float, default=0.0,
+                   help="share of each batch that is fact-QA through the latents (ICAE's fine-tuning stage, "
+                        "rhea.training.factqa) instead of auto-encoding: 0 = pre-training only, 1 = fine-tuning only")
+    p.add_argument("--babi", default=None,
+                   help="bAbI en 1k folder (e.g. shared/data/babi_en_1k) adding its stories' questions to the fact-QA "
+                        "items; without it the items are cloze questions on the real replies only")
+    p.add_argument("--babi-tasks", default=",".join(map(str, DEFAULT_BABI_TASKS)),
+                   help="comma-separated bAbI task numbers (default: the single-fact lookups)")
+    p.add_argument("--qa-eval-n", type=int, default=32, help="held-apart fact-QA items measured at each eval")
+    args = p.parse_args(argv)
+    if not 0.0 <= args.qa_share <= 1.0:
+        p.error(f"--qa-share {args.qa_share} must be in [0, 1]")
+    if args.qa_share > 0 and round(args.batch * args.qa_share) == 0:
+        p.error(f"--qa-share {args.qa_share} x --batch {args.batch} rounds to no fact-QA item per step; raise either")
+    if args.babi and not Path(args.babi).is_dir():
+        p.error(f"--babi {args.babi} is not a directory; pass the folder holding qa1_*_test.txt (shared/data/babi_en_1k)")
+    try:
+        args.babi_tasks = [int(t) for t in str(args.babi_tasks).split(",") if t.strip()]
+    except ValueError:
+        p.error(f"--babi-tasks {args.babi_tasks!r} must be comma-separated integers, e.g. 1,4,5")
+    return args
 
 
 def build(args):
@@ -107,7 +129,35 @@ def build(args):
                          f"{least} tokens; both must be non-empty (more replies, or a smaller --chunk-tokens)")
     rng = random.Random(1234)
     rng.shuffle(test)
-    return model, train, [c.text for c in test[: args.eval_n]]
+    qa_train, qa_eval = build_qa(args, train, chunk_texts(model.tokenizer, test_src, max_tokens=args.chunk_tokens,
+                                                          min_tokens=least))
+    return model, train, [c.text for c in test[: args.eval_n]], qa_train, qa_eval
+
+
+def build_qa(args, train_chunks, held_chunks) -> tuple[list, list]:
+    """(training, held-apart) fact-QA items: cloze questions on the reply chunks of each side, plus bAbI
+    questions split by story (at most as many as cloze items, when there are any); the held-apart list alternates the two
+    sources. Empty when --qa-share is 0."""
+    from rhea.training.factqa import cloze_qa, load_babi_qa, split_items
+
+    if args.qa_share == 0:
+        return [], []
+    train = cloze_qa(train_chunks, seed=args.seed)
+    held = cloze_qa(held_chunks, seed=args.seed)
+    babi_train, babi_held = split_items(load_babi_qa(args.babi, args.babi_tasks)) if args.babi else ([], [])
+    rng = random.Random(4321)
+    # as many bAbI questions as cloze items, so the few places and people of bAbI do not dominate the stage
+    if train:
+        babi_train = rng.sample(babi_train, min(len(babi_train), len(train)))
+    rng.shuffle(held)
+    rng.shuffle(babi_held)
+    mixed = [it for pair in zip(held, babi_held) for it in pair] if babi_held else held
+    rest = held[len(babi_held):] + babi_held[len(held):] if babi_held else []
+    qa_eval = (mixed + rest)[: args.qa_eval_n]
+    if not train + babi_train or len(qa_eval) < 2:
+        raise SystemExit(f"--qa-share {args.qa_share}: {len(train)} training and {len(qa_eval)} held-apart fact-QA "
+                         "items; need training items and at least 2 held apart (more replies, or --babi)")
+    return train + babi_train, qa_eval
 
 
 def fresh_init(model, train, seed: int) -> None:
@@ -153,7 +203,7 @@ def save_checkpoint(out: Path, params: dict, opt, sched, step: int) -> None:
 
 #: settings a snapshot must share with the run that resumes it (others, e.g. --threads, may change)
 SNAPSHOT_KEYS = ("base_model", "injection", "n_mem", "lora_r", "lora_alpha", "targets", "chunk_tokens", "batch",
-                 "train_generate", "seed", "self_replies")
+                 "train_generate", "seed", "self_replies", "qa_share", "babi", "babi_tasks")
 
 
 def save_snapshot(dir_: Path, out: Path, params: dict, step: int, args) -> None:
@@ -208,8 +258,9 @@ def main(argv=None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from rhea.training.compressor import autoencode_batch, mean_ci, reconstruction_scores
+    from rhea.training.factqa import factqa_loss, factqa_scores
 
-    model, train, eval_texts = build(args)
+    model, train, eval_texts, qa_train, qa_eval = build(args)
     ckpt = out / "checkpoint" / "state.pt"
     snap = Path(args.snapshot_dir) if args.snapshot_dir else None
     from_snapshot = not ckpt.is_file() and snap is not None and (snap / "state.json").is_file()
@@ -234,7 +285,9 @@ def main(argv=None) -> None:
         torch.set_rng_state(state["torch_rng"].cpu())
     (out / "args.json").write_text(json.dumps(vars(args), indent=2))
     print(f"[compressor] {len(train)} train chunks, {len(eval_texts)} held-apart eval chunks, "
+          f"{len(qa_train)} fact-QA items ({len(qa_eval)} held apart), "
           f"{sum(p.numel() for p in params.values())} trainable params, start step {step}", flush=True)
+    n_qa = round(args.batch * args.qa_share)
     # No gradient checkpointing here: at 48-token chunks activations are small, and the recipe's
     # recorded runs were made without it (rhea.training.recompute makes it correct across adapters).
 
@@ -245,19 +298,35 @@ def main(argv=None) -> None:
         own, ctl = mean_ci(s["own"]), mean_ci(s["control"])
         gap = mean_ci([a - b for a, b in zip(s["own"], s["control"])])
         row = {"step": at, "loss": loss, "own": own["mean"], "control": ctl["mean"], "gap": gap["mean"],
-               "gap_lo": gap["lo"], "gap_hi": gap["hi"], "n": own["n"], "eval_s": round(time.perf_counter() - t, 1)}
+               "gap_lo": gap["lo"], "gap_hi": gap["hi"], "n": own["n"]}
+        if qa_eval:
+            q = factqa_scores(model, qa_eval, raw=at == 0 or not curve_has_raw())
+            qa_gap = mean_ci([float(a["exact"]) - float(b["exact"]) for a, b in zip(q["own"], q["control"])])
+            row.update({"qa_own": mean_ci([float(a["exact"]) for a in q["own"]])["mean"],
+                        "qa_control": mean_ci([float(b["exact"]) for b in q["control"]])["mean"],
+                        "qa_gap": qa_gap["mean"], "qa_gap_lo": qa_gap["lo"], "qa_gap_hi": qa_gap["hi"],
+                        "qa_n": qa_gap["n"]})
+            if "raw" in q:  # the reply as text: what the latents are measured against (the decoder is frozen)
+                row["qa_raw"] = mean_ci([float(r["exact"]) for r in q["raw"]])["mean"]
+        row["eval_s"] = round(time.perf_counter() - t, 1)
         with open(out / "curve.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
         print(f"[compressor] eval {row}", flush=True)
         write_latest(at)
         model.train()
 
+    def curve_has_raw() -> bool:
+        path = out / "curve.jsonl"
+        return path.is_file() and any("qa_raw" in json.loads(line) for line in path.read_text().splitlines() if line)
+
     def write_latest(at: int) -> None:
         """The adapters as a `RheaForCausalLM` directory (what benchmarks/reconstruction.py and the policy load)."""
         model.config.extra["adapters_trained"] = at > 0
         model.config.extra["training"] = {"recipe": "scripts/train_compressor.py", "data": str(args.data),
                                           "self_replies": list(args.self_replies), "optimizer_steps": at,
-                                          "chunk_tokens": args.chunk_tokens, "train_generate": args.train_generate}
+                                          "chunk_tokens": args.chunk_tokens, "train_generate": args.train_generate,
+                                          "qa_share": args.qa_share, "babi": args.babi,
+                                          "babi_tasks": args.babi_tasks if args.babi else None}
         model.save_pretrained(out / "latest")
 
     if not resuming:
@@ -280,14 +349,20 @@ def main(argv=None) -> None:
             break
         epoch, pos = divmod(step, per_epoch)
         order = torch.randperm(len(train), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch)).tolist()
-        texts = [train[i].text for i in order[pos * args.batch:(pos + 1) * args.batch]]
+        # the auto-encoding rows keep their place in the epoch's order; the fact-QA rows are drawn by step
+        texts = [train[i].text for i in order[pos * args.batch:(pos + 1) * args.batch]][: args.batch - n_qa]
+        qa = [qa_train[i] for i in random.Random(args.seed * 7919 + step).sample(range(len(qa_train)), n_qa)] if n_qa else []
         with autocast:
-            latents = model.compress(texts)
-            b = autoencode_batch(model, texts)
-            with decoder():
-                loss = model(input_ids=b["input_ids"].to(model.device), latent_embeds=latents,
-                             attention_mask=b["attention_mask"].to(model.device),
-                             labels=b["labels"].to(model.device)).loss
+            loss = 0.0
+            if texts:
+                latents = model.compress(texts)
+                b = autoencode_batch(model, texts)
+                with decoder():
+                    loss = model(input_ids=b["input_ids"].to(model.device), latent_embeds=latents,
+                                 attention_mask=b["attention_mask"].to(model.device),
+                                 labels=b["labels"].to(model.device)).loss * (len(texts) / args.batch)
+            if qa:
+                loss = loss + factqa_loss(model, qa, decoder=decoder) * (len(qa) / args.batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
         opt.step()

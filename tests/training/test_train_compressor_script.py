@@ -75,7 +75,7 @@ def test_snapshot_weights_are_loaded(script, setup):
     shutil.rmtree(root / "out")
     (root / "out").mkdir()
     args = script.parse_args(_argv(data, base_dir, root, 2))
-    model, train, _ = script.build(args)
+    model, train = script.build(args)[:2]
     params = script.trainable(model, False)
     assert script.load_snapshot(root / "snap", root / "out", params, args) == 2
     saved = load_file(str(root / "snap" / "trainable.safetensors"))
@@ -116,7 +116,7 @@ def test_self_replies_add_training_chunks_only(script, setup):
 def test_plain_decoder_shortcut_gives_the_same_loss(script, setup):
     data, base_dir, root = setup
     args = script.parse_args(_argv(data, base_dir, root, 1))
-    model, train, _ = script.build(args)
+    model, train = script.build(args)[:2]
     assert script.generate_is_identity(model)
     from rhea.training.compressor import autoencode_batch
     texts = [c.text for c in train[:2]]
@@ -208,3 +208,36 @@ def test_states_injection_trains_resumes_from_its_snapshot_and_reloads(script, s
     script.main(["states" if a == "projector" else a for a in _argv(data, base_dir, root, 3, lr=0.01)])
     assert "resumed from snapshot" in capsys.readouterr().out
     assert json.loads((root / "snap" / "state.json").read_text())["step"] == 3
+
+
+def test_fact_qa_share_mixes_the_stages_and_measures_answers_held_apart(script, setup):
+    from tests.training.test_factqa import BABI
+
+    data, base_dir, root = setup
+    babi = root / "babi"
+    babi.mkdir()
+    # many one-question stories, so both sides of the split hold some
+    (babi / "qa1_single-supporting-fact_test.txt").write_text("".join(
+        f"1 the cat went to the city {i % 5}.\n2 Where is the cat? \tcity\t1\n" for i in range(40)) + BABI)
+    script.main(_argv(data, base_dir, root, 2, qa_share=0.5, babi=babi, babi_tasks=1, qa_eval_n=4))
+    curve = [json.loads(line) for line in (root / "out" / "curve.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in curve] == [0, 2]
+    assert all(r["qa_n"] == 4 and 0 <= r["qa_own"] <= 1 and "gap" in r for r in curve)
+    assert "qa_raw" in curve[0]
+    state = json.loads((root / "snap" / "state.json").read_text())
+    assert state["settings"]["qa_share"] == 0.5 and state["settings"]["babi_tasks"] == [1]
+    cfg = json.loads((root / "out" / "latest" / "rhea_config.json").read_text())
+    assert cfg["extra"]["training"]["qa_share"] == 0.5
+    # a snapshot of the pre-training stage is not resumed as the mixed stage
+    shutil.rmtree(root / "out")
+    with pytest.raises(SystemExit, match="other settings.*qa_share"):
+        script.main(_argv(data, base_dir, root, 4))
+
+
+def test_fact_qa_arguments_are_checked_before_any_model_loads(script, setup, capsys):
+    data, base_dir, root = setup
+    for extra, msg in [({"qa_share": 1.5}, "must be in"), ({"qa_share": 0.1}, "rounds to no fact-QA"),
+                       ({"babi": root / "nope"}, "not a directory"), ({"babi_tasks": "one"}, "integers")]:
+        with pytest.raises(SystemExit):
+            script.parse_args(_argv(data, base_dir, root, 1, **extra))
+        assert msg in capsys.readouterr().err
