@@ -1,7 +1,9 @@
 """Learning curve of a compressor pre-training run (scripts/train_compressor.py) as JSON + PNG.
 
 Reads ``RUN/log.jsonl`` (loss per step) and ``RUN/curve.jsonl`` (teacher-forced reconstruction
-accuracy of held-apart chunks with own latents / another chunk's latents, every eval step).
+accuracy of held-apart chunks with own latents / another chunk's latents, every eval step; for a
+run with ``--qa-share``, also the held-apart fact-QA answers own / another item's / raw, drawn in
+a third panel).
 
     python benchmarks/compressor_curve.py --run runs/compressor --out benchmarks/results/compressor_curve
 """
@@ -55,12 +57,14 @@ def main(argv=None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    qa = [r for r in curve if "qa_own" in r]
+    fig, axes = plt.subplots(1, 3 if qa else 2, figsize=(15 if qa else 10, 3.6))
+    a, b = axes[0], axes[1]
     if log:
         a.plot([r["step"] for r in log], [r["loss"] for r in log], alpha=0.3, label="loss")
         a.plot([r["step"] for r in log], smooth([r["loss"] for r in log]), label="loss (20-step mean)")
     a.set_xlabel("optimizer step")
-    a.set_ylabel("reconstruction loss (nats/token)")
+    a.set_ylabel("training loss, reconstruction + fact-QA (nats/token)" if qa else "reconstruction loss (nats/token)")
     a.legend(fontsize=8)
     steps = [r["step"] for r in curve]
     b.plot(steps, [r["own"] for r in curve], "o-", label="own latents")
@@ -71,6 +75,19 @@ def main(argv=None) -> int:
     b.set_ylabel("teacher-forced token accuracy")
     b.set_title(f"held-apart chunks (n={curve[-1]['n']})", fontsize=9)
     b.legend(fontsize=8)
+    if qa:
+        c, qs = axes[2], [r["step"] for r in qa]
+        c.plot(qs, [r["qa_own"] for r in qa], "o-", label="own latents")
+        c.plot(qs, [r["qa_control"] for r in qa], "s-", label="another item's latents")
+        c.fill_between(qs, [r["qa_control"] + r["qa_gap_lo"] for r in qa], [r["qa_control"] + r["qa_gap_hi"] for r in qa],
+                       alpha=0.15, label="control + gap 95% CI")
+        raw = next((r["qa_raw"] for r in qa if "qa_raw" in r), None)
+        if raw is not None:
+            c.axhline(raw, color="grey", ls="--", lw=1, label="reply as text (frozen decoder)")
+        c.set_xlabel("optimizer step")
+        c.set_ylabel("answer exact (teacher-forced)")
+        c.set_title(f"held-apart fact-QA items (n={qa[-1]['qa_n']})", fontsize=9)
+        c.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out.with_suffix(".png"), dpi=120)
     print(json.dumps(curve[-1]))

@@ -69,3 +69,31 @@ def test_compressor_curve_reads_a_run_and_keeps_the_last_record_per_step(tmp_pat
     out = json.loads((tmp_path / "c.json").read_text())
     assert [r["step"] for r in out["curve"]] == [0, 50] and [r["step"] for r in out["loss"]] == [1, 2, 3]
     assert (tmp_path / "c.png").stat().st_size > 0
+
+
+def test_compressor_curve_draws_the_fact_qa_panel_when_the_run_has_one(tmp_path, monkeypatch):
+    mod = load_script(_PATH.parent / "compressor_curve.py")
+    run = tmp_path / "run"
+    run.mkdir()
+    qa = {"qa_own": 0.3, "qa_control": 0.1, "qa_gap": 0.2, "qa_gap_lo": 0.1, "qa_gap_hi": 0.3, "qa_n": 8}
+    rows = [{"step": s, "loss": 3.0, "own": 0.5, "control": 0.4, "gap": 0.1, "gap_lo": 0.0, "gap_hi": 0.2, "n": 4, **qa}
+            for s in (0, 25)]
+    rows[0]["qa_raw"] = 0.25
+    (run / "curve.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "curve.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if not k.startswith("qa_")}) + "\n"
+                                               for r in rows))
+    import matplotlib.pyplot as plt
+    widths = []
+    real = plt.subplots
+
+    def spy(*a, **k):
+        widths.append(a[1] if len(a) > 1 else k.get("ncols"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(plt, "subplots", spy)
+    assert mod.main(["--run", str(run), "--out", str(tmp_path / "q")]) == 0
+    assert mod.main(["--run", str(plain), "--out", str(tmp_path / "p")]) == 0
+    assert widths == [3, 2]
+    assert json.loads((tmp_path / "q.json").read_text())["curve"][0]["qa_raw"] == 0.25
