@@ -140,10 +140,19 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(used)
     prev = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     by_id = {it.id: it for it in load_items(args.data)}
+    this_command = "python benchmarks/fact_recall.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.summarise_only and prev.get("command") and "--summarise-only" not in prev["command"]:
+        # a summary of existing rows keeps the command that generated them, and says who summarised
+        this_command, summarised_by = prev["command"], this_command
+    else:
+        summarised_by = None
     result = {"model": args.model or prev.get("model"), "data": args.data or "rhea/data/fact_recall.jsonl",
-              "n_items": len({r["id"] for r in used}), "max_new_tokens": args.max_new_tokens,
-              "threads": args.threads, "seconds_this_run": round(seconds, 1),
-              "command": "python benchmarks/fact_recall.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "n_items": len({r["id"] for r in used}),
+              "max_new_tokens": prev.get("max_new_tokens", args.max_new_tokens) if summarised_by else args.max_new_tokens,
+              "threads": prev.get("threads", args.threads) if summarised_by else args.threads,
+              "seconds_this_run": round(seconds, 1),
+              "command": this_command,
+              **({"summarised_by": summarised_by} if summarised_by else {}),
               **summary, "rows": [{**r, "accepted": list(by_id[r["id"]].answers)} for r in used if r["id"] in by_id]}
     meta_path.write_text(json.dumps(result, indent=2))
     plot(summary, f"fact recall, {result['model']}, {result['n_items']} held-apart items", out.with_suffix(".png"))

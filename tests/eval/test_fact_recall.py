@@ -198,6 +198,11 @@ def test_benchmark_end_to_end_on_a_tiny_model_and_resumes(tmp_path, capsys, monk
     assert loaded == ["tiny"]
     assert "0 answers to generate" in capsys.readouterr().out
     assert len((tmp_path / "res" / "fr.rows.jsonl").read_text().splitlines()) == n_rows
+    # summarising the rows again keeps the command that generated them
+    assert _bench().main(["--summarise-only", "--data", str(data), "--out", str(out)]) == 0
+    again = json.loads(out.with_suffix(".json").read_text())
+    assert again["command"] == res["command"] and "--summarise-only" in again["summarised_by"]
+    assert again["max_new_tokens"] == 2  # the generating run's setting, not the summary's default
     # a raw-only run of the same items: accuracy for raw, no verdict without latent and dropped
     assert _bench().main(argv[:-1] + [str(tmp_path / "raw"), "--conditions", "raw", "--limit", "2"]) == 0
     raw_only = json.loads((tmp_path / "raw.json").read_text())
