@@ -146,10 +146,11 @@ def main(argv: list[str] | None = None) -> int:
         this_command, summarised_by = prev["command"], this_command
     else:
         summarised_by = None
+    generated_by = prev if summarised_by else {}  # whose generation settings the JSON records
     result = {"model": args.model or prev.get("model"), "data": args.data or "rhea/data/fact_recall.jsonl",
               "n_items": len({r["id"] for r in used}),
-              "max_new_tokens": prev.get("max_new_tokens", args.max_new_tokens) if summarised_by else args.max_new_tokens,
-              "threads": prev.get("threads", args.threads) if summarised_by else args.threads,
+              "max_new_tokens": generated_by.get("max_new_tokens", args.max_new_tokens),
+              "threads": generated_by.get("threads", args.threads),
               "seconds_this_run": round(seconds, 1),
               "command": this_command,
               **({"summarised_by": summarised_by} if summarised_by else {}),

@@ -25,6 +25,7 @@ another chunk's) into ``OUT/curve.jsonl`` and the adapters are written to ``OUT/
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -151,9 +152,8 @@ def build_qa(args, train_chunks, held_chunks) -> tuple[list, list]:
         babi_train = rng.sample(babi_train, min(len(babi_train), len(train)))
     rng.shuffle(held)
     rng.shuffle(babi_held)
-    mixed = [it for pair in zip(held, babi_held) for it in pair] if babi_held else held
-    rest = held[len(babi_held):] + babi_held[len(held):] if babi_held else []
-    qa_eval = (mixed + rest)[: args.qa_eval_n]
+    alternating = itertools.chain.from_iterable(itertools.zip_longest(held, babi_held))
+    qa_eval = [it for it in alternating if it is not None][: args.qa_eval_n]
     if not train + babi_train or len(qa_eval) < 2:
         raise SystemExit(f"--qa-share {args.qa_share}: {len(train)} training and {len(qa_eval)} held-apart fact-QA "
                          "items; need training items and at least 2 held apart (more replies, or --babi)")
@@ -291,7 +291,11 @@ def main(argv=None) -> None:
     # No gradient checkpointing here: at 48-token chunks activations are small, and the recipe's
     # recorded runs were made without it (rhea.training.recompute makes it correct across adapters).
 
+    curve_path = out / "curve.jsonl"
+    need_raw = not (curve_path.is_file() and '"qa_raw"' in curve_path.read_text())
+
     def evaluate(at: int, loss: float | None) -> None:
+        nonlocal need_raw
         model.eval()
         t = time.perf_counter()
         s = reconstruction_scores(model, eval_texts)
@@ -300,24 +304,21 @@ def main(argv=None) -> None:
         row = {"step": at, "loss": loss, "own": own["mean"], "control": ctl["mean"], "gap": gap["mean"],
                "gap_lo": gap["lo"], "gap_hi": gap["hi"], "n": own["n"]}
         if qa_eval:
-            q = factqa_scores(model, qa_eval, raw=at == 0 or not curve_has_raw())
+            q = factqa_scores(model, qa_eval, raw=need_raw)
             qa_gap = mean_ci([float(a["exact"]) - float(b["exact"]) for a, b in zip(q["own"], q["control"])])
             row.update({"qa_own": mean_ci([float(a["exact"]) for a in q["own"]])["mean"],
                         "qa_control": mean_ci([float(b["exact"]) for b in q["control"]])["mean"],
                         "qa_gap": qa_gap["mean"], "qa_gap_lo": qa_gap["lo"], "qa_gap_hi": qa_gap["hi"],
                         "qa_n": qa_gap["n"]})
-            if "raw" in q:  # the reply as text: what the latents are measured against (the decoder is frozen)
+            if need_raw:  # the reply as text, once a run: what the latents are measured against (frozen decoder)
                 row["qa_raw"] = mean_ci([float(r["exact"]) for r in q["raw"]])["mean"]
+                need_raw = False
         row["eval_s"] = round(time.perf_counter() - t, 1)
-        with open(out / "curve.jsonl", "a") as f:
+        with open(curve_path, "a") as f:
             f.write(json.dumps(row) + "\n")
         print(f"[compressor] eval {row}", flush=True)
         write_latest(at)
         model.train()
-
-    def curve_has_raw() -> bool:
-        path = out / "curve.jsonl"
-        return path.is_file() and any("qa_raw" in json.loads(line) for line in path.read_text().splitlines() if line)
 
     def write_latest(at: int) -> None:
         """The adapters as a `RheaForCausalLM` directory (what benchmarks/reconstruction.py and the policy load)."""

@@ -9,7 +9,8 @@
 * `reconstruction_scores` measures teacher-forced token accuracy of the reconstruction with each
   text's own latents and with another text's latents (the control), and `greedy_reconstruction`
   the greedy exact-prefix match; the gap own − control is what the latents carry beyond what the
-  generate pass guesses from the prompt and the teacher-forced prefix.
+  generate pass guesses from the prompt and the teacher-forced prefix; `own_and_control` is that
+  pairing for any per-row score (`rhea.training.factqa.factqa_scores` uses it too).
 
 >>> from rhea.testing import tiny_rhea
 >>> model = tiny_rhea()
@@ -236,20 +237,34 @@ def teacher_forced_accuracy(model, texts: Sequence[str], latents: torch.Tensor) 
 
 
 @torch.no_grad()
+def own_and_control(model, replies: Sequence[str], score, *, batch_size: int = 8) -> tuple[list, list]:
+    """Score each reply's rows with its own latents and with `control_order`'s (another reply's).
+
+    ``score(idx, latents)`` returns one value per index in ``idx`` given the latents for those rows;
+    the replies are compressed once, in batches of `batch_size`. Returns (own, control).
+    """
+    replies = list(replies)
+    latents = torch.cat([model.compress(replies[i:i + batch_size]) for i in range(0, len(replies), batch_size)])
+    perm = control_order(len(replies))
+    own, control = [], []
+    for i in range(0, len(replies), batch_size):
+        idx = list(range(i, min(i + batch_size, len(replies))))
+        own += score(idx, latents[idx])
+        control += score(idx, latents[[perm[j] for j in idx]])
+    return own, control
+
+
+@torch.no_grad()
 def reconstruction_scores(model, texts: Sequence[str], *, batch_size: int = 8) -> dict:
     """Teacher-forced token accuracy per text with its own latents and with `control_order`'s latents."""
     texts = list(texts)
-    latents = torch.cat([model.compress(texts[i:i + batch_size]) for i in range(0, len(texts), batch_size)])
-    perm = control_order(len(texts))
-    own, control, n_tokens = [], [], []
-    for i in range(0, len(texts), batch_size):
-        idx = list(range(i, min(i + batch_size, len(texts))))
-        a, n = teacher_forced_accuracy(model, [texts[j] for j in idx], latents[idx])
-        b, _ = teacher_forced_accuracy(model, [texts[j] for j in idx], latents[[perm[j] for j in idx]])
-        own += a
-        control += b
-        n_tokens += n
-    return {"own": own, "control": control, "n_tokens": n_tokens}
+
+    def score(idx, latents):
+        acc, n = teacher_forced_accuracy(model, [texts[j] for j in idx], latents)
+        return list(zip(acc, n))
+
+    own, control = own_and_control(model, texts, score, batch_size=batch_size)
+    return {"own": [a for a, _ in own], "control": [a for a, _ in control], "n_tokens": [n for _, n in own]}
 
 
 @torch.no_grad()

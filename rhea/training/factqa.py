@@ -156,8 +156,10 @@ def cloze_qa(chunks: Sequence, *, seed: int = 0, per_chunk: int = 1) -> list[QAI
         rng.shuffle(spans)
         kept = 0
         for m in spans:
+            if kept == per_chunk:
+                break
             sentence = _blank_sentence(c.text, m.start(), m.end())
-            if len(sentence.split()) < MIN_CLOZE_WORDS or kept == per_chunk:
+            if len(sentence.split()) < MIN_CLOZE_WORDS:
                 continue
             kept += 1
             out.append(QAItem(c.source, CLOZE_USER, c.text, CLOZE_QUESTION.format(sentence=sentence), m.group()))
@@ -216,10 +218,9 @@ def answer_accuracy(model, items: Sequence[QAItem], latents: torch.Tensor | None
     keep = gold != -100
     rows = []
     for r in range(len(items)):
-        k = keep[r]
         # the answer's tokens, without the end-of-turn markup the template appends after it
         n_answer = len(model.tokenizer(items[r].answer, add_special_tokens=False)["input_ids"])
-        pos = k.nonzero().flatten()[:max(1, n_answer)]
+        pos = keep[r].nonzero().flatten()[:max(1, n_answer)]
         hits = (pred[r, pos] == gold[r, pos])
         rows.append({"exact": bool(hits.all()), "token_share": float(hits.float().mean()), "first": bool(hits[0])})
     return rows
@@ -229,17 +230,12 @@ def answer_accuracy(model, items: Sequence[QAItem], latents: torch.Tensor | None
 def factqa_scores(model, items: Sequence[QAItem], *, batch_size: int = 8, raw: bool = False) -> dict:
     """Teacher-forced answer accuracy with each item's own latents and with another item's (the control);
     with ``raw`` also with the reply as text (``"raw"``)."""
-    from rhea.training.compressor import control_order
+    from rhea.training.compressor import own_and_control
 
     items = list(items)
+    own, control = own_and_control(model, [it.reply for it in items],
+                                   lambda idx, latents: answer_accuracy(model, [items[j] for j in idx], latents),
+                                   batch_size=batch_size)
     extra = {"raw": [r for i in range(0, len(items), batch_size)
                      for r in answer_accuracy(model, items[i:i + batch_size], None)]} if raw else {}
-    latents = torch.cat([model.compress([it.reply for it in items[i:i + batch_size]])
-                         for i in range(0, len(items), batch_size)])
-    perm = control_order(len(items))
-    own, control = [], []
-    for i in range(0, len(items), batch_size):
-        idx = list(range(i, min(i + batch_size, len(items))))
-        own += answer_accuracy(model, [items[j] for j in idx], latents[idx])
-        control += answer_accuracy(model, [items[j] for j in idx], latents[[perm[j] for j in idx]])
     return {"own": own, "control": control, **extra}
