@@ -6,6 +6,7 @@ computed within this run) and kernels_<device>.png.
     python benchmarks/kernel_ops.py --device cpu              # CPU: N 1k-4k, D 64/128; C++ kernels
     python benchmarks/kernel_ops.py --device cpu --quick      # smaller shapes, D 64 only
     python benchmarks/kernel_ops.py --device cuda             # GPU: Triton kernels, N to 32k
+    python benchmarks/kernel_ops.py --device cuda --only attention --attn-ns 4096,8192,16384 --no-flex
 
 One `OpBench` per op (`BENCHES`: turn_scores, turn_scores_and_tiers, anchored_attention)
 runs on one shared loop (`run_bench`); `--only OP` measures one of them.
@@ -14,9 +15,12 @@ Providers. Turn scoring: the eager reference, torch.compile(reference), and the 
 (Triton on CUDA, C++ on CPU). Fused scoring and tiers: the reference's two steps eager and
 compiled, the fused op's kernel, and the kernel's scores followed by `score_tiers`
 (`<kernel>_two_step`: what fusing saves). Attention: SDPA without bias (the ceiling), SDPA with a
-materialised bias, the LSE-merge reference (forward only), FlexAttention (score_mod +
-block mask, torch.compile'd for the device), and the kernel. The run ends with a markdown
-table of the kernel's ratios (also stored under "table" in the JSON).
+materialised bias, FlexAttention (score_mod + block mask, torch.compile'd for the device;
+`--no-flex` leaves it out), `split` (the split route: two flash calls per prefix length merged
+by log-sum-exp, forward and backward, `rhea_kernels/anchored_attention/split.py`; on CPU
+through the CPU flash ops), and the kernel: `triton` (the Triton launchers called directly,
+whatever RHEA_ANCHORED_ROUTE says) on CUDA, `cpp` on CPU. The run ends with a markdown
+table of the kernels' ratios (also stored under "table" in the JSON).
 
 Timing: `triton.testing.do_bench` (median, quantiles 0.2/0.8) on CUDA; on CPU the median of
 repeats after warm-up (wall clock; on a shared machine use `--threads 1 --clock cpu`, which
@@ -43,6 +47,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import rhea_kernels as rk  # noqa: E402
 from rhea_kernels import reference as R  # noqa: E402
+from rhea_kernels.anchored_attention import split  # noqa: E402
 from rhea.eval.checkpoint import cpu_name  # noqa: E402
 
 GPU_PEAK_GBPS = {"H100": 3350.0, "H200": 4800.0, "A100": 2039.0, "L4": 300.0}
@@ -237,6 +242,31 @@ def tiers_providers(device: str):
 
 # ------------------------------------------------------ anchored attention
 
+ATTN_NS: list[int] | None = None  # --attn-ns: the attention N list (default: attention_shapes')
+FLEX = True  # --no-flex: leave FlexAttention out (its per-shape compile dominates a short GPU run)
+
+
+class _TritonAnchored(torch.autograd.Function):
+    """The Triton launchers themselves (not the op, whose CUDA route RHEA_ANCHORED_ROUTE picks)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, pl, beta, causal, scale):
+        from rhea_kernels.anchored_attention import triton_kernel as T
+
+        out, lse = T.anchored_attention_fwd_triton(q, k, v, pl, beta, causal, scale)
+        ctx.save_for_backward(q, k, v, pl, out, lse)
+        ctx.args = (beta, causal, scale)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        from rhea_kernels.anchored_attention import triton_kernel as T
+
+        q, k, v, pl, out, lse = ctx.saved_tensors
+        dq, dk, dv = T.anchored_attention_bwd_triton(grad_out.contiguous(), q, k, v, out, lse, pl, *ctx.args)
+        return dq, dk, dv, None, None, None, None
+
+
 def attention_providers(device: str, causal: bool = True):
     def sdpa(q, k, v, pl, beta):  # the speed ceiling: no bias, flash/fused backend
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
@@ -245,10 +275,53 @@ def attention_providers(device: str, causal: bool = True):
         mask = R.anchored_bias(pl, q.shape[2], k.shape[2], beta, causal).to(q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
 
-    def lse_merge(q, k, v, pl, beta):
-        return R.anchored_attention_lse_merge(q, k, v, pl, beta, causal)
+    def sdpa_flash(q, k, v, pl, beta):  # no bias, SDPA forced onto the FA2 flash kernel the split route can use
+        from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    providers = {"sdpa_no_bias": (sdpa, True), "sdpa_bias": (sdpa_bias, True), "lse_merge": (lse_merge, False)}
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
+    def split_route(q, k, v, pl, beta):  # two attention calls per prefix length + fused LSE merge
+        return split.attention(q, k, v, pl, beta, causal)  # passes on cuDNN where it checks out, else flash
+
+    def split_flash(q, k, v, pl, beta):
+        return split.attention(q, k, v, pl, beta, causal, backend="flash")
+
+    providers = {"sdpa_no_bias": (sdpa, True), "sdpa_bias": (sdpa_bias, True)}
+    if device == "cuda":
+        providers["sdpa_flash"] = (sdpa_flash, True)
+    if FLEX:
+        providers["flex"] = (_flex_provider(causal), True)
+    kernel = kernel_name(device, "anchored_attention_fwd")
+    if kernel == "triton":
+        providers[kernel] = (lambda q, k, v, pl, beta: _TritonAnchored.apply(q, k, v, pl, float(beta), causal,
+                                                                            q.shape[-1] ** -0.5), True)
+    elif kernel:
+        providers[kernel] = (lambda q, k, v, pl, beta: rk.anchored_attention(q, k, v, pl, beta, causal), True)
+    providers["split"] = (split_route, True)  # last: a CUDA fault here cannot cost the kernel's rows of a shape
+    if device == "cuda":
+        providers["split_flash"] = (split_flash, True)
+    return providers
+
+
+def attention_backends(device: str) -> dict:
+    """What served the attention rows: the kernel SDPA picks without a mask (its `sdpa_no_bias`
+    ceiling), and per (device, dtype, D, H, Hkv) whether the split route's passes ran on cuDNN."""
+    if device != "cuda":
+        return {}
+    from torch.nn.attention import SDPBackend
+
+    q = torch.randn(1, 16, 4096, 128, device=device, dtype=torch.bfloat16)
+    k = torch.randn(1, 4, 4096, 128, device=device, dtype=torch.bfloat16)
+    try:
+        choice = SDPBackend(torch._fused_sdp_choice(q, k, k, is_causal=True, enable_gqa=True)).name
+    except (AttributeError, RuntimeError, TypeError, ValueError) as e:  # private API: record why not
+        choice = f"unknown ({type(e).__name__})"
+    return dict(sdpa_no_bias_backend=choice,
+                split_cudnn={str(key): ok for key, ok in split._CUDNN.items()})
+
+
+def _flex_provider(causal: bool):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     flex = torch.compile(flex_attention)  # compiled per shape: CUDA (Triton) or CPU (C++) templates
@@ -263,18 +336,14 @@ def attention_providers(device: str, causal: bool = True):
         bm = create_block_mask(mask_mod, q.shape[0], None, q.shape[2], k.shape[2], device=q.device)
         return flex(q, k, v, score_mod=score_mod, block_mask=bm, enable_gqa=True)
 
-    providers["flex"] = (flex_anchored, True)
-    kernel = kernel_name(device, "anchored_attention_fwd")
-    if kernel:
-        providers[kernel] = (lambda q, k, v, pl, beta: rk.anchored_attention(q, k, v, pl, beta, causal), True)
-    return providers
+    return flex_anchored
 
 
 def attention_shapes(device: str, quick: bool):
     if device == "cuda":
-        ns = [1024, 2048, 4096, 8192] if quick else [1024, 2048, 4096, 8192, 16384, 32768]
+        ns = ATTN_NS or ([1024, 2048, 4096, 8192] if quick else [1024, 2048, 4096, 8192, 16384, 32768])
         return [(max(1, 16384 // n), 16, 4, n, d) for d in (64, 128) for n in ns]  # (B, H, Hkv, N, D)
-    ns = [512, 1024] if quick else [1024, 2048, 4096]
+    ns = ATTN_NS or ([512, 1024] if quick else [1024, 2048, 4096])
     return [(1, 8, 2, n, d) for d in ((64,) if quick else (64, 128)) for n in ns]
 
 
@@ -319,6 +388,7 @@ BENCHES = {
 # ------------------------------------------------------------------ output
 
 KERNELS = ("triton", "cpp")
+ATTN_KERNELS = KERNELS + ("split", "split_flash", "sdpa_flash")  # attention rows that get the kernel ratios (and the table)
 
 
 def ratios(rows):
@@ -327,8 +397,9 @@ def ratios(rows):
     turn_scores, turn_scores_and_tiers: speedup of every provider over eager, of the kernel over
     torch.compile, and (fused op) of the fused kernel over the kernel's scores + score_tiers.
     anchored_attention: time of every provider / SDPA without bias (the ceiling; lower is
-    better), and for the kernel: speedup over FlexAttention and over SDPA with a materialised
-    bias, and its backward (fwd_bwd - fwd) time / SDPA's backward time.
+    better), and for the kernels (triton or cpp, and split): speedup over FlexAttention and
+    over SDPA with a materialised bias, and the backward (fwd_bwd - fwd) time / SDPA's
+    backward time.
     """
     out = []
     for op in ("turn_scores", "turn_scores_and_tiers"):
@@ -349,7 +420,7 @@ def ratios(rows):
         if prov == "sdpa_no_bias" or ceil is None:
             continue
         row = dict(op="anchored_attention", provider=prov, mode=mode, N=N, D=D, time_vs_sdpa_no_bias=ms / ceil)
-        if prov in KERNELS:
+        if prov in ATTN_KERNELS:
             for other in ("flex", "sdpa_bias"):
                 if (other, mode, B, N, D) in at:
                     row[f"speedup_vs_{other}"] = at[(other, mode, B, N, D)] / ms
@@ -375,7 +446,8 @@ def table(ratio_rows) -> str:
         lines += [f"| {tuple(r['shape'])} | {r['provider']} | {r['speedup_vs_eager']:.2f} | "
                   f"{r.get('speedup_vs_compile', float('nan')):.2f} | "
                   f"{r.get('speedup_vs_two_step', float('nan')):.2f} |" for r in fused]
-    at = [r for r in ratio_rows if r["op"] == "anchored_attention" and r["provider"] in KERNELS]
+    at = [r for r in ratio_rows if r["op"] == "anchored_attention" and r["provider"] in ATTN_KERNELS]
+    at.sort(key=lambda r: (r["D"], r["N"], r["mode"], r["provider"]))
     if at:
         lines += ["", "| attention N | D | mode | provider | time / SDPA no bias | x FlexAttention | x SDPA+bias "
                   "| bwd time / SDPA bwd |", "|---|---|---|---|---|---|---|---|"]
@@ -424,6 +496,16 @@ def plot(rows, path: str, device: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def _int_list(text: str) -> list[int]:
+    try:
+        ns = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not ns or min(ns) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return ns
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
@@ -435,8 +517,12 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU)")
     ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                     help="CPU timing clock: wall (default) or this thread's CPU time (needs --threads 1)")
+    ap.add_argument("--attn-ns", type=_int_list, default=None, metavar="N,N,...",
+                    help="attention sequence lengths, e.g. 4096,8192,16384 (B = max(1, 16384 // N) on CUDA)")
+    ap.add_argument("--no-flex", action="store_true", help="leave the FlexAttention provider out")
     args = ap.parse_args(argv)
-    global CLOCK
+    global CLOCK, ATTN_NS, FLEX
+    ATTN_NS, FLEX = args.attn_ns, not args.no_flex
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.clock == "cpu" and (args.device != "cpu" or torch.get_num_threads() != 1):
@@ -461,6 +547,7 @@ def main(argv=None):
     meta = dict(partial=partial, device=args.device, device_name=torch.cuda.get_device_name() if args.device == "cuda"
                 else cpu_name(), torch=torch.__version__, threads=torch.get_num_threads(), clock=args.clock,
                 peak_gbps=peak, peak_source=peak_src, quick=args.quick, has_ext=rk.HAS_EXT,
+                attn_ns=args.attn_ns, flex=FLEX, **attention_backends(args.device),
                 time=time.strftime("%Y-%m-%dT%H:%M:%S"))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"kernels_{args.device}")
