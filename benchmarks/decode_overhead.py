@@ -8,7 +8,8 @@ of --prompt tokens, greedy decoding forced to --new-tokens tokens. Providers:
   ``<mem>`` suppressed);
 * ``rhea_base``: `RheaForCausalLM.generate` with the adapters disabled (the baselines' path);
 * ``rhea_generate``: `RheaForCausalLM.generate` with the generate LoRA (Rhea's path);
-* ``rhea_decode_merged``: the same with ``model.decode_merged = True`` (the generate LoRA folded
+* ``rhea_decode_merged``: the same with ``model.decode_merged = True`` (the library's default on
+  CUDA; ``rhea_generate`` sets it False) (the generate LoRA folded
   into a cached copy of the weights for the call, swapped in and out by reference: what a
   session can run while still compressing with the other adapter);
 * ``rhea_merged``: the same after merging the generate LoRA into the weights in place (what
@@ -104,6 +105,7 @@ def main(argv=None) -> int:
     measure("hf", hf)
     measure("hf_rhea_kwargs", lambda n: hf(n, **rhea_kw))
     measure("rhea_base", rhea_base)
+    model.decode_merged = False  # the unmerged LoRA path (the library's default on a CPU)
     measure("rhea_generate", rhea)
     with torch.no_grad():
         _sync(device)
@@ -122,9 +124,9 @@ def main(argv=None) -> int:
             swaps.append(time.perf_counter() - t0)
     model.decode_merged = True
     measure("rhea_decode_merged", rhea)
-    model.decode_merged = False
     rows[-1].update(build_ms=build * 1e3, switch_ms=statistics.median(swaps) * 1e3)
     print(f"{'':16s} merged copy built in {build * 1e3:.1f} ms, swap in+out {rows[-1]['switch_ms']:.2f} ms", flush=True)
+    model.decode_merged = False  # the in-place merged layers alone (run 2 of docs/gpu.md had this still True)
     with model.adapter("generate"):  # last: merging changes the weights in place
         with torch.no_grad():
             model.peft_model.merge_adapter(["generate"])

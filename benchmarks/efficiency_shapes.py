@@ -93,6 +93,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--decode-merged", choices=["auto", "on", "off"], default="auto",
+                    help="decode through a merged copy of the generate LoRA: on, off, or auto (the library's "
+                         "default: on for CUDA)")
     args = ap.parse_args(argv)
 
     tokenizer_dir = args.tokenizer or str(cache_dir() / "models" / "qwen2.5-coder-1.5b")
@@ -102,9 +105,11 @@ def main(argv=None) -> int:
     device = resolve_device(args.device)
     t0 = time.perf_counter()
     model = random_model(args.shape, tokenizer_dir, device, getattr(torch, args.dtype), seed=args.seed)
+    model.decode_merged = {"auto": None, "on": True, "off": False}[args.decode_merged]
     n_params = sum(p.numel() for p in model.parameters())
     print(f"{args.shape}: {n_params / 1e9:.2f} B parameters, random weights, {args.dtype} on {device} "
-          f"(built in {time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+          f"(built in {time.perf_counter() - t0:.1f} s){', decoding merged' if model.decodes_merged else ''}",
+          file=sys.stderr)
     run_suite(model, "efficiency", args.policies.split(","), n_turns=args.turns, seed=args.seed, n_episodes=1,
               max_new_tokens=args.max_new_tokens, out=Path(args.out), progress=not args.quiet,
               model_name=f"random-weights:{args.shape}")

@@ -199,8 +199,10 @@ class RheaForCausalLM(nn.Module):
         self.peft_model.set_requires_grad(list(ADAPTERS), True)
         self.anchor_attention_registered = False
         #: `generate` decodes through weights with the generate LoRA folded in (see `merged`) instead of
-        #: running each layer's low-rank branch: exact, one cached copy of the adapted weights in memory
-        self.decode_merged = False
+        #: running each layer's low-rank branch: the same tokens, one cached copy of the adapted weights
+        #: in memory. None (default) = on CUDA only, where it was measured (docs/gpu.md: 2.05x -> ~1.0x
+        #: the base model per token on an H100); True / False force it.
+        self.decode_merged: bool | None = None
         self._merged_cache: dict[str, tuple[tuple, list]] = {}
 
     # ------------------------------------------------------------------ construction
@@ -479,9 +481,16 @@ class RheaForCausalLM(nn.Module):
         return self.peft_model.disable_adapter()
 
     def _lora_layers(self, name: str) -> list:
+        """Adapter `name`'s LoRA layers, checked foldable; found once per PEFT model (walking the
+        module tree took ~10 ms per call on SmolLM2, paid by every merged reply)."""
         from peft.tuners.lora import Linear as LoraLinear
         from peft.tuners.lora import LoraLayer
 
+        cache = getattr(self, "_lora_layer_cache", None)
+        if cache is None or cache[0] is not self.peft_model:
+            cache = self._lora_layer_cache = (self.peft_model, {})
+        if name in cache[1]:
+            return cache[1][name]
         layers = [m for m in self.peft_model.modules() if isinstance(m, LoraLayer) and name in m.lora_A]
         odd = [type(m).__name__ for m in layers if not isinstance(m, LoraLinear) or m.use_dora.get(name, False)
                or not isinstance(getattr(m.get_base_layer(), "weight", None), nn.Parameter)
@@ -490,6 +499,7 @@ class RheaForCausalLM(nn.Module):
             raise RheaConfigError(f"merged decoding folds plain LoRA into floating-point nn.Linear weights; the {name} "
                                   f"adapter also has {sorted(set(odd))} layers (DoRA, quantised or non-linear bases): "
                                   "set model.decode_merged = False")
+        cache[1][name] = layers
         return layers
 
     def _merged_weights(self, name: str) -> tuple[list, list]:
@@ -506,6 +516,18 @@ class RheaForCausalLM(nn.Module):
                            .detach() for m in layers]
             cached = self._merged_cache[name] = (key, weights)
         return layers, cached[1]
+
+    def _adapters_disabled(self) -> bool:
+        """True inside `disable_adapters` (PEFT flags every LoRA layer; the first one tells)."""
+        layer = next((m for m in self.peft_model.modules() if hasattr(m, "lora_A")), None)
+        return bool(layer is not None and getattr(layer, "disable_adapters", False))
+
+    @property
+    def decodes_merged(self) -> bool:
+        """Whether `generate` decodes through the merged copy: ``decode_merged``, or on CUDA when None."""
+        if self.decode_merged is None:
+            return self.device.type == "cuda"
+        return bool(self.decode_merged)
 
     @contextlib.contextmanager
     def merged(self, name: str = "generate"):
@@ -526,14 +548,39 @@ class RheaForCausalLM(nn.Module):
         layers, weights = self._merged_weights(name)
         bases = [m.get_base_layer() for m in layers]
         originals = [b.weight.data for b in bases]
+        slots = self._lora_slots(layers)
         try:
             for b, w in zip(bases, weights):
                 b.weight.data = w
-            with self.peft_model.disable_adapter():
+            # The LoRA wrappers leave the graph for the block: each parent holds its plain base
+            # nn.Linear (merged weight), so a decoded token pays no per-layer adapter bookkeeping,
+            # and no adapter code runs at all (so no PEFT disable_adapter: entering and leaving it
+            # walks every layer and resets every adapter parameter, 42 ms per call on SmolLM2's
+            # CPU and 45-50 ms on the H100 with Qwen2.5-1.5B, per reply).
+            try:
+                for parent, attr, _, base in slots:
+                    setattr(parent, attr, base)
                 yield
+            finally:
+                for parent, attr, lora, _ in slots:
+                    setattr(parent, attr, lora)
         finally:
             for b, w in zip(bases, originals):
                 b.weight.data = w
+
+    def _lora_slots(self, layers: list) -> list:
+        """(parent module, attribute, LoRA wrapper, its base layer) for each of `layers`, cached."""
+        cached = getattr(self, "_lora_slot_cache", None)
+        if cached is not None and cached[0] is self.peft_model and cached[1] == [id(m) for m in layers]:
+            return cached[2]
+        want = {id(m): m for m in layers}
+        slots = []
+        for parent in self.peft_model.modules():
+            for attr, child in parent.named_children():
+                if id(child) in want:
+                    slots.append((parent, attr, child, child.get_base_layer()))
+        self._lora_slot_cache = (self.peft_model, [id(m) for m in layers], slots)
+        return slots
 
     # ------------------------------------------------------------------ latent slots
     def embed_with_latents(self, input_ids: torch.Tensor, latent_embeds: torch.Tensor | None) -> torch.Tensor:
@@ -798,8 +845,9 @@ class RheaForCausalLM(nn.Module):
     ) -> torch.Tensor:
         """Generate with the generate adapter; latents fill the placeholders on the prefill step.
 
-        With ``model.decode_merged = True`` the adapter is folded into cached weights for the
-        call (`merged`): the same tokens, at the base model's cost per token. Returns ``input_ids`` followed by the new tokens, like ``transformers``' ``generate``.
+        On CUDA (``model.decode_merged`` None, the default) or with ``decode_merged = True`` the
+        adapter is folded into cached weights for the call (`merged`): the same tokens, at the
+        base model's cost per token. Returns ``input_ids`` followed by the new tokens, like ``transformers``' ``generate``.
         `<mem>` is never generated. Left padding is supported (pass `attention_mask`).
         """
         inputs_embeds, slots, rows = self._embed_latents(input_ids, latent_embeds)
@@ -811,7 +859,9 @@ class RheaForCausalLM(nn.Module):
         if generate_kwargs.get("max_new_tokens") is None and generate_kwargs.get("max_length") is None:
             generate_kwargs["max_new_tokens"] = 256
         anchor = self._anchor_kwargs(prefix_len, attention_mask, input_ids.shape[0])
-        merged = self.merged("generate") if self.decode_merged else contextlib.nullcontext()
+        # inside `disable_adapters` (the baselines' path) the base model decodes: nothing to merge
+        merged = self.merged("generate") if self.decodes_merged and not self._adapters_disabled() \
+            else contextlib.nullcontext()
         with self.adapter("generate"), merged, self._inject_forward_kwargs(anchor), \
                 self._deep_latents(slots, rows, once=True):
             return self.peft_model.generate(

@@ -75,3 +75,45 @@ def test_an_error_inside_the_block_restores_the_weights(model):
     with pytest.raises(ValueError, match="not one of"):
         with model.merged("nope"):
             pass
+
+
+def test_the_lora_wrappers_leave_the_graph_inside_the_block_and_come_back(model):
+    from peft.tuners.lora import LoraLayer
+
+    def lora_count():
+        return sum(isinstance(m, LoraLayer) for m in model.peft_model.modules())
+
+    before = lora_count()
+    assert before > 0
+    with torch.no_grad(), model.adapter("generate"), model.merged("generate"):
+        assert lora_count() == 0  # plain nn.Linear layers with the merged weights: no per-layer adapter code
+        model.peft_model(input_ids=_ids(model))
+    assert lora_count() == before
+    with pytest.raises(RuntimeError), model.merged("generate"):
+        raise RuntimeError("boom")
+    assert lora_count() == before
+
+
+def test_decode_merged_leaves_the_base_models_path_alone(model, monkeypatch):
+    """Baselines generate inside `disable_adapters`: merged decoding must not fold the LoRA in there."""
+    ids = _ids(model)
+    kw = dict(max_new_tokens=4, do_sample=False)
+    calls = []
+    real = model.merged
+    monkeypatch.setattr(model, "merged", lambda name="generate": calls.append(name) or real(name))
+    model.decode_merged = True
+    with model.disable_adapters():
+        plain = model.generate(ids, **kw)
+    assert calls == []  # the base model decoded, not a merged copy
+    model.decode_merged = False
+    with model.disable_adapters():
+        assert torch.equal(model.generate(ids, **kw), plain)
+    model.decode_merged = True
+    model.generate(ids, **kw)
+    assert calls == ["generate"]  # outside the block the merged copy serves
+
+
+def test_decode_merged_defaults_to_cuda_only(model):
+    assert model.decode_merged is None and not model.decodes_merged  # a CPU model
+    model.decode_merged = True
+    assert model.decodes_merged
