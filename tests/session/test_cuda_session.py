@@ -21,6 +21,17 @@ SCRIPT = [
 ]
 
 
+#: the rhea policy on the HCR latent scorer (the Triton kernel's path on the GPU) with thresholds that make
+#: the script use several tiers; the default fused scorer needs MiniLM and bm25s, which the GPU image lacks
+RHEA_KW = {"policy_kwargs": {"scorer": "latent", "tier_mode": "threshold", "tau_low": 0.2, "tau_high": 0.6}}
+
+
+def _kw(policy):
+    if policy == "bm25":
+        pytest.importorskip("bm25s")
+    return RHEA_KW if policy == "rhea" else {}
+
+
 @pytest.fixture(autouse=True)
 def _no_tf32():
     old = torch.backends.cuda.matmul.allow_tf32
@@ -38,7 +49,7 @@ def _run(model, policy, **kw):
 @pytest.mark.parametrize("policy", ["rhea", "rhea-all-raw", "rhea-drop-all", "vanilla", "recent-k", "bm25",
                                     "reply-soft-compress"])
 def test_session_on_cuda_matches_cpu(policy):
-    kw = {"policy_kwargs": {"tau_low": 0.2, "tau_high": 0.6}} if policy == "rhea" else {}
+    kw = _kw(policy)
     cpu_chat, cpu_replies = _run(tiny_rhea(), policy, **kw)
     gpu_chat, gpu_replies = _run(tiny_rhea().to("cuda"), policy, **kw)
     assert gpu_replies == cpu_replies
@@ -51,7 +62,7 @@ def test_session_on_cuda_matches_cpu(policy):
 
 
 def test_cuda_session_saves_and_reloads_on_cpu(tmp_path):
-    chat, _ = _run(tiny_rhea().to("cuda"), "rhea")
+    chat, _ = _run(tiny_rhea().to("cuda"), "rhea", **RHEA_KW)
     chat.save(tmp_path / "s")
     cpu_model = tiny_rhea()
     back = ChatSession.load(tmp_path / "s", cpu_model)
@@ -62,7 +73,7 @@ def test_cuda_session_saves_and_reloads_on_cpu(tmp_path):
 
 def test_bf16_session_on_cuda_runs_every_turn():
     model = tiny_rhea().to("cuda", torch.bfloat16)
-    chat, replies = _run(model, "rhea", policy_kwargs={"tau_low": 0.2, "tau_high": 0.6})
+    chat, replies = _run(model, "rhea", **RHEA_KW)
     assert len(replies) == len(SCRIPT) and all(isinstance(r, str) for r in replies)
     assert all(r.timings["prefill_s"] > 0 for r in chat.records)
 
@@ -71,7 +82,7 @@ def test_bf16_session_on_cuda_runs_every_turn():
 def test_cuda_session_resumes_on_cuda(tmp_path, policy):
     """A session saved from the GPU reloads with its latents on the CPU and goes on on the GPU,
     mixing restored and new latents in one prompt (what `rhea bench` does when it resumes)."""
-    kw = {"policy_kwargs": {"tau_low": 0.2, "tau_high": 0.6}} if policy == "rhea" else {}
+    kw = _kw(policy)
     model = tiny_rhea().to("cuda")
     chat = ChatSession(model, policy=policy, max_new_tokens=6, **kw)
     for q in SCRIPT[:3]:
