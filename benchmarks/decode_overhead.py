@@ -20,7 +20,9 @@ of --prompt tokens, greedy decoding forced to --new-tokens tokens. Providers:
 copy once (after each change of the adapter's weights).
 
 Prefill = time to one new token; decode = (time to N+1 tokens - prefill) / N per token.
-Median of --repeats after a warm-up. Writes JSON and a PNG; ratios are to ``hf``.
+--repeats interleaved rounds (each provider once per round, the order reversed every other
+round; ``rhea_merged`` last, on its own, since it merges in place): medians, and per round the
+ratio to ``hf`` (``decode_x_hf_rounds``, its min and max) as the spread. Writes JSON and a PNG.
 
     python benchmarks/decode_overhead.py --shape qwen2.5-coder-1.5b --device cuda \\
         --out benchmarks/results/decode_overhead_h100
@@ -45,18 +47,6 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def timed(fn, device, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def main(argv=None) -> int:
     from rhea.modeling.zoo import cache_dir
     from rhea.modeling.loading import resolve_device
@@ -67,7 +57,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--prompt", type=int, default=1024)
     ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5, help="interleaved rounds (each provider once per round)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     device = resolve_device(args.device)
@@ -91,26 +81,38 @@ def main(argv=None) -> int:
         with model.disable_adapters():
             return rhea(n)
 
-    rows = []
+    def unmerged(n):
+        model.decode_merged = False  # the unmerged LoRA path (the library's default on a CPU)
+        return rhea(n)
 
-    def measure(name, fn):
+    def merged_copy(n):
+        model.decode_merged = True  # the library's default on CUDA
+        return rhea(n)
+
+    # Interleaved rounds: every provider once per round, the order reversed every other round, so a
+    # host whose load drifts (session 18's second H100 run) shifts all providers alike; per-round
+    # ratios to hf give the spread.
+    providers = [("hf", hf), ("hf_rhea_kwargs", lambda n: hf(n, **rhea_kw)), ("rhea_base", rhea_base),
+                 ("rhea_generate", unmerged), ("rhea_decode_merged", merged_copy)]
+    samples = {name: [] for name, _ in providers}  # [(prefill s, decode s/token)] per round
+
+    def once(fn):
         with torch.no_grad():
-            prefill = timed(lambda: fn(1), device, args.repeats)
-            total = timed(lambda: fn(args.new_tokens + 1), device, args.repeats)
-        row = dict(provider=name, prefill_ms=prefill * 1e3, decode_ms_per_token=(total - prefill) / args.new_tokens * 1e3)
-        rows.append(row)
-        print(f"{name:16s} prefill {row['prefill_ms']:8.1f} ms   decode {row['decode_ms_per_token']:7.2f} ms/token",
-              flush=True)
+            fn(args.new_tokens + 1)  # warm (first use of a path builds caches, e.g. the merged copy)
+            _sync(device)
+            t0 = time.perf_counter()
+            fn(1)
+            _sync(device)
+            t1 = time.perf_counter()
+            fn(args.new_tokens + 1)
+            _sync(device)
+            t2 = time.perf_counter()
+        return t1 - t0, ((t2 - t1) - (t1 - t0)) / args.new_tokens
 
-    measure("hf", hf)
-    measure("hf_rhea_kwargs", lambda n: hf(n, **rhea_kw))
-    measure("rhea_base", rhea_base)
-    model.decode_merged = False  # the unmerged LoRA path (the library's default on a CPU)
-    measure("rhea_generate", rhea)
     with torch.no_grad():
         _sync(device)
         t0 = time.perf_counter()
-        with model.merged("generate"):  # first call builds the cached merged copy
+        with model.merged("generate"):  # builds the cached merged copy
             pass
         _sync(device)
         build = time.perf_counter() - t0
@@ -122,15 +124,31 @@ def main(argv=None) -> int:
                 pass
             _sync(device)
             swaps.append(time.perf_counter() - t0)
-    model.decode_merged = True
-    measure("rhea_decode_merged", rhea)
+    print(f"merged copy built in {build * 1e3:.1f} ms, swap in+out {statistics.median(swaps) * 1e3:.2f} ms", flush=True)
+    for r in range(args.repeats):
+        for name, fn in (providers if r % 2 == 0 else providers[::-1]):
+            samples[name].append(once(fn))
+        print(f"round {r + 1}/{args.repeats}: " + "  ".join(f"{n} {samples[n][-1][1] * 1e3:.2f}" for n, _ in providers)
+              + " ms/token", flush=True)
+    rows = []
+    for name, _ in providers:
+        pre, dec = zip(*samples[name])
+        ratios = [d / h for d, (_, h) in zip(dec, samples["hf"])]
+        rows.append(dict(provider=name, prefill_ms=statistics.median(pre) * 1e3,
+                         decode_ms_per_token=statistics.median(dec) * 1e3,
+                         decode_x_hf_rounds=ratios, decode_x_hf_min=min(ratios), decode_x_hf_max=max(ratios)))
     rows[-1].update(build_ms=build * 1e3, switch_ms=statistics.median(swaps) * 1e3)
-    print(f"{'':16s} merged copy built in {build * 1e3:.1f} ms, swap in+out {rows[-1]['switch_ms']:.2f} ms", flush=True)
-    model.decode_merged = False  # the in-place merged layers alone (run 2 of docs/gpu.md had this still True)
-    with model.adapter("generate"):  # last: merging changes the weights in place
+    model.decode_merged = False  # the in-place merged layers alone
+    with model.adapter("generate"):  # last, not interleaved: merging changes the weights in place
         with torch.no_grad():
             model.peft_model.merge_adapter(["generate"])
-        measure("rhea_merged", rhea)  # merged LoRA layers skip their low-rank branch
+        pre, dec = zip(*[once(rhea) for _ in range(args.repeats)])
+        rows.append(dict(provider="rhea_merged", prefill_ms=statistics.median(pre) * 1e3,
+                         decode_ms_per_token=statistics.median(dec) * 1e3))
+    for row in rows:
+        print(f"{row['provider']:18s} prefill {row['prefill_ms']:8.1f} ms   decode {row['decode_ms_per_token']:7.2f} "
+              "ms/token" + (f"   x hf per round {row['decode_x_hf_min']:.3f}-{row['decode_x_hf_max']:.3f}"
+                            if "decode_x_hf_min" in row else ""), flush=True)
     ref = next(r for r in rows if r["provider"] == "hf")
     for r in rows:
         r["prefill_x_hf"] = r["prefill_ms"] / ref["prefill_ms"]

@@ -10,7 +10,7 @@
 #   attention      prefix-anchored attention: Triton kernel, split route (cuDNN / FA2 passes), SDPA
 #   turn_scores    the turn-scoring tile sweep with the copy roofline (--write-default)
 #   decode         decoding cost per token: unmerged / merged generate LoRA vs the base model
-#   train          the joint compress/generate step vs single-LoRA SFT (batch 1 and 8)
+#   train          the joint compress/generate step vs single-LoRA SFT (batch 1, 8 and 32)
 #   reply          every-turn cost of vanilla and rhea, merged decoding off and on
 #   tests_model    the GPU session and device tests
 # TOKENIZER_DIR holds the Qwen2.5 tokenizer.json (or tokenizer.json.gz) + config.json: decode, train
@@ -65,10 +65,10 @@ want attention && step attention 80 $PY benchmarks/kernel_ops.py --device cuda -
 want turn_scores && step turn_scores 90 $PY benchmarks/turn_scores_tiles.py --budget-s ${TILES_BUDGET:-45} \
     ${TILES_ARGS:-} --write-default --out "$OUT/res"
 if [ -n "$TOK" ]; then
-    want decode && step decode 70 $PY benchmarks/decode_overhead.py --shape qwen2.5-coder-1.5b --tokenizer "$TOK" \
-        --device cuda --prompt 1024 --new-tokens 64 --repeats 2 --out "$OUT/res/decode_overhead_h100"
+    want decode && step decode 100 $PY benchmarks/decode_overhead.py --shape qwen2.5-coder-1.5b --tokenizer "$TOK" \
+        --device cuda --prompt 1024 --new-tokens 64 --repeats 4 --out "$OUT/res/decode_overhead_h100"
     if want train; then
-        for bs in 1 8; do
+        for bs in 1 8 32; do
             step train_b$bs 50 $PY benchmarks/train_throughput.py --shape qwen2.5-coder-1.5b --tokenizer "$TOK" \
                 --device cuda --dtype bf16 --batch-size $bs --warmup 2 --steps 6 \
                 --out "$OUT/res/train_throughput_h100_b$bs"

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 
 import torch
 
@@ -406,12 +407,33 @@ def _bwd_group(do, q, k, v, o, lse, P: int, beta: float, causal: bool, scale: fl
     return dq, torch.cat([dk_a, dk_b], dim=2), torch.cat([dv_a, dv_b], dim=2)
 
 
+#: id(prefix_len tensor) -> (weakref to it, its _version, its values): the transformers hook hands
+#: the same tensor to every layer of a forward, so a CUDA prefix_len is read (a device sync) once
+#: per forward instead of once per layer. Checked by identity (the weakref) and version (in-place
+#: writes bump it), so a new tensor at a recycled address is never mistaken for the old one.
+_HOST_VALUES: dict = {}
+
+
+def _host_values(t: torch.Tensor) -> list:
+    if t.device.type == "cpu":
+        return t.reshape(-1).tolist()
+    hit = _HOST_VALUES.get(id(t))
+    if hit is not None and hit[0]() is t and hit[1] == t._version:
+        return hit[2]
+    values = t.reshape(-1).tolist()
+    if len(_HOST_VALUES) > 64:  # dead entries of earlier forwards
+        for key in [k for k, v in _HOST_VALUES.items() if v[0]() is None]:
+            del _HOST_VALUES[key]
+    _HOST_VALUES[id(t)] = (weakref.ref(t), t._version, values)
+    return values
+
+
 def _groups(prefix_len, B: int, N: int) -> dict[int, list[int]]:
-    """P -> batch rows with that (clamped) prefix length; one host read of prefix_len."""
+    """P -> batch rows with that (clamped) prefix length; one host read of prefix_len per tensor."""
     if isinstance(prefix_len, int):
         values = [prefix_len] * B
     else:
-        values = prefix_len.reshape(-1).tolist()
+        values = _host_values(prefix_len)
         if len(values) == 1 and B > 1:
             values = values * B
     groups: dict[int, list[int]] = {}

@@ -238,3 +238,23 @@ def test_auto_route_takes_split_only_where_it_was_measured_faster(monkeypatch, r
     monkeypatch.setattr(split, "pass_backend", lambda q, k: backend)
     q = torch.empty(1, 2, N, 8)
     assert attn_op._use_split(q, q) is want
+
+
+def test_host_values_follow_the_tensor_not_its_address(monkeypatch):
+    """A device prefix_len is read once per tensor (one sync per forward, not per layer); an in-place
+    write or a new tensor is read again. Exercised on a fake device type: the cache is device-agnostic."""
+    reads = []
+
+    class Fake(torch.Tensor):
+        pass
+
+    t = torch.tensor([3, 5]).as_subclass(Fake)
+    monkeypatch.setattr(Fake, "device", property(lambda self: torch.device("meta")))
+    real_tolist = torch.Tensor.tolist
+    monkeypatch.setattr(Fake, "tolist", lambda self: reads.append(1) or real_tolist(self))
+    assert split._host_values(t) == [3, 5] and split._host_values(t) == [3, 5]
+    assert len(reads) == 1
+    t.add_(1)  # in place: version bump
+    assert split._host_values(t) == [4, 6] and len(reads) == 2
+    u = torch.tensor([7, 7]).as_subclass(Fake)
+    assert split._host_values(u) == [7, 7] and len(reads) == 3

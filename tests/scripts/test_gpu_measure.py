@@ -33,5 +33,5 @@ def test_model_steps_need_a_tokenizer_dir(tmp_path):
     (tok / "config.json").write_text("{}")
     res = _run(tmp_path, "decode train reply", str(tok))
     summary = (tmp_path / "out" / "summary.txt").read_text()
-    for name in ("decode", "train_b1", "train_b8", "reply_off", "reply_on"):
+    for name in ("decode", "train_b1", "train_b8", "train_b32", "reply_off", "reply_on"):
         assert f"{name} rc=0" in summary
