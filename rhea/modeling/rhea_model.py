@@ -200,7 +200,7 @@ class RheaForCausalLM(nn.Module):
         self.anchor_attention_registered = False
         #: `generate` decodes through weights with the generate LoRA folded in (see `merged`) instead of
         #: running each layer's low-rank branch: the same tokens, one cached copy of the adapted weights
-        #: in memory. None (default) = on CUDA only, where it was measured (docs/gpu.md: 2.05x -> ~1.0x
+        #: in memory. None (default) = on CUDA where the copy fits (docs/gpu.md: 2.05x -> 1.12x
         #: the base model per token on an H100); True / False force it.
         self.decode_merged: bool | None = None
         self._merged_cache: dict[str, tuple[tuple, list]] = {}
@@ -524,10 +524,35 @@ class RheaForCausalLM(nn.Module):
 
     @property
     def decodes_merged(self) -> bool:
-        """Whether `generate` decodes through the merged copy: ``decode_merged``, or on CUDA when None."""
+        """Whether `generate` decodes through the merged copy: ``decode_merged``, or when None on
+        CUDA where the copy fits (`_merged_copy_fits`: a 7B model on a 24 GB card would not)."""
         if self.decode_merged is None:
-            return self.device.type == "cuda"
+            return self.device.type == "cuda" and self._merged_copy_fits("generate")
         return bool(self.decode_merged)
+
+    #: the default (decode_merged None) builds the merged copy only while this share of the GPU's
+    #: free memory stays free after it: the copy must not crowd out the KV cache
+    MERGED_COPY_MAX_FREE_SHARE = 0.5
+
+    def _merged_copy_fits(self, name: str) -> bool:
+        """True when the merged copy of `name` exists or takes at most MERGED_COPY_MAX_FREE_SHARE of the
+        device's free memory; else False, warned once (pass decode_merged=True to force it)."""
+        if name in self._merged_cache:
+            return True
+        verdict = getattr(self, "_merged_fit_verdict", None)
+        if verdict is not None:
+            return verdict
+        need = sum(m.get_base_layer().weight.numel() * m.get_base_layer().weight.element_size()
+                   for m in self._lora_layers(name))
+        free, _ = torch.cuda.mem_get_info(self.device)
+        fits = need <= self.MERGED_COPY_MAX_FREE_SHARE * free
+        if not fits:
+            warnings.warn(f"merged decoding off: the merged copy of the {name} adapter needs {need / 2**30:.1f} GiB and "
+                          f"the GPU has {free / 2**30:.1f} GiB free; decoding runs the LoRA branches (about 2x per "
+                          "token on an H100). Set model.decode_merged = True to build it anyway.", RuntimeWarning,
+                          stacklevel=3)
+        self._merged_fit_verdict = fits
+        return fits
 
     @contextlib.contextmanager
     def merged(self, name: str = "generate"):

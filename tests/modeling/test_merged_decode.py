@@ -117,3 +117,20 @@ def test_decode_merged_defaults_to_cuda_only(model):
     assert model.decode_merged is None and not model.decodes_merged  # a CPU model
     model.decode_merged = True
     assert model.decodes_merged
+
+
+def test_default_merges_on_cuda_only_where_the_copy_fits(model, monkeypatch):
+    """decode_merged None on a GPU: merged while the copy takes at most half the free memory, else
+    the LoRA branches, warned once; True forces it."""
+    monkeypatch.setattr(type(model), "device", property(lambda self: torch.device("cuda")))
+    need = sum(m.get_base_layer().weight.numel() * m.get_base_layer().weight.element_size()
+               for m in model._lora_layers("generate"))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (4 * need, 8 * need))
+    assert model.decodes_merged
+    model._merged_fit_verdict = None
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (need, 8 * need))
+    with pytest.warns(RuntimeWarning, match="merged decoding off"):
+        assert not model.decodes_merged
+    assert not model.decodes_merged  # decided once
+    model.decode_merged = True
+    assert model.decodes_merged
