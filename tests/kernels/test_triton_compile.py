@@ -21,7 +21,9 @@ TARGET_IDS = [f"sm{t[1]}" for t in TARGETS]
                                                      ("bf16", 8, 70, 1536, 1, 3)],
                          ids=["bf16-nq8-d4096-server", "fp32-nq3-nk5-d576", "bf16-nk70-d1536"])
 def test_turn_scores_compiles(target, dt, nq, nk, d, batch, turns):
-    """The tile shapes launch_config picks: 16 turns x 8 latents, 2 x 8 (a small grid), 1 x 32 (large nk)."""
+    """The configs launch_config picks (with its defaults: fp32 dtype, so the ieee dot): a server batch's
+    32 turns x 8 latents; a small grid; large nk (70 latents, 32 at a time) at d = 1536, which is
+    split-K's first half (SPLIT_D = 2: few rows, d >= 1024)."""
     ptrs = dict(VQ=dt, VK=dt, MASK="u8", CENTER="fp32", SCORES="fp32", TIERS="i8")
     const = dict(HAS_MASK=True, HAS_CENTER=True, WRITE_TIERS=True, **S.launch_config(nq, d, nk, batch, turns))
     kernel = compile_for(S._turn_scores_kernel, target, const, ptrs, {"tau_low", "tau_high"})
