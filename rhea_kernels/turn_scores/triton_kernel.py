@@ -81,6 +81,26 @@ def _row_dots(VK, rows, r_ok, q_base, q_ok, CENTER, d_lo, d_hi, D,
 
 
 @triton.jit
+def _tile(tb, T, NQ, BLOCK_T: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_Q: tl.constexpr):
+    """Index vectors of t-block `tb`: its turns, the query slots, and row r of the flattened tile =
+    latent (j0 + r % BLOCK_J) of turn (tb * BLOCK_T + r // BLOCK_J)."""
+    offs_t = tb * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_q = tl.arange(0, BLOCK_Q)
+    offs_r = tl.arange(0, BLOCK_T * BLOCK_J)
+    return offs_t, offs_q, offs_t < T, offs_q < NQ, tb * BLOCK_T + offs_r // BLOCK_J, offs_r % BLOCK_J
+
+
+@triton.jit
+def _fold_best(best, dots, k_sq, inv_q, q_ok, r_ok, BLOCK_T: tl.constexpr, BLOCK_J: tl.constexpr):
+    """best[t] = max(best[t], max over the tile's rows of turn t and the valid queries of the cosine)."""
+    inv_k = 1.0 / tl.maximum(tl.sqrt_rn(k_sq), EPS)
+    cos = dots * inv_k[:, None] * inv_q[None, :]
+    cos = tl.where(q_ok[None, :] & r_ok[:, None], cos, float("-inf"))
+    row_best = tl.max(cos, axis=1)
+    return tl.maximum(best, tl.max(tl.reshape(row_best, [BLOCK_T, BLOCK_J]), axis=1))
+
+
+@triton.jit
 def _turn_epilogue(best, offs_t, t_ok, b, T, MASK, SCORES, TIERS, tau_low, tau_high,
                    HAS_MASK: tl.constexpr, WRITE_TIERS: tl.constexpr):
     if HAS_MASK:
@@ -113,14 +133,7 @@ def _turn_scores_kernel(
     # int64 batch offset: a server batch (64 x 512 x 8 x 4096) passes 2**31 elements.
     b = tl.program_id(0).to(tl.int64)
     tb = tl.program_id(1)
-    offs_t = tb * BLOCK_T + tl.arange(0, BLOCK_T)
-    offs_q = tl.arange(0, BLOCK_Q)
-    t_ok = offs_t < T
-    q_ok = offs_q < NQ
-    # Row r of the tile is latent (j0 + r % BLOCK_J) of turn (tb * BLOCK_T + r // BLOCK_J).
-    offs_r = tl.arange(0, BLOCK_T * BLOCK_J)
-    r_t = tb * BLOCK_T + offs_r // BLOCK_J
-    r_j = offs_r % BLOCK_J
+    offs_t, offs_q, t_ok, q_ok, r_t, r_j = _tile(tb, T, NQ, BLOCK_T, BLOCK_J, BLOCK_Q)
     q_base = VQ + b * s_qb + offs_q[:, None] * s_qi
 
     if SPLIT_D == 1:
@@ -133,11 +146,7 @@ def _turn_scores_kernel(
             dots, k_sq, q_sq = _row_dots(VK, rows, r_ok, q_base, q_ok, CENTER, 0, D, D, HAS_CENTER, NATIVE_DOT,
                                          BLOCK_T * BLOCK_J, BLOCK_Q, BLOCK_D)
             inv_q = 1.0 / tl.maximum(tl.sqrt_rn(q_sq), EPS)
-            inv_k = 1.0 / tl.maximum(tl.sqrt_rn(k_sq), EPS)
-            cos = dots * inv_k[:, None] * inv_q[None, :]
-            cos = tl.where(q_ok[None, :] & r_ok[:, None], cos, float("-inf"))
-            row_best = tl.max(cos, axis=1)
-            best = tl.maximum(best, tl.max(tl.reshape(row_best, [BLOCK_T, BLOCK_J]), axis=1))
+            best = _fold_best(best, dots, k_sq, inv_q, q_ok, r_ok, BLOCK_T, BLOCK_J)
         _turn_epilogue(best, offs_t, t_ok, b, T, MASK, SCORES, TIERS, tau_low, tau_high, HAS_MASK, WRITE_TIERS)
     else:
         s = tl.program_id(2)
@@ -173,13 +182,7 @@ def _turn_scores_reduce_kernel(
     over (nq, nk), mask, tier. Program (b, t-block)."""
     b = tl.program_id(0).to(tl.int64)
     tb = tl.program_id(1)
-    offs_t = tb * BLOCK_T + tl.arange(0, BLOCK_T)
-    offs_q = tl.arange(0, BLOCK_Q)
-    t_ok = offs_t < T
-    q_ok = offs_q < NQ
-    offs_r = tl.arange(0, BLOCK_T * BLOCK_J)
-    r_t = tb * BLOCK_T + offs_r // BLOCK_J
-    r_j = offs_r % BLOCK_J
+    offs_t, offs_q, t_ok, q_ok, r_t, r_j = _tile(tb, T, NQ, BLOCK_T, BLOCK_J, BLOCK_Q)
 
     q_sq = tl.zeros([BLOCK_Q], dtype=tl.float32)
     for s in range(0, SPLIT):
@@ -196,11 +199,7 @@ def _turn_scores_reduce_kernel(
             k_sq += tl.load(P_KSQ + w_row, mask=r_ok, other=0.0)
             dots += tl.load(P_DOT + w_row[:, None] * NQ + offs_q[None, :], mask=r_ok[:, None] & q_ok[None, :],
                             other=0.0)
-        inv_k = 1.0 / tl.maximum(tl.sqrt_rn(k_sq), EPS)
-        cos = dots * inv_k[:, None] * inv_q[None, :]
-        cos = tl.where(q_ok[None, :] & r_ok[:, None], cos, float("-inf"))
-        row_best = tl.max(cos, axis=1)
-        best = tl.maximum(best, tl.max(tl.reshape(row_best, [BLOCK_T, BLOCK_J]), axis=1))
+        best = _fold_best(best, dots, k_sq, inv_q, q_ok, r_ok, BLOCK_T, BLOCK_J)
 
     _turn_epilogue(best, offs_t, t_ok, b, T, MASK, SCORES, TIERS, tau_low, tau_high, HAS_MASK, WRITE_TIERS)
 
