@@ -42,6 +42,24 @@ def _shape(text: str, n: int, what: str) -> tuple[int, ...]:
     return dims
 
 
+def anchored_route_text() -> str:
+    """What serves anchored attention on CUDA under this process's RHEA_ANCHORED_ROUTE (no GPU needed)."""
+    from rhea_kernels.anchored_attention import op as attn_op
+
+    try:
+        route = attn_op.cuda_route()
+    except ValueError as e:
+        return f"invalid: {e}"
+    eligible = "fp16/bf16, D % 8 == 0, sm80+"
+    return {
+        "auto": f"auto: the split route (prefix + body attention merged by log-sum-exp) for {eligible} and "
+                f"N >= {attn_op.AUTO_SPLIT_MIN_N} where cuDNN attention checks out; the Triton kernel otherwise",
+        "split": f"split: the split route for every {eligible} input (cuDNN passes where they check out, else FA2); "
+                 "the Triton kernel otherwise",
+        "triton": "triton: the Triton kernel for every input",
+    }[route]
+
+
 def info() -> dict:
     from rhea_kernels import _ext
     from rhea_kernels._library import OPS, backend_for
@@ -66,6 +84,7 @@ def info() -> dict:
     }
     if torch.cuda.is_available():
         out["backend_cuda"] = backend_for(torch.empty(0, device="cuda"))
+    out["anchored_attention_cuda_route"] = anchored_route_text()
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     for name, op in OPS.items():  # one line per op: who serves it on each device, and its sources
         served = " ".join(f"{d}={op.backend(d)}" for d in devices)

@@ -11,6 +11,14 @@ def test_info_names_the_backend_for_cpu(capsys):
     assert cli.info()["backend_cpu"] in ("cpp", "reference")
     for op in ("turn_scores", "turn_scores_and_tiers", "anchored_attention_fwd", "anchored_attention_bwd"):
         assert f"op {op}" in out  # one line per op: its backend per device and its sources
+    assert "anchored_attention_cuda_route" in out  # said without a GPU too
+
+
+def test_info_says_the_anchored_route(monkeypatch):
+    for route, words in (("auto", "N >= 4096"), ("split", "every fp16/bf16"), ("triton", "Triton kernel for every"),
+                         ("nope", "invalid")):
+        monkeypatch.setenv("RHEA_ANCHORED_ROUTE", route)
+        assert words in cli.info()["anchored_attention_cuda_route"]
 
 
 def test_check_passes_on_cpu(capsys):
