@@ -370,8 +370,8 @@ def main(argv=None):
     print(_table(summary))
     try:
         plot(summary, path + ".png", name)
-    except ImportError:
-        pass
+    except ImportError as e:  # the JSON is written; say why the PNG is not
+        print(f"no PNG: {e} (pip install matplotlib)")
     print(f"wrote {path}.json in {meta['wall_s']:.0f} s")
     if errors:
         raise SystemExit(f"{len(errors)} config(s) wrong or missing (meta.errors in the JSON): {errors}")

@@ -518,9 +518,9 @@ class RheaForCausalLM(nn.Module):
         return layers, cached[1]
 
     def _adapters_disabled(self) -> bool:
-        """True inside `disable_adapters` (PEFT flags every LoRA layer; the first one tells)."""
-        layer = next((m for m in self.peft_model.modules() if hasattr(m, "lora_A")), None)
-        return bool(layer is not None and getattr(layer, "disable_adapters", False))
+        """True inside `disable_adapters` (PEFT flags every LoRA layer; the first generate layer tells)."""
+        layers = self._lora_layers("generate")
+        return bool(layers and getattr(layers[0], "disable_adapters", False))
 
     @property
     def decodes_merged(self) -> bool:
@@ -536,14 +536,19 @@ class RheaForCausalLM(nn.Module):
 
     def _merged_copy_fits(self, name: str) -> bool:
         """True when the merged copy of `name` exists or takes at most MERGED_COPY_MAX_FREE_SHARE of the
-        device's free memory; else False, warned once (pass decode_merged=True to force it)."""
+        device's free memory; else False, warned once (pass decode_merged=True to force it). False too
+        for adapters that cannot be folded (the default never raises for them)."""
         if name in self._merged_cache:
             return True
         verdict = getattr(self, "_merged_fit_verdict", None)
         if verdict is not None:
             return verdict
-        need = sum(m.get_base_layer().weight.numel() * m.get_base_layer().weight.element_size()
-                   for m in self._lora_layers(name))
+        try:
+            layers = self._lora_layers(name)
+        except RheaConfigError:  # DoRA / quantised bases: nothing to fold, the default just decodes unmerged
+            self._merged_fit_verdict = False
+            return False
+        need = sum(m.get_base_layer().weight.numel() * m.get_base_layer().weight.element_size() for m in layers)
         free, _ = torch.cuda.mem_get_info(self.device)
         fits = need <= self.MERGED_COPY_MAX_FREE_SHARE * free
         if not fits:

@@ -134,3 +134,16 @@ def test_default_merges_on_cuda_only_where_the_copy_fits(model, monkeypatch):
     assert not model.decodes_merged  # decided once
     model.decode_merged = True
     assert model.decodes_merged
+
+
+def test_default_never_raises_for_adapters_that_cannot_be_folded(model, monkeypatch):
+    """On CUDA the default (None) decodes unmerged where the LoRA cannot be folded (DoRA, quantised bases)."""
+    from rhea.errors import RheaConfigError
+
+    monkeypatch.setattr(type(model), "device", property(lambda self: torch.device("cuda")))
+
+    def refuse(name):
+        raise RheaConfigError("not foldable")
+
+    monkeypatch.setattr(model, "_lora_layers", refuse)
+    assert not model.decodes_merged
