@@ -326,7 +326,8 @@ class RheaForCausalLM(nn.Module):
         return model.eval()
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
-        """Write ``rhea_config.json``, ``mem_tokens.safetensors``, ``tokenizer/``, ``compress/`` and ``generate/``.
+        """Write ``rhea_config.json``, ``mem_tokens.safetensors``, ``tokenizer/``, ``compress/``, ``generate/``
+        and a model card (``README.md``, `rhea.modeling.card`).
 
         The base model's weights are not copied: ``rhea_config.json`` names the base.
         """
@@ -350,6 +351,10 @@ class RheaForCausalLM(nn.Module):
         # Non-default adapter names go to subfolders; the <mem> rows are ours, never PEFT's
         # (save_embedding_layers="auto" could write the whole resized embedding matrix).
         self.peft_model.save_pretrained(str(directory), save_embedding_layers=False)
+        # PEFT leaves its template card ("More Information Needed"); the directory gets a card that describes it.
+        from rhea.modeling.card import write_model_card
+
+        write_model_card(directory)
 
     # ------------------------------------------------------------------ properties
     @property
