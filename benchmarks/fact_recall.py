@@ -27,7 +27,8 @@ from pathlib import Path
 
 from rhea.errors import RheaConfigError
 from rhea.eval.checkpoint import read_rows  # a line cut by a killed run is redone
-from rhea.eval.fact_recall import KINDS, answer_item, complete_rows, interleave_kinds, load_items, summarise
+from rhea.eval.fact_recall import (KINDS, QUESTION_FORMS, answer_item, cloze_form, complete_rows, interleave_kinds,
+                                   load_items, summarise)
 
 
 def plot(summary: dict, title: str, path: Path) -> None:
@@ -71,12 +72,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated subset of raw,latent,dropped (default: all three)")
     p.add_argument("--fresh", action="store_true", help="also latents from fresh untrained adapters (2nd model copy)")
     p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--question-form", choices=QUESTION_FORMS, default="item",
+                   help="item: each item's own question (the issue's measure; default); cloze: the fact-QA training "
+                        "stage's question over the reply's sentence with the fact blanked out (a diagnostic)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", required=True, help="output stem: <out>.json, <out>.png, <out>.rows.jsonl")
     p.add_argument("--summarise-only", action="store_true", help="no model: summarise <out>.rows.jsonl")
     args = p.parse_args(argv)
 
     items = interleave_kinds(load_items(args.data))  # validated before any model is loaded
+    if args.question_form == "cloze":
+        items = [cloze_form(it) for it in items]
     if args.limit is not None:
         if args.limit < 1:
             raise RheaConfigError(f"--limit {args.limit} must be >= 1")
@@ -92,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     rows_path = out.with_name(out.name + ".rows.jsonl")
     rows = read_rows(rows_path)
+    forms = {r.get("question_form", "item") for r in rows}
+    if not args.summarise_only and forms - {args.question_form}:
+        raise RheaConfigError(f"{rows_path} holds answers to questions asked in form {sorted(forms)}, not "
+                              f"{args.question_form!r}; pass the matching --question-form or another --out")
     meta_path = out.with_suffix(".json")
     seconds = 0.0
 
@@ -125,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                     t = time.perf_counter()
                     row = answer_item(m, it, c, max_new_tokens=args.max_new_tokens)
                     row["seconds"] = round(time.perf_counter() - t, 2)
+                    row["question_form"] = args.question_form
                     rows.append(row)
                     f.write(json.dumps(row) + "\n")
                     f.flush()
@@ -150,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"model": args.model or prev.get("model"), "data": args.data or "rhea/data/fact_recall.jsonl",
               "n_items": len({r["id"] for r in used}),
               "max_new_tokens": generated_by.get("max_new_tokens", args.max_new_tokens),
+              "question_form": generated_by.get("question_form", args.question_form),
               "threads": generated_by.get("threads", args.threads),
               "seconds_this_run": round(seconds, 1),
               "command": this_command,

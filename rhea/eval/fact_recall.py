@@ -134,6 +134,47 @@ def load_items(path: str | Path | None = None) -> list[FactItem]:
     return items
 
 
+#: how the follow-up is asked: "item" (the item's own natural question, the issue's measure) or "cloze" (the
+#: fact-QA training stage's question form, `rhea.training.factqa.CLOZE_QUESTION`, over the reply's own sentence
+#: with the fact blanked out: a diagnostic that separates "the latents hold the fact" from "the model transfers
+#: the trained question form to a natural question"; not the issue's criterion)
+QUESTION_FORMS = ("item", "cloze")
+
+
+def _answer_span(item: FactItem) -> tuple[int, int]:
+    """Where the first accepted answer that the reply states verbatim (case-insensitive) stands in it."""
+    low = item.reply.lower()
+    for a in item.answers:
+        for m in re.finditer(re.escape(a.lower()), low):
+            s, e = m.span()
+            left_ok = s == 0 or not low[s - 1].isalnum()
+            right_ok = e == len(low) or not low[e].isalnum()
+            if left_ok and right_ok:
+                return s, e
+    raise FactRecallDataError(f"item {item.id!r}: none of its answers {list(item.answers)} is stated verbatim in "
+                              "the reply, so no cloze question can be made from it")
+
+
+def cloze_form(item: FactItem) -> FactItem:
+    """`item` with its question replaced by the fact-QA stage's cloze question: the reply's sentence that states
+    the fact, with the fact blanked out (``"... uses ____ litres of water per full cycle ..."``).
+
+    >>> it = FactItem("n", "number", "How much water?", "Sure. The eco cycle uses 9.5 litres of water, which is little.",
+    ...               "Hi?", "Hello.", "How many litres?", ("9.5",))
+    >>> cloze_form(it).question
+    'Which word or number filled the blank in your earlier reply? "The eco cycle uses ____ litres of water, which is little."'
+    """
+    from rhea.training.factqa import CLOZE_QUESTION, _blank_sentence
+
+    start, end = _answer_span(item)
+    question = CLOZE_QUESTION.format(sentence=_blank_sentence(item.reply, start, end))
+    if is_correct(question, item.answers):
+        raise FactRecallDataError(f"item {item.id!r}: its answer is stated twice in one sentence of the reply, so the "
+                                  "blanked sentence still gives it away")
+    return FactItem(item.id, item.kind, item.user, item.reply, item.filler_user, item.filler_reply, question,
+                    item.answers)
+
+
 def interleave_kinds(items: Sequence[FactItem]) -> list[FactItem]:
     """Items reordered round-robin over kinds, so that any prefix spans the kinds."""
     by_kind: dict[str, list[FactItem]] = {}

@@ -218,3 +218,38 @@ def test_benchmark_validates_before_loading(tmp_path):
     with pytest.raises(RheaError, match="--conditions"):
         _bench().main(["--model", "nope", "--conditions", "raw,sideways", "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o.json").exists()
+
+
+def test_cloze_form_blanks_the_fact_in_its_own_sentence_and_keeps_the_rest():
+    it = fr.FactItem("x", "number", "How tall?", "Good choice. The shelf is 182 centimetres tall. It is oak.",
+                     "Hi?", "Hello.", "How tall was the shelf?", ("182", "one hundred eighty-two"))
+    c = fr.cloze_form(it)
+    assert c.question.endswith('"The shelf is ____ centimetres tall."') and "182" not in c.question
+    assert (c.id, c.reply, c.answers, c.turns()) == (it.id, it.reply, it.answers, it.turns())
+    # an answer that only matches inside a longer number is not a span; one stated twice in its sentence gives it away
+    with pytest.raises(fr.FactRecallDataError, match="verbatim"):
+        fr.cloze_form(fr.FactItem("y", "number", "u", "It costs 1820 euros.", "f", "g", "q", ("182",)))
+    with pytest.raises(fr.FactRecallDataError, match="twice"):
+        fr.cloze_form(fr.FactItem("z", "number", "u", "Take 182, yes 182, today.", "f", "g", "q", ("182",)))
+
+
+def test_every_shipped_item_has_a_cloze_form():
+    assert all("____" in fr.cloze_form(it).question for it in fr.load_items())
+
+
+def test_benchmark_cloze_form_records_it_and_refuses_to_mix_forms(tmp_path, monkeypatch):
+    import rhea.modeling.loading as loading
+    import rhea.modeling.zoo as zoo
+    from rhea.testing import tiny_rhea
+
+    monkeypatch.setattr(zoo, "check_model_path", lambda name: None)
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name: tiny_rhea())
+    data = _write(tmp_path / "set.jsonl", [_item(id="a"), _item(id="b", kind="number")])
+    out = tmp_path / "fr"
+    argv = ["--model", "tiny", "--data", str(data), "--max-new-tokens", "2", "--out", str(out), "--conditions", "latent"]
+    assert _bench().main(argv + ["--question-form", "cloze"]) == 0
+    res = json.loads(out.with_suffix(".json").read_text())
+    assert res["question_form"] == "cloze" and all(r["question_form"] == "cloze" for r in res["rows"])
+    with pytest.raises(RheaError, match="--question-form"):
+        _bench().main(argv)  # the same rows asked the default way: refused, nothing appended
+    assert len((tmp_path / "fr.rows.jsonl").read_text().splitlines()) == 2
