@@ -129,25 +129,82 @@ def room(repo: Path, carry: list[Path] = ()) -> dict:
         raise StagingError(f"--carry {', '.join(missing)}: no such path; name what each call will carry")
     extra = sum(_size(c) for c in paths)
     free = CALL_LIMIT_BYTES - tree - extra - MARGIN_BYTES
+    record = repo / ASIDE_DIR / ASIDE_RECORD
+    moved = [m["path"] for m in json.loads(record.read_text())["moved"]] if record.is_file() else []
     return {"tree_bytes": tree, "carry_bytes": extra, "margin_bytes": MARGIN_BYTES, "limit_bytes": CALL_LIMIT_BYTES,
-            "piece_bytes": max(free, 0), "piece_mib": round(max(free, 0) / 2**20, 2)}
+            "piece_bytes": max(free, 0), "piece_mib": round(max(free, 0) / 2**20, 2), "aside": moved}
 
 
-def check_ignored(repo: Path, out: Path) -> None:
+#: tracked paths a staging or training call does not need, and that make up most of the tree (committed results,
+#: the embedded model's shipped adapters): `aside` moves them out of what travels
+ASIDE_DEFAULT = ("benchmarks/results", "rhea/data/adapters")
+#: where `aside` keeps them (inside the checkout, git-ignored, so they neither travel nor leave the machine)
+ASIDE_DIR = Path(".stage") / "aside"
+ASIDE_RECORD = "moved.json"
+
+
+def aside(repo: Path, paths: list[str] | tuple[str, ...] = ASIDE_DEFAULT) -> dict:
+    """Move `paths` (relative to `repo`) into ``.stage/aside/`` so that device calls do not send them.
+
+    Tracked files that are not on disk do not travel, so this shrinks every call by their size and leaves room
+    for larger pieces (`room` after `aside`). While they are aside ``git status`` shows them deleted: do not
+    commit then; `back` moves them back (also after a failed or interrupted session: the files never left
+    the checkout's folder)."""
+    store = repo / ASIDE_DIR
+    if (store / ASIDE_RECORD).is_file():
+        raise StagingError(f"{store / ASIDE_RECORD} exists: paths are already aside; `back` first")
+    check_ignored(repo, store, probe_name="x")
+    rels = []
+    for p in paths:
+        rel = Path(p)
+        if rel.is_absolute() or ".." in rel.parts or not (repo / rel).exists():
+            raise StagingError(f"{p!r}: not a path inside the checkout ({repo}); name folders or files relative to it")
+        rels.append(rel)
+    moved = []
+    store.mkdir(parents=True, exist_ok=True)
+    for rel in rels:
+        size = _size(repo / rel)
+        (store / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).rename(store / rel)
+        moved.append({"path": rel.as_posix(), "bytes": size})
+    record = {"moved": moved, "bytes": sum(m["bytes"] for m in moved),
+              "note": "moved out of the working tree by scripts/stage_model.py aside; `back` restores them"}
+    (store / ASIDE_RECORD).write_text(json.dumps(record, indent=1))
+    return record
+
+
+def back(repo: Path) -> dict:
+    """Move every path `aside` moved back into place; refuses (naming the path) where something is there again."""
+    store = repo / ASIDE_DIR
+    if not (store / ASIDE_RECORD).is_file():
+        raise StagingError(f"nothing is aside: {store / ASIDE_RECORD} does not exist")
+    record = json.loads((store / ASIDE_RECORD).read_text())
+    clash = [m["path"] for m in record["moved"] if (repo / m["path"]).exists()]
+    if clash:
+        raise StagingError(f"{', '.join(clash)} exist(s) again in the checkout; move them away or merge by hand, "
+                           f"the originals are in {store}")
+    for m in record["moved"]:
+        (repo / m["path"]).parent.mkdir(parents=True, exist_ok=True)
+        (store / m["path"]).rename(repo / m["path"])
+    (store / ASIDE_RECORD).unlink()
+    return record
+
+
+def check_ignored(repo: Path, out: Path, probe_name: str = "piece-000.bin") -> None:
     """Pieces written inside the checkout must be git-ignored, or every call would send all of them."""
     out = out.resolve()
     try:
         out.relative_to(repo)
     except ValueError:
         return
-    probe = out / "piece-000.bin"
+    probe = out / probe_name
     hit = subprocess.run(["git", "-C", str(repo), "check-ignore", "-q", str(probe)], capture_output=True)
     if hit.returncode != 0:
         rel = out.relative_to(repo).parts[0]
         exclude = subprocess.run(["git", "-C", str(repo), "rev-parse", "--git-path", "info/exclude"],
                                  capture_output=True, text=True).stdout.strip() or ".git/info/exclude"
-        raise StagingError(f"{out} is inside the checkout and not ignored, so every device call would send the "
-                           f"pieces: `mkdir -p {Path(exclude).parent} && echo /{rel}/ >> {exclude}` first")
+        raise StagingError(f"{out} is inside the checkout and not ignored, so every device call would send what "
+                           f"it holds: `mkdir -p {Path(exclude).parent} && echo /{rel}/ >> {exclude}` first")
 
 
 def split(name: str, out: Path, piece_mb: float, from_file: str | None = None) -> dict:
@@ -284,6 +341,9 @@ def main(argv=None) -> int:
     r.add_argument("--repo", type=Path, default=REPO)
     r.add_argument("--carry", nargs="*", type=Path, default=[], help="other paths each call carries (e.g. .whl)")
     s.add_argument("--from", dest="from_file", default=None, help="split this GGUF file instead of locating it")
+    sub.add_parser("aside", help=f"move {', '.join(ASIDE_DEFAULT)} into {ASIDE_DIR}/ so calls do not send them"
+                   ).add_argument("--paths", nargs="+", default=list(ASIDE_DEFAULT), help="paths relative to the checkout")
+    sub.add_parser("back", help="move what `aside` moved back into place")
     st = sub.add_parser("status", help="which pieces are present, missing or corrupt")
     st.add_argument("--staged", required=True, type=Path)
     st.add_argument("--quick", action="store_true", help="check sizes only, do not hash the pieces")
@@ -295,6 +355,16 @@ def main(argv=None) -> int:
                    help="also convert a split model into the model cache now (packaged models always are)")
     args = ap.parse_args(argv)
     try:
+        if args.cmd == "aside":
+            r = aside(REPO, args.paths)
+            print(f"moved {r['bytes'] / 2**20:.1f} MiB aside ({', '.join(m['path'] for m in r['moved'])}) into "
+                  f"{ASIDE_DIR}/; do not commit until `python scripts/stage_model.py back`")
+            print(json.dumps(room(REPO), indent=1))
+            return 0
+        if args.cmd == "back":
+            r = back(REPO)
+            print(f"moved back: {', '.join(m['path'] for m in r['moved'])}")
+            return 0
         if args.cmd == "room":
             r = room(args.repo, args.carry)
             print(json.dumps(r, indent=1))

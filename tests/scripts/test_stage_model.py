@@ -2,6 +2,7 @@
 assemble, the named errors, and the install into the cache rhea.modeling.zoo reads."""
 import hashlib
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,50 @@ def test_pieces_inside_the_checkout_must_be_ignored(stage, tmp_path):
 def test_piece_size_must_be_a_number_or_auto(stage, tmp_path, capsys):
     assert stage.main(["split", "smollm2-135m", "--out", str(tmp_path / "s"), "--piece-mb", "forty"]) == 2
     assert "a number of MiB or auto" in capsys.readouterr().err
+
+
+def test_aside_shrinks_what_travels_and_back_restores_it(stage, tmp_path, capsys):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / ".gitignore").write_text("/.stage/\n")
+    (repo / "code.py").write_bytes(b"c" * 100)
+    (repo / "results").mkdir()
+    (repo / "results" / "big.json").write_bytes(b"r" * 5000)
+    (repo / "results" / "sub").mkdir()
+    (repo / "results" / "sub" / "more.png").write_bytes(b"p" * 3000)
+    _git(repo, "add", ".")
+    git_status = lambda: subprocess.run(["git", "-C", str(repo), "status", "--porcelain"],  # noqa: E731
+                                        capture_output=True, text=True).stdout
+    before, status_before = stage.room(repo), git_status()
+    record = stage.aside(repo, ["results"])
+    assert record["bytes"] == 8000 and [m["path"] for m in record["moved"]] == ["results"]
+    after = stage.room(repo)
+    assert after["tree_bytes"] == before["tree_bytes"] - 8000 and after["aside"] == ["results"]
+    assert not (repo / "results").exists() and (repo / ".stage" / "aside" / "results" / "sub" / "more.png").is_file()
+    with pytest.raises(stage.StagingError, match="already aside"):
+        stage.aside(repo, ["results"])
+    (repo / "results").mkdir()  # something new in its place: back refuses, naming it, and moves nothing
+    with pytest.raises(stage.StagingError, match="exist"):
+        stage.back(repo)
+    (repo / "results").rmdir()
+    stage.back(repo)
+    assert (repo / "results" / "sub" / "more.png").read_bytes() == b"p" * 3000
+    assert stage.room(repo) == before
+    assert git_status() == status_before
+    with pytest.raises(stage.StagingError, match="nothing is aside"):
+        stage.back(repo)
+
+
+def test_aside_refuses_paths_outside_the_checkout_and_an_unignored_store(stage, tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "a.txt").write_text("a")
+    with pytest.raises(stage.StagingError, match=r"echo /\.stage/"):
+        stage.aside(repo, ["a.txt"])  # .stage/ not ignored: what is aside would travel anyway
+    (repo / ".gitignore").write_text("/.stage/\n")
+    for bad in ("../x", "/etc", "missing"):
+        with pytest.raises(stage.StagingError, match="not a path inside the checkout"):
+            stage.aside(repo, [bad])
+    assert (repo / "a.txt").exists() and not (repo / ".stage" / "aside" / "moved.json").exists()

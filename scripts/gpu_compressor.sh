@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Train a zoo model's compressor on a lent GPU: stage its GGUF in pieces, assemble it, train, bring the weights
+# back (issue #22; docs/gpu.md, "Compressor training on a lent GPU"). One subcommand per device call; the machine
+# keeps /root only while warm (about 30 s after each call), so make the calls back to back.
+#
+#   bash scripts/gpu_compressor.sh piece STAGE_DIR            # the carried pieces of STAGE_DIR -> $STAGED; status
+#   bash scripts/gpu_compressor.sh assemble                   # concatenate, check SHA-256, convert into $RHEA_CACHE
+#   bash scripts/gpu_compressor.sh train NAME RUN MINUTES ARGS...   # scripts/train_compressor.py for MINUTES, then
+#                                                             # its snapshot into $OUT in parts of <= 15 MiB
+#   bash scripts/gpu_compressor.sh join DIR DEST              # here: the returned parts -> DEST/trainable.safetensors
+#
+# STAGED (default /root/stage) is where pieces gather on the machine; RUNS (default /root/runs) holds the runs;
+# DEVICE (default cuda; bf16 there, fp32 elsewhere) lets the same commands be tried on the CPU.
+# Wheels in .whl/ (gguf, which the GPU image lacks and `assemble` needs) are installed first by every call.
+# `train` writes the run under $RUNS/RUN with its snapshot in $RUNS/RUN.snapshot and, when $OUT is set, copies the
+# snapshot there split into parts (a device call returns files of at most 16 MiB; Qwen2.5-Coder-1.5B's is 42 MB).
+set -euo pipefail
+cmd=${1:?usage: gpu_compressor.sh piece STAGE_DIR | assemble | train NAME RUN MINUTES ARGS... | join DIR DEST}
+shift
+STAGED=${STAGED:-/root/stage}
+RUNS=${RUNS:-/root/runs}
+PY=${PYTHON:-python3}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+if [ "$cmd" != join ] && ls .whl/*.whl >/dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+    export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+PART_BYTES=$((15 * 1024 * 1024))
+
+case "$cmd" in
+piece)
+    src=${1:?usage: gpu_compressor.sh piece STAGE_DIR (the folder split wrote, carried with this call)}
+    [ -f "$src/manifest.json" ] || { echo "gpu_compressor.sh: $src/manifest.json is not here: carry it with each piece" >&2; exit 2; }
+    mkdir -p "$STAGED"
+    cp "$src/manifest.json" "$STAGED/"
+    n=0
+    for f in "$src"/piece-*.bin; do
+        [ -e "$f" ] || continue
+        cp "$f" "$STAGED/" && n=$((n + 1))
+    done
+    echo "copied $n piece(s) into $STAGED"
+    $PY scripts/stage_model.py status --staged "$STAGED" --quick || true   # exits 1 while pieces are missing
+    ;;
+assemble)
+    $PY scripts/stage_model.py status --staged "$STAGED"
+    $PY scripts/stage_model.py assemble --staged "$STAGED" --convert
+    ;;
+train)
+    name=${1:?train NAME RUN MINUTES ARGS...}; run=${2:?RUN}; minutes=${3:?MINUTES}; shift 3
+    mkdir -p "$RUNS"
+    device=${DEVICE:-cuda}
+    precision=()
+    [[ $device == cuda* ]] && precision=(--bf16)
+    $PY scripts/train_compressor.py --base-model "$name" --out "$RUNS/$run" --device "$device" "${precision[@]}" \
+        --snapshot-dir "$RUNS/$run.snapshot" --max-minutes "$minutes" "$@"
+    if [ -n "${OUT:-}" ] && [ -d "$RUNS/$run.snapshot" ]; then
+        snap=$RUNS/$run.snapshot
+        for f in state.json curve.jsonl; do if [ -f "$snap/$f" ]; then cp "$snap/$f" "$OUT/"; fi; done
+        split -b "$PART_BYTES" -d -a 2 "$snap/trainable.safetensors" "$OUT/trainable.part-"
+        sha256sum "$snap/trainable.safetensors" | cut -d' ' -f1 > "$OUT/trainable.sha256"
+        ls -l "$OUT"
+    fi
+    ;;
+join)
+    dir=${1:?join DIR DEST (DIR: the files_at folder of the last train call, read-only; DEST: a snapshot folder)}
+    dest=${2:?join DIR DEST: DEST is where the snapshot goes (files_at is read-only)}
+    ls "$dir"/trainable.part-* >/dev/null 2>&1 || { echo "gpu_compressor.sh: no trainable.part-* in $dir" >&2; exit 2; }
+    mkdir -p "$dest"
+    cat "$dir"/trainable.part-* > "$dest/trainable.safetensors.tmp"
+    want=$(cat "$dir/trainable.sha256")
+    got=$(sha256sum "$dest/trainable.safetensors.tmp" | cut -d' ' -f1)
+    if [ "$want" != "$got" ]; then
+        rm -f "$dest/trainable.safetensors.tmp"
+        echo "gpu_compressor.sh: the joined parts hash to $got, not $want: a part is missing or damaged" >&2; exit 3
+    fi
+    mv "$dest/trainable.safetensors.tmp" "$dest/trainable.safetensors"
+    for f in state.json curve.jsonl; do if [ -f "$dir/$f" ]; then cp "$dir/$f" "$dest/"; fi; done
+    echo "joined into $dest/trainable.safetensors (SHA-256 $got): a snapshot folder for --snapshot-dir, or park it"
+    ;;
+*)
+    echo "gpu_compressor.sh: unknown subcommand '$cmd' (piece, assemble, train, join)" >&2; exit 2;;
+esac

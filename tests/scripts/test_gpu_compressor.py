@@ -1,0 +1,67 @@
+"""scripts/gpu_compressor.sh, the device calls that train a compressor on a lent GPU, run dry here: the
+Python steps are `true`, so what is checked is the shell's own work (pieces gathered, the snapshot split into
+parts a device call can return, and joined back with its SHA-256 checked)."""
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(tmp_path, *args, **env):
+    full = dict(os.environ, PYTHON="true", STAGED=str(tmp_path / "staged"), RUNS=str(tmp_path / "runs"), **env)
+    return subprocess.run(["bash", str(ROOT / "scripts" / "gpu_compressor.sh"), *map(str, args)], cwd=ROOT,
+                          env=full, capture_output=True, text=True, timeout=120)
+
+
+def test_train_returns_the_snapshot_in_parts_and_join_rebuilds_it(tmp_path):
+    snap = tmp_path / "runs" / "qa.snapshot"
+    snap.mkdir(parents=True)
+    data = os.urandom(1 << 20) * 33  # 33 MiB: three parts of at most 15 MiB
+    (snap / "trainable.safetensors").write_bytes(data)
+    (snap / "state.json").write_text('{"step": 7}')
+    (snap / "curve.jsonl").write_text('{"step": 0}\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    res = _run(tmp_path, "train", "qwen2.5-coder-1.5b", "qa", "3", "--batch", "32", OUT=str(out))
+    assert res.returncode == 0, res.stderr
+    parts = sorted(out.glob("trainable.part-*"))
+    assert [p.name for p in parts] == ["trainable.part-00", "trainable.part-01", "trainable.part-02"]
+    assert all(p.stat().st_size <= 15 * 2**20 for p in parts)  # a device call returns files of <= 16 MiB
+    assert len(list(out.iterdir())) <= 8  # ... and at most 8 of them
+    res = _run(tmp_path, "join", out, tmp_path / "back")
+    assert res.returncode == 0, res.stderr
+    assert hashlib.sha256((tmp_path / "back" / "trainable.safetensors").read_bytes()).digest() == \
+        hashlib.sha256(data).digest()
+    assert (tmp_path / "back" / "state.json").read_text() == '{"step": 7}'
+    # a damaged part: join refuses and leaves no snapshot file behind
+    bad = tmp_path / "bad"
+    shutil.copytree(out, bad)
+    with open(bad / "trainable.part-01", "r+b") as f:
+        f.truncate(1000)
+    res = _run(tmp_path, "join", bad, tmp_path / "back2")
+    assert res.returncode == 3 and "missing or damaged" in res.stderr
+    assert not (tmp_path / "back2" / "trainable.safetensors").exists()
+
+
+def test_piece_gathers_carried_pieces_and_needs_the_manifest(tmp_path):
+    src = tmp_path / "stage"
+    src.mkdir()
+    (src / "piece-003.bin").write_bytes(b"x")
+    res = _run(tmp_path, "piece", src)
+    assert res.returncode == 2 and "manifest.json" in res.stderr
+    (src / "manifest.json").write_text("{}")
+    res = _run(tmp_path, "piece", src)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "staged" / "piece-003.bin").read_bytes() == b"x" and "copied 1 piece(s)" in res.stdout
+
+
+def test_bad_subcommands_and_missing_arguments_are_named(tmp_path):
+    res = _run(tmp_path, "fly")
+    assert res.returncode == 2 and "unknown subcommand 'fly'" in res.stderr
+    res = _run(tmp_path, "join", tmp_path)
+    assert res.returncode != 0 and "DEST" in res.stderr
+    res = _run(tmp_path, "join", tmp_path, tmp_path / "d")
+    assert res.returncode == 2 and "no trainable.part-*" in res.stderr
