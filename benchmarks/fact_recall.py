@@ -27,8 +27,8 @@ from pathlib import Path
 
 from rhea.errors import RheaConfigError
 from rhea.eval.checkpoint import read_rows  # a line cut by a killed run is redone
-from rhea.eval.fact_recall import (KINDS, QUESTION_FORMS, answer_item, cloze_form, complete_rows, interleave_kinds,
-                                   load_items, summarise)
+from rhea.eval.fact_recall import (KINDS, MODES, QUESTION_FORMS, answer_item, cloze_form, complete_rows,
+                                   interleave_kinds, load_items, score_item, summarise)
 
 
 def plot(summary: dict, title: str, path: Path) -> None:
@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated subset of raw,latent,dropped (default: all three)")
     p.add_argument("--fresh", action="store_true", help="also latents from fresh untrained adapters (2nd model copy)")
     p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--mode", choices=MODES, default="generate",
+                   help="generate: greedy answers scored by containment (the issue's measure; default); teacher-forced: "
+                        "the first accepted answer scored as the reply (all tokens argmax, and its mean log-probability)")
     p.add_argument("--question-form", choices=QUESTION_FORMS, default="item",
                    help="item: each item's own question (the issue's measure; default); cloze: the fact-QA training "
                         "stage's question over the reply's sentence with the fact blanked out (a diagnostic)")
@@ -98,10 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     rows_path = out.with_name(out.name + ".rows.jsonl")
     rows = read_rows(rows_path)
-    forms = {r.get("question_form", "item") for r in rows}
-    if not args.summarise_only and forms - {args.question_form}:
-        raise RheaConfigError(f"{rows_path} holds answers to questions asked in form {sorted(forms)}, not "
-                              f"{args.question_form!r}; pass the matching --question-form or another --out")
+    for key, value, flag, default in (("question_form", args.question_form, "--question-form", "item"),
+                                      ("mode", args.mode, "--mode", "generate")):
+        seen = {r.get(key, default) for r in rows}
+        if not args.summarise_only and seen - {value}:
+            raise RheaConfigError(f"{rows_path} holds rows of {key.replace('_', ' ')} {sorted(seen)}, not {value!r}; "
+                                  f"pass the matching {flag} or another --out")
     meta_path = out.with_suffix(".json")
     seconds = 0.0
 
@@ -133,9 +138,10 @@ def main(argv: list[str] | None = None) -> int:
                 for k, (it, c) in enumerate(todo):
                     m = fresh if c == "latent_fresh" else model
                     t = time.perf_counter()
-                    row = answer_item(m, it, c, max_new_tokens=args.max_new_tokens)
+                    row = (score_item(m, it, c) if args.mode == "teacher-forced"
+                           else answer_item(m, it, c, max_new_tokens=args.max_new_tokens))
                     row["seconds"] = round(time.perf_counter() - t, 2)
-                    row["question_form"] = args.question_form
+                    row["question_form"], row["mode"] = args.question_form, args.mode
                     rows.append(row)
                     f.write(json.dumps(row) + "\n")
                     f.flush()
@@ -162,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
               "n_items": len({r["id"] for r in used}),
               "max_new_tokens": generated_by.get("max_new_tokens", args.max_new_tokens),
               "question_form": generated_by.get("question_form", args.question_form),
+              "mode": generated_by.get("mode", args.mode),
               "threads": generated_by.get("threads", args.threads),
               "seconds_this_run": round(seconds, 1),
               "command": this_command,
@@ -173,6 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     for c in acc:
         a = acc[c]
         print(f"{c:13s} {a['correct']:3d}/{a['n']:<3d} = {a['accuracy']:.3f}  95% CI [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}]")
+    for name, s in summary.get("answer_logprob", {}).items():
+        if "mean_logprob" in s:
+            print(f"{name:13s} answer log-prob {s['mean_logprob']:.3f} [{s['mean_logprob_ci'][0]:.3f}, "
+                  f"{s['mean_logprob_ci'][1]:.3f}]  token acc {s['token_acc']:.3f}")
+        else:
+            print(f"{name:22s} log-prob diff {s['mean_logprob_diff']:+.3f} [{s['ci'][0]:+.3f}, {s['ci'][1]:+.3f}]")
     for name, s in summary["paired"].items():
         if s:
             print(f"{name:22s} diff {s['diff']:+.3f} [{s['diff_ci'][0]:+.3f}, {s['diff_ci'][1]:+.3f}]  ratio {s['ratio']}")

@@ -219,6 +219,40 @@ def answer_item(model, item: FactItem, condition: str, *, max_new_tokens: int = 
             "correct": is_correct(gen.text, item.answers), "prompt_tokens": gen.prompt_tokens}
 
 
+#: how an item is answered: "generate" (greedy decoding, scored by containment; the issue's measure) or
+#: "teacher-forced" (the first accepted answer appended to the prompt as the assistant's reply: every answer token
+#: the argmax = correct, plus the answer's mean log-probability; the fact-QA training stage's own measure, graded)
+MODES = ("generate", "teacher-forced")
+
+
+def score_item(model, item: FactItem, condition: str) -> dict:
+    """Teacher-forced: how likely the model makes `item`'s first accepted answer as its reply under `condition`.
+
+    One forward pass over the rendered prompt (the same `plan_for` / `render` as `answer_item`) followed by the
+    answer's tokens. ``correct``: every answer token is the argmax (what pure greedy decoding would write; the
+    ``generate`` mode decodes with `DEFAULT_GENERATION`'s repetition penalty); ``answer_token_acc``: the share that is;
+    ``answer_logprob``: their mean log-probability (a graded measure: it moves before ``correct`` does)."""
+    import torch
+
+    from rhea.context.rendering import render
+
+    rendered = render(plan_for(item, condition, model), model.tokenizer)
+    answer = item.answers[0]
+    target = model.tokenizer(answer, add_special_tokens=False)["input_ids"]
+    ids = torch.cat([rendered.input_ids, torch.tensor([target], dtype=rendered.input_ids.dtype)], dim=1)
+    n_prompt = rendered.input_ids.shape[1]
+    latents = rendered.latent_embeds.to(model.device) if rendered.latent_embeds is not None else None
+    with torch.no_grad():
+        logits = model(input_ids=ids.to(model.device), latent_embeds=latents,
+                       prefix_len=torch.tensor([rendered.prefix_len])).logits[0, n_prompt - 1:-1].float()
+    gold = torch.tensor(target, device=logits.device)
+    logp = torch.log_softmax(logits, dim=-1).gather(1, gold[:, None])[:, 0]
+    hits = logits.argmax(-1) == gold
+    return {"id": item.id, "kind": item.kind, "condition": condition, "answer": answer,
+            "correct": bool(hits.all()), "answer_token_acc": float(hits.float().mean()),
+            "answer_logprob": float(logp.mean()), "answer_tokens": len(target), "prompt_tokens": int(n_prompt)}
+
+
 # ----------------------------------------------------------------------------- statistics
 def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     """95% Wilson score interval for k successes in n trials."""
@@ -293,7 +327,38 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict:
     for a, b in (("latent", "dropped"), ("latent", "raw"), ("raw", "dropped"), ("latent_fresh", "dropped")):
         if a in conds and b in conds:
             paired[f"{a}_vs_{b}"] = paired_stats(rows, a, b)
-    return {"accuracy": acc, "paired": paired, "criterion": criterion(acc)}
+    out = {"accuracy": acc, "paired": paired, "criterion": criterion(acc)}
+    if rows and all("answer_logprob" in r for r in rows):
+        out["answer_logprob"] = logprob_stats(rows, conds)
+    return out
+
+
+def _boot_mean(values: Sequence[float], *, n_boot: int = 5000, seed: int = 0) -> list[float]:
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
+    return [means[int(0.025 * n_boot)], means[int(0.975 * n_boot) - 1]]
+
+
+def logprob_stats(rows: Sequence[Mapping[str, Any]], conds: Sequence[str]) -> dict:
+    """Teacher-forced rows: mean answer log-probability and token accuracy per condition, and the paired
+    differences latent - dropped and raw - dropped over items, each with a 95% bootstrap interval."""
+    by: dict[str, dict[str, Mapping[str, Any]]] = {}
+    for r in rows:
+        by.setdefault(r["condition"], {})[r["id"]] = r
+    out: dict[str, Any] = {}
+    for c in conds:
+        lp = [r["answer_logprob"] for r in by[c].values()]
+        ta = [r["answer_token_acc"] for r in by[c].values()]
+        out[c] = {"n": len(lp), "mean_logprob": sum(lp) / len(lp), "mean_logprob_ci": _boot_mean(lp),
+                  "token_acc": sum(ta) / len(ta), "token_acc_ci": _boot_mean(ta)}
+    for a, b in (("latent", "dropped"), ("raw", "dropped"), ("latent", "raw")):
+        if a in by and b in by:
+            ids = sorted(set(by[a]) & set(by[b]))
+            if len(ids) >= 2:
+                d = [by[a][i]["answer_logprob"] - by[b][i]["answer_logprob"] for i in ids]
+                out[f"{a}_minus_{b}"] = {"n": len(d), "mean_logprob_diff": sum(d) / len(d), "ci": _boot_mean(d)}
+    return out
 
 
 def criterion(acc: Mapping[str, Mapping[str, Any]]) -> dict:

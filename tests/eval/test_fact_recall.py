@@ -253,3 +253,57 @@ def test_benchmark_cloze_form_records_it_and_refuses_to_mix_forms(tmp_path, monk
     with pytest.raises(RheaError, match="--question-form"):
         _bench().main(argv)  # the same rows asked the default way: refused, nothing appended
     assert len((tmp_path / "fr.rows.jsonl").read_text().splitlines()) == 2
+
+
+def test_teacher_forced_score_agrees_with_greedy_decoding():
+    """All answer tokens argmax (teacher-forced) <=> pure greedy decoding writes the answer: the same rendered
+    prompt, latents and adapter path as `answer_item`, so the two modes measure the same model."""
+    import dataclasses
+
+    import torch
+
+    from rhea.context.rendering import render
+    from rhea.testing import tiny_rhea
+
+    torch.manual_seed(0)
+    model = tiny_rhea().eval()
+    base = fr.FactItem("t", "code", "what is the code ?", "the code is 4 and that is it .", "what is blue ?",
+                       "blue is a color .", "what was the code ?", ("4",))
+    checked = 0
+    for condition in ("raw", "latent", "dropped"):
+        r = render(fr.plan_for(base, condition, model), model.tokenizer)
+        out = model.generate(r.input_ids, latent_embeds=r.latent_embeds, prefix_len=torch.tensor([r.prefix_len]),
+                             max_new_tokens=3, do_sample=False, repetition_penalty=1.0)  # pure greedy
+        new = out[0, r.input_ids.shape[1]:].tolist()
+        text = model.tokenizer.decode(new)
+        if model.tokenizer(text, add_special_tokens=False)["input_ids"] != new:
+            continue  # the tiny tokenizer does not round-trip these ids as text
+        checked += 1
+        hit = fr.score_item(model, dataclasses.replace(base, answers=(text,)), condition)
+        assert hit["correct"] and hit["answer_token_acc"] == 1.0 and hit["answer_tokens"] == len(new)
+        assert hit["answer_logprob"] <= 0 and hit["condition"] == condition
+        other = next(t for t in range(5, 50) if t != new[0])
+        miss = fr.score_item(model, dataclasses.replace(base, answers=(model.tokenizer.decode([other] + new[1:]),)),
+                             condition)
+        assert not miss["correct"] and miss["answer_logprob"] < hit["answer_logprob"]
+    assert checked >= 1
+
+
+def test_benchmark_teacher_forced_mode_summarises_log_probabilities(tmp_path, monkeypatch, capsys):
+    import rhea.modeling.loading as loading
+    import rhea.modeling.zoo as zoo
+    from rhea.testing import tiny_rhea
+
+    monkeypatch.setattr(zoo, "check_model_path", lambda name: None)
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name: tiny_rhea())
+    data = _write(tmp_path / "set.jsonl", [_item(id="a"), _item(id="b", kind="number"), _item(id="c", kind="date")])
+    out = tmp_path / "tf"
+    argv = ["--model", "tiny", "--data", str(data), "--out", str(out), "--mode", "teacher-forced"]
+    assert _bench().main(argv) == 0
+    res = json.loads(out.with_suffix(".json").read_text())
+    lp = res["answer_logprob"]
+    assert res["mode"] == "teacher-forced" and set(lp) >= {"raw", "latent", "dropped", "latent_minus_dropped"}
+    assert lp["latent"]["n"] == 3 and lp["latent"]["mean_logprob_ci"][0] <= lp["latent"]["mean_logprob"] <= 0
+    assert "log-prob diff" in capsys.readouterr().out
+    with pytest.raises(RheaError, match="--mode"):
+        _bench().main(argv[:-2])  # generated answers into teacher-forced rows: refused
