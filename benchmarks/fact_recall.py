@@ -28,7 +28,7 @@ from pathlib import Path
 from rhea.errors import RheaConfigError
 from rhea.eval.checkpoint import read_rows  # a line cut by a killed run is redone
 from rhea.eval.fact_recall import (KINDS, MODES, QUESTION_FORMS, answer_item, cloze_form, complete_rows,
-                                   interleave_kinds, load_items, score_item, summarise)
+                                   interleave_kinds, load_items, other_items, score_item, summarise)
 
 
 def plot(summary: dict, title: str, path: Path) -> None:
@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", default=None, help="fact-recall JSONL (default: the shipped rhea/data/fact_recall.jsonl)")
     p.add_argument("--limit", type=int, default=None, help="first N items, kinds interleaved (default: all)")
     p.add_argument("--conditions", default="raw,latent,dropped",
-                   help="comma-separated subset of raw,latent,dropped (default: all three)")
+                   help="comma-separated subset of raw,latent,dropped,latent_other (default: the first three); "
+                        "latent_other: the item's user turn with another item's reply as latents (the control)")
     p.add_argument("--fresh", action="store_true", help="also latents from fresh untrained adapters (2nd model copy)")
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--mode", choices=MODES, default="generate",
@@ -86,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     items = interleave_kinds(load_items(args.data))  # validated before any model is loaded
     if args.question_form == "cloze":
         items = [cloze_form(it) for it in items]
+    # latent_other's partners come from the whole set, so --limit does not change which reply stands in
+    partner = other_items(items) if len(items) > 1 else {it.id: None for it in items}
     if args.limit is not None:
         if args.limit < 1:
             raise RheaConfigError(f"--limit {args.limit} must be >= 1")
@@ -93,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_new_tokens < 1:
         raise RheaConfigError(f"--max-new-tokens {args.max_new_tokens} must be >= 1")
     conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
-    if not conditions or any(c not in ("raw", "latent", "dropped") for c in conditions):
-        raise RheaConfigError(f"--conditions {args.conditions!r} must be a comma-separated subset of raw,latent,dropped")
+    if not conditions or any(c not in ("raw", "latent", "dropped", "latent_other") for c in conditions):
+        raise RheaConfigError(f"--conditions {args.conditions!r} must be a comma-separated subset of "
+                              "raw,latent,dropped,latent_other")
     if not args.summarise_only and not args.model:
         raise RheaConfigError("--model is required unless --summarise-only")
     out = Path(args.out)
@@ -138,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                 for k, (it, c) in enumerate(todo):
                     m = fresh if c == "latent_fresh" else model
                     t = time.perf_counter()
-                    row = (score_item(m, it, c) if args.mode == "teacher-forced"
-                           else answer_item(m, it, c, max_new_tokens=args.max_new_tokens))
+                    row = (score_item(m, it, c, other=partner[it.id]) if args.mode == "teacher-forced"
+                           else answer_item(m, it, c, max_new_tokens=args.max_new_tokens, other=partner[it.id]))
                     row["seconds"] = round(time.perf_counter() - t, 2)
                     row["question_form"], row["mode"] = args.question_form, args.mode
                     rows.append(row)

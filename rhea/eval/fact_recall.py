@@ -36,7 +36,10 @@ from typing import Any, Iterable, Mapping, Sequence
 from rhea.errors import RheaError
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "fact_recall.jsonl"
-CONDITIONS = ("raw", "latent", "dropped", "latent_fresh")
+#: "latent_other": the turn's user message kept, with ANOTHER item's reply as latents in place of its own (the
+#: control of the reconstruction and fact-QA measures): latent - latent_other is what the latents carry about
+#: their own reply, apart from the user message the latent tier keeps and the dropped condition removes
+CONDITIONS = ("raw", "latent", "dropped", "latent_fresh", "latent_other")
 KINDS = ("number", "name", "place", "date", "code", "product")
 #: the criterion of issue #22: latent >= RATIO x raw and latent >= dropped + MARGIN
 RATIO, MARGIN = 0.6, 0.25
@@ -175,6 +178,19 @@ def cloze_form(item: FactItem) -> FactItem:
                     item.answers)
 
 
+def other_items(items: Sequence[FactItem]) -> dict[str, FactItem]:
+    """Each item's partner for ``latent_other``: item i gets item (i + n/2) mod n (never itself, for n >= 2).
+
+    >>> its = [FactItem(str(i), "name", "u", "r", "f", "g", "q", ("a",)) for i in range(4)]
+    >>> {k: v.id for k, v in other_items(its).items()}
+    {'0': '2', '1': '3', '2': '0', '3': '1'}
+    """
+    n = len(items)
+    if n < 2:
+        raise FactRecallDataError("condition 'latent_other' needs at least 2 items (each takes another's reply)")
+    return {it.id: items[(i + n // 2) % n] for i, it in enumerate(items)}
+
+
 def interleave_kinds(items: Sequence[FactItem]) -> list[FactItem]:
     """Items reordered round-robin over kinds, so that any prefix spans the kinds."""
     by_kind: dict[str, list[FactItem]] = {}
@@ -188,10 +204,11 @@ def interleave_kinds(items: Sequence[FactItem]) -> list[FactItem]:
     return out
 
 
-def plan_for(item: FactItem, condition: str, model):
+def plan_for(item: FactItem, condition: str, model, other: FactItem | None = None):
     """The `ContextPlan` for the item's question with its first reply raw, as latents from
     `model`'s compress adapter, or dropped (the filler turn is always raw), built like the
-    session builds plans (`rhea.policies.assemble_plan`)."""
+    session builds plans (`rhea.policies.assemble_plan`). ``latent_other`` needs `other`, whose
+    reply's latents stand in for this item's reply."""
     import torch
 
     from rhea.context import Conversation, Latent, Turn, TurnDecision
@@ -204,16 +221,20 @@ def plan_for(item: FactItem, condition: str, model):
     decisions = [TurnDecision(0, tier0), TurnDecision(1, "raw")]
     latents = {}
     if tier0 == "latent":
+        if condition == "latent_other" and (other is None or other.id == item.id):
+            raise FactRecallDataError(f"condition 'latent_other' for item {item.id!r} needs another item's reply")
+        reply = other.reply if condition == "latent_other" else item.reply
         with torch.no_grad():
-            latents[0] = Latent(model.compress([item.reply])[0], 0)
+            latents[0] = Latent(model.compress([reply])[0], 0)
     return assemble_plan(f"fact-recall-{condition}", history, item.question, decisions, latents=latents)
 
 
-def answer_item(model, item: FactItem, condition: str, *, max_new_tokens: int = 16) -> dict:
+def answer_item(model, item: FactItem, condition: str, *, max_new_tokens: int = 16,
+                other: FactItem | None = None) -> dict:
     """Generate (greedily) the answer to `item` under `condition` and score it: one row."""
     from rhea.session.generation import generate_from_plan
 
-    gen = generate_from_plan(model, plan_for(item, condition, model), max_new_tokens=max_new_tokens,
+    gen = generate_from_plan(model, plan_for(item, condition, model, other), max_new_tokens=max_new_tokens,
                              do_sample=False)
     return {"id": item.id, "kind": item.kind, "condition": condition, "answer": gen.text,
             "correct": is_correct(gen.text, item.answers), "prompt_tokens": gen.prompt_tokens}
@@ -225,7 +246,7 @@ def answer_item(model, item: FactItem, condition: str, *, max_new_tokens: int = 
 MODES = ("generate", "teacher-forced")
 
 
-def score_item(model, item: FactItem, condition: str) -> dict:
+def score_item(model, item: FactItem, condition: str, *, other: FactItem | None = None) -> dict:
     """Teacher-forced: how likely the model makes `item`'s first accepted answer as its reply under `condition`.
 
     One forward pass over the rendered prompt (the same `plan_for` / `render` as `answer_item`) followed by the
@@ -236,7 +257,7 @@ def score_item(model, item: FactItem, condition: str) -> dict:
 
     from rhea.context.rendering import render
 
-    rendered = render(plan_for(item, condition, model), model.tokenizer)
+    rendered = render(plan_for(item, condition, model, other), model.tokenizer)
     answer = item.answers[0]
     target = model.tokenizer(answer, add_special_tokens=False)["input_ids"]
     ids = torch.cat([rendered.input_ids, torch.tensor([target], dtype=rendered.input_ids.dtype)], dim=1)
@@ -324,7 +345,8 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict:
         acc[c] = {"n": len(rc), "correct": k, "accuracy": k / len(rc), "ci95": list(wilson(k, len(rc))),
                   "per_kind": per_kind}
     paired = {}
-    for a, b in (("latent", "dropped"), ("latent", "raw"), ("raw", "dropped"), ("latent_fresh", "dropped")):
+    for a, b in (("latent", "dropped"), ("latent", "raw"), ("raw", "dropped"), ("latent_fresh", "dropped"),
+                 ("latent", "latent_other")):
         if a in conds and b in conds:
             paired[f"{a}_vs_{b}"] = paired_stats(rows, a, b)
     out = {"accuracy": acc, "paired": paired, "criterion": criterion(acc)}
@@ -352,7 +374,7 @@ def logprob_stats(rows: Sequence[Mapping[str, Any]], conds: Sequence[str]) -> di
         ta = [r["answer_token_acc"] for r in by[c].values()]
         out[c] = {"n": len(lp), "mean_logprob": sum(lp) / len(lp), "mean_logprob_ci": _boot_mean(lp),
                   "token_acc": sum(ta) / len(ta), "token_acc_ci": _boot_mean(ta)}
-    for a, b in (("latent", "dropped"), ("raw", "dropped"), ("latent", "raw")):
+    for a, b in (("latent", "dropped"), ("raw", "dropped"), ("latent", "raw"), ("latent", "latent_other")):
         if a in by and b in by:
             ids = sorted(set(by[a]) & set(by[b]))
             if len(ids) >= 2:

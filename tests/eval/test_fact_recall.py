@@ -171,6 +171,27 @@ def test_plans_put_the_reply_in_the_right_form():
     assert row["condition"] == "latent" and isinstance(row["correct"], bool) and row["prompt_tokens"] > 0
 
 
+def test_latent_other_keeps_the_user_turn_and_puts_another_replys_latents_in_place():
+    import torch
+
+    from rhea.testing import tiny_rhea
+
+    model = tiny_rhea().eval()
+    item = fr.FactItem(**{**_item(), "answers": ("4",)})
+    other = fr.FactItem(**{**_item(id="o", reply="the colour is teal and that is all ."), "answers": ("teal",)})
+    own, ctrl = fr.plan_for(item, "latent", model), fr.plan_for(item, "latent_other", model, other)
+    assert item.user in str(ctrl.messages) and item.reply not in str(ctrl.messages)
+    with torch.no_grad():
+        want = model.compress([other.reply])[0]
+    assert torch.equal(ctrl.latents()[0].vectors, want) and not torch.equal(own.latents()[0].vectors, want)
+    with pytest.raises(fr.FactRecallDataError, match="another item"):
+        fr.plan_for(item, "latent_other", model)
+    with pytest.raises(fr.FactRecallDataError, match="another item"):
+        fr.plan_for(item, "latent_other", model, item)
+    row = fr.score_item(model, item, "latent_other", other=other)
+    assert row["condition"] == "latent_other" and row["answer_logprob"] <= 0
+
+
 def _bench():
     module = load_script(SCRIPT)
     return module
@@ -298,12 +319,15 @@ def test_benchmark_teacher_forced_mode_summarises_log_probabilities(tmp_path, mo
     monkeypatch.setattr(loading, "load_rhea_model", lambda name: tiny_rhea())
     data = _write(tmp_path / "set.jsonl", [_item(id="a"), _item(id="b", kind="number"), _item(id="c", kind="date")])
     out = tmp_path / "tf"
-    argv = ["--model", "tiny", "--data", str(data), "--out", str(out), "--mode", "teacher-forced"]
+    argv = ["--model", "tiny", "--data", str(data), "--out", str(out), "--mode", "teacher-forced",
+            "--conditions", "raw,latent,dropped,latent_other"]
     assert _bench().main(argv) == 0
     res = json.loads(out.with_suffix(".json").read_text())
     lp = res["answer_logprob"]
-    assert res["mode"] == "teacher-forced" and set(lp) >= {"raw", "latent", "dropped", "latent_minus_dropped"}
+    assert res["mode"] == "teacher-forced" and set(lp) >= {"raw", "latent", "dropped", "latent_other",
+                                                           "latent_minus_dropped", "latent_minus_latent_other"}
+    assert res["paired"]["latent_vs_latent_other"]["n"] == 3
     assert lp["latent"]["n"] == 3 and lp["latent"]["mean_logprob_ci"][0] <= lp["latent"]["mean_logprob"] <= 0
     assert "log-prob diff" in capsys.readouterr().out
     with pytest.raises(RheaError, match="--mode"):
-        _bench().main(argv[:-2])  # generated answers into teacher-forced rows: refused
+        _bench().main(argv[:-4])  # generated answers into teacher-forced rows: refused
