@@ -40,7 +40,19 @@ def plot(summary: dict, title: str, path: Path) -> None:
     acc = summary["accuracy"]
     conds = list(acc)
     groups = ["all"] + [k for k in KINDS if any(k in acc[c]["per_kind"] for c in conds)]
-    fig, ax = plt.subplots(figsize=(9, 3.8))
+    lp = summary.get("answer_logprob")
+    if lp:  # teacher-forced rows: the graded measure beside the all-tokens-right share
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 3.8), gridspec_kw={"width_ratios": [3, 1.3]})
+        names = [c for c in conds if c in lp]
+        means = [lp[c]["mean_logprob"] for c in names]
+        bx.bar(range(len(names)), means, yerr=[[m - lp[c]["mean_logprob_ci"][0] for c, m in zip(names, means)],
+                                               [lp[c]["mean_logprob_ci"][1] - m for c, m in zip(names, means)]],
+               capsize=3, color=[f"C{j}" for j in range(len(names))])
+        bx.set_xticks(range(len(names)), names, fontsize=8)
+        bx.set_ylabel("mean log-prob of the answer's tokens (nats)")
+        bx.set_title("teacher-forced, 95% bootstrap CI", fontsize=9)
+    else:
+        fig, ax = plt.subplots(figsize=(9, 3.8))
     w = 0.8 / max(1, len(conds))
     for j, c in enumerate(conds):
         vals, los, his = [], [], []
@@ -53,7 +65,7 @@ def plot(summary: dict, title: str, path: Path) -> None:
         ax.bar(xs, vals, width=w, yerr=[los, his], capsize=2, label=f"{c} (n={acc[c]['n']})")
     ax.set_xticks(range(len(groups)), groups)
     ax.set_ylim(0, 105)
-    ax.set_ylabel("answers containing the fact (%)")
+    ax.set_ylabel("answers with every token the argmax (%)" if lp else "answers containing the fact (%)")
     crit = summary["criterion"]
     verdict = {True: "PASS", False: "FAIL", None: "n/a"}[crit["passed"]]
     ax.set_title(f"{title} — criterion (latent ≥ 0.6×raw and ≥ dropped+0.25): {verdict}", fontsize=9)
