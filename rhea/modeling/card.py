@@ -75,7 +75,8 @@ def _calibration_lines(extra: Mapping[str, Any]) -> list[str]:
     cal = extra.get("calibration")
     if not isinstance(cal, Mapping):
         return ["Not calibrated: `rhea calibrate --model DIR` fits `tau_low` / `tau_high` for the latent scorer."]
-    used = cal.get(cal.get("centering", ""), {}) if isinstance(cal.get(cal.get("centering", "")), Mapping) else {}
+    used = cal.get(cal.get("centering", ""))
+    used = used if isinstance(used, Mapping) else {}
     out = [f"`rhea calibrate` on {cal.get('n_triples', '?')} (reply, needing query, unrelated query) triples, "
            f"centering `{cal.get('centering', '?')}`."]
     if used:
