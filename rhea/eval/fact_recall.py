@@ -138,7 +138,7 @@ def load_items(path: str | Path | None = None) -> list[FactItem]:
 
 
 #: how the follow-up is asked: "item" (the item's own natural question, the issue's measure) or "cloze" (the
-#: fact-QA training stage's question form, `rhea.training.factqa.CLOZE_QUESTION`, over the reply's own sentence
+#: fact-QA training stage's question form, `rhea.eval.cloze.CLOZE_QUESTION`, over the reply's own sentence
 #: with the fact blanked out: a diagnostic that separates "the latents hold the fact" from "the model transfers
 #: the trained question form to a natural question"; not the issue's criterion)
 QUESTION_FORMS = ("item", "cloze")
@@ -167,10 +167,10 @@ def cloze_form(item: FactItem) -> FactItem:
     >>> cloze_form(it).question
     'Which word or number filled the blank in your earlier reply? "The eco cycle uses ____ litres of water, which is little."'
     """
-    from rhea.training.factqa import CLOZE_QUESTION, _blank_sentence
+    from rhea.eval.cloze import CLOZE_QUESTION, blank_sentence
 
     start, end = _answer_span(item)
-    question = CLOZE_QUESTION.format(sentence=_blank_sentence(item.reply, start, end))
+    question = CLOZE_QUESTION.format(sentence=blank_sentence(item.reply, start, end))
     if is_correct(question, item.answers):
         raise FactRecallDataError(f"item {item.id!r}: its answer is stated twice in one sentence of the reply, so the "
                                   "blanked sentence still gives it away")

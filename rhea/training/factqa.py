@@ -34,20 +34,18 @@ from typing import Sequence
 
 import torch
 
+from rhea.eval.cloze import BLANK, CLOZE_QUESTION, blank_sentence as _blank_sentence  # noqa: F401 (re-exported)
 from rhea.training.errors import TrainingDataError
 
 #: bAbI tasks whose answer is one fact stated in the story (no counting, lists, yes/no, paths)
 DEFAULT_BABI_TASKS = (1, 4, 5, 11, 12, 13)
 BABI_USER = "What has happened so far?"
 CLOZE_USER = "Go on."
-CLOZE_QUESTION = 'Which word or number filled the blank in your earlier reply? "{sentence}"'
-BLANK = "____"
 
 _SPAN = re.compile(
     r"\b\d[\d,.:/]*\d\b|\b\d\b"  # numbers: 9.5, 1,200, 10:30, 2023/24, 7
     r"|(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*\b"  # capitalised names not starting a sentence
 )
-_SENTENCE = re.compile(r"\S.*?(?:[.!?](?=\s|$)|(?=\n)|$)")  # a stop followed by a space ends it (not 9.5)
 
 
 @dataclass(frozen=True)
@@ -106,19 +104,6 @@ def load_babi_qa(babi_dir: str | Path, tasks: Sequence[int] = DEFAULT_BABI_TASKS
             else:
                 story.append(text.strip())
     return out
-
-
-def _blank_sentence(text: str, start: int, end: int, max_words: int = 24) -> str:
-    """The sentence of `text` holding [start, end) with the span replaced by `BLANK`, cut to `max_words` around it."""
-    lo, hi = 0, len(text)
-    for m in _SENTENCE.finditer(text):
-        if m.start() <= start and end <= m.end():
-            lo, hi = m.start(), m.end()
-            break
-    words = (text[lo:start] + BLANK + text[end:hi]).split()
-    at = next(i for i, w in enumerate(words) if BLANK in w)
-    half = max_words // 2
-    return " ".join(words[max(0, at - half):at + half + 1])
 
 
 #: a blanked sentence shorter than this (words, the blank included) gives no item ("____." has no context)
