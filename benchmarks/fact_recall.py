@@ -27,8 +27,13 @@ from pathlib import Path
 
 from rhea.errors import RheaConfigError
 from rhea.eval.checkpoint import read_rows  # a line cut by a killed run is redone
-from rhea.eval.fact_recall import (KINDS, MODES, QUESTION_FORMS, answer_item, cloze_form, complete_rows,
-                                   interleave_kinds, load_items, other_items, score_item, summarise)
+from rhea.eval.fact_recall import (CONDITIONS, KINDS, MODES, QUESTION_FORMS, answer_item, cloze_form, compare_runs,
+                                   complete_rows, interleave_kinds, load_items, other_items, score_item, summarise)
+
+
+def _ci(lo, hi) -> str:
+    """`` [lo, hi]`` signed to 3 decimals, or nothing where one item gives no interval."""
+    return "" if lo is None else f" [{lo:+.3f}, {hi:+.3f}]"
 
 
 def plot(summary: dict, title: str, path: Path) -> None:
@@ -94,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", required=True, help="output stem: <out>.json, <out>.png, <out>.rows.jsonl")
     p.add_argument("--summarise-only", action="store_true", help="no model: summarise <out>.rows.jsonl")
+    p.add_argument("--versus", default=None,
+                   help="teacher-forced: another run's output stem on the same items (e.g. an earlier checkpoint); "
+                        "records the paired change of latent and of latent - latent_other from it to this run")
     args = p.parse_args(argv)
 
     items = interleave_kinds(load_items(args.data))  # validated before any model is loaded
@@ -108,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_new_tokens < 1:
         raise RheaConfigError(f"--max-new-tokens {args.max_new_tokens} must be >= 1")
     conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
-    if not conditions or any(c not in ("raw", "latent", "dropped", "latent_other") for c in conditions):
-        raise RheaConfigError(f"--conditions {args.conditions!r} must be a comma-separated subset of "
-                              "raw,latent,dropped,latent_other")
+    allowed = [c for c in CONDITIONS if c != "latent_fresh"]  # latent_fresh comes with --fresh
+    if not conditions or any(c not in allowed for c in conditions):
+        raise RheaConfigError(f"--conditions {args.conditions!r} must be a comma-separated subset of {','.join(allowed)}")
     if not args.summarise_only and not args.model:
         raise RheaConfigError("--model is required unless --summarise-only")
     out = Path(args.out)
@@ -123,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         if not args.summarise_only and seen - {value}:
             raise RheaConfigError(f"{rows_path} holds rows of {key.replace('_', ' ')} {sorted(seen)}, not {value!r}; "
                                   f"pass the matching {flag} or another --out")
+    versus_rows = None
+    if args.versus is not None:
+        versus_path = Path(args.versus).with_name(Path(args.versus).name + ".rows.jsonl")
+        versus_rows = read_rows(versus_path)
+        if not versus_rows:
+            raise RheaConfigError(f"--versus {args.versus!r}: {versus_path} has no rows; name a run's output stem")
     meta_path = out.with_suffix(".json")
     seconds = 0.0
 
@@ -189,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
               "seconds_this_run": round(seconds, 1),
               "command": this_command,
               **({"summarised_by": summarised_by} if summarised_by else {}),
-              **summary, "rows": [{**r, "accepted": list(by_id[r["id"]].answers)} for r in used if r["id"] in by_id]}
+              **summary,
+              **({"versus": {"run": args.versus, **compare_runs(versus_rows, used)}} if versus_rows else {}),
+              "rows": [{**r, "accepted": list(by_id[r["id"]].answers)} for r in used if r["id"] in by_id]}
     meta_path.write_text(json.dumps(result, indent=2))
     plot(summary, f"fact recall, {result['model']}, {result['n_items']} held-apart items", out.with_suffix(".png"))
     acc = summary["accuracy"]
@@ -198,10 +214,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{c:13s} {a['correct']:3d}/{a['n']:<3d} = {a['accuracy']:.3f}  95% CI [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}]")
     for name, s in summary.get("answer_logprob", {}).items():
         if "mean_logprob" in s:
-            print(f"{name:13s} answer log-prob {s['mean_logprob']:.3f} [{s['mean_logprob_ci'][0]:.3f}, "
-                  f"{s['mean_logprob_ci'][1]:.3f}]  token acc {s['token_acc']:.3f}")
+            print(f"{name:13s} answer log-prob {s['mean_logprob']:+.3f}{_ci(*s['mean_logprob_ci'])}  "
+                  f"token acc {s['token_acc']:.3f}")
         else:
-            print(f"{name:22s} log-prob diff {s['mean_logprob_diff']:+.3f} [{s['ci'][0]:+.3f}, {s['ci'][1]:+.3f}]")
+            print(f"{name:22s} log-prob diff {s['mean_logprob_diff']:+.3f}{_ci(*s['ci'])}  p = {s['p']:.2g}")
+    for name, s in (result.get("versus") or {}).items():
+        if name != "run":
+            print(f"change from {args.versus}: {name:26s} {s['change']:+.3f}{_ci(*s['ci'])}  p = {s['p']:.2g}")
     for name, s in summary["paired"].items():
         if s:
             print(f"{name:22s} diff {s['diff']:+.3f} [{s['diff_ci'][0]:+.3f}, {s['diff_ci'][1]:+.3f}]  ratio {s['ratio']}")

@@ -24,6 +24,7 @@ True
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -174,8 +175,7 @@ def cloze_form(item: FactItem) -> FactItem:
     if is_correct(question, item.answers):
         raise FactRecallDataError(f"item {item.id!r}: its answer is stated twice in one sentence of the reply, so the "
                                   "blanked sentence still gives it away")
-    return FactItem(item.id, item.kind, item.user, item.reply, item.filler_user, item.filler_reply, question,
-                    item.answers)
+    return dataclasses.replace(item, question=question)
 
 
 def other_items(items: Sequence[FactItem]) -> dict[str, FactItem]:
@@ -355,31 +355,50 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict:
     return out
 
 
-def _boot_mean(values: Sequence[float], *, n_boot: int = 5000, seed: int = 0) -> list[float]:
-    rng = random.Random(seed)
-    n = len(values)
-    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
-    return [means[int(0.025 * n_boot)], means[int(0.975 * n_boot) - 1]]
+def _logprobs(rows: Sequence[Mapping[str, Any]], condition: str) -> dict[str, float]:
+    return {r["id"]: r["answer_logprob"] for r in rows if r["condition"] == condition}
 
 
 def logprob_stats(rows: Sequence[Mapping[str, Any]], conds: Sequence[str]) -> dict:
     """Teacher-forced rows: mean answer log-probability and token accuracy per condition, and the paired
-    differences latent - dropped and raw - dropped over items, each with a 95% bootstrap interval."""
-    by: dict[str, dict[str, Mapping[str, Any]]] = {}
-    for r in rows:
-        by.setdefault(r["condition"], {})[r["id"]] = r
+    differences latent - dropped, raw - dropped, latent - raw and latent - latent_other over items (95% bootstrap
+    intervals and sign-flip p-values, `rhea.eval.stats`)."""
+    from rhea.eval.stats import bootstrap_ci, paired_comparison
+
     out: dict[str, Any] = {}
     for c in conds:
-        lp = [r["answer_logprob"] for r in by[c].values()]
-        ta = [r["answer_token_acc"] for r in by[c].values()]
-        out[c] = {"n": len(lp), "mean_logprob": sum(lp) / len(lp), "mean_logprob_ci": _boot_mean(lp),
-                  "token_acc": sum(ta) / len(ta), "token_acc_ci": _boot_mean(ta)}
+        lp = bootstrap_ci(r["answer_logprob"] for r in rows if r["condition"] == c)
+        ta = bootstrap_ci(r["answer_token_acc"] for r in rows if r["condition"] == c)
+        out[c] = {"n": lp.n, "mean_logprob": lp.mean, "mean_logprob_ci": [lp.low, lp.high],
+                  "token_acc": ta.mean, "token_acc_ci": [ta.low, ta.high]}
     for a, b in (("latent", "dropped"), ("raw", "dropped"), ("latent", "raw"), ("latent", "latent_other")):
-        if a in by and b in by:
-            ids = sorted(set(by[a]) & set(by[b]))
-            if len(ids) >= 2:
-                d = [by[a][i]["answer_logprob"] - by[b][i]["answer_logprob"] for i in ids]
-                out[f"{a}_minus_{b}"] = {"n": len(d), "mean_logprob_diff": sum(d) / len(d), "ci": _boot_mean(d)}
+        if a in conds and b in conds:
+            cmp = paired_comparison(_logprobs(rows, a), _logprobs(rows, b))
+            out[f"{a}_minus_{b}"] = {"n": cmp.n, "mean_logprob_diff": cmp.diff, "ci": [cmp.low, cmp.high],
+                                     "p": cmp.p_value}
+    return out
+
+
+def compare_runs(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]) -> dict:
+    """Teacher-forced rows of two runs on the same items (e.g. two checkpoints): the paired change, after minus
+    before, of the latent condition's answer log-probability and of latent - latent_other (what the latents hold
+    of their own reply), with 95% bootstrap intervals and sign-flip p-values over the items both answered."""
+    from rhea.eval.stats import paired_comparison
+
+    def own_minus_other(rows):
+        lat, other = _logprobs(rows, "latent"), _logprobs(rows, "latent_other")
+        return {i: lat[i] - other[i] for i in lat if i in other}
+
+    out = {}
+    for name, measure in (("latent", lambda rows: _logprobs(rows, "latent")),
+                          ("latent_minus_latent_other", own_minus_other)):
+        a, b = measure(before), measure(after)
+        if any(i in a for i in b):
+            cmp = paired_comparison(b, a)
+            out[name] = {"n": cmp.n, "change": cmp.diff, "ci": [cmp.low, cmp.high], "p": cmp.p_value}
+    if not out:
+        raise FactRecallDataError("the two runs share no teacher-forced latent rows of the same items; compare runs "
+                                  "made with --mode teacher-forced and --conditions ...,latent,latent_other")
     return out
 
 

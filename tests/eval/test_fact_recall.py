@@ -329,5 +329,29 @@ def test_benchmark_teacher_forced_mode_summarises_log_probabilities(tmp_path, mo
     assert res["paired"]["latent_vs_latent_other"]["n"] == 3
     assert lp["latent"]["n"] == 3 and lp["latent"]["mean_logprob_ci"][0] <= lp["latent"]["mean_logprob"] <= 0
     assert "log-prob diff" in capsys.readouterr().out
+    # the same rows against themselves: the paired change is zero, recorded and printed
+    assert _bench().main(["--summarise-only", "--data", str(data), "--out", str(out), "--mode", "teacher-forced",
+                          "--versus", str(out)]) == 0
+    versus = json.loads(out.with_suffix(".json").read_text())["versus"]
+    assert versus["run"] == str(out) and versus["latent_minus_latent_other"]["n"] == 3
+    assert versus["latent"]["change"] == 0.0 and "change from" in capsys.readouterr().out
+    with pytest.raises(RheaError, match="no rows"):
+        _bench().main(argv + ["--versus", str(tmp_path / "nothing")])
     with pytest.raises(RheaError, match="--mode"):
         _bench().main(argv[:-4])  # generated answers into teacher-forced rows: refused
+
+
+def test_compare_runs_pairs_items_and_measures_the_change():
+    def rows(latent, other):
+        return [r for i, (a, b) in enumerate(zip(latent, other))
+                for r in ({"id": str(i), "condition": "latent", "answer_logprob": a},
+                          {"id": str(i), "condition": "latent_other", "answer_logprob": b})]
+
+    before = rows([-4.0, -3.0, -5.0, -4.0], [-5.0, -5.0, -5.0, -5.0])
+    after = rows([-3.0, -2.0, -4.0, -3.5], [-5.0, -5.0, -5.0, -5.5])
+    out = fr.compare_runs(before, after)
+    assert out["latent"]["n"] == 4 and out["latent"]["change"] == pytest.approx(0.875)
+    assert out["latent_minus_latent_other"]["change"] == pytest.approx(1.0)  # +0.875 latent, -0.125 other
+    assert out["latent"]["ci"][0] <= 0.875 <= out["latent"]["ci"][1] and 0 < out["latent"]["p"] <= 1
+    with pytest.raises(fr.FactRecallDataError, match="share no"):
+        fr.compare_runs(before, [{"id": "x", "condition": "raw", "answer_logprob": -1.0}])
