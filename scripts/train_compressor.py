@@ -58,7 +58,8 @@ def parse_args(argv=None):
                         "only (the held-apart measure stays on real replies); repeatable")
     p.add_argument("--chunk-tokens", type=int, default=48)
     p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=1e-3,
+                   help="peak learning rate; resuming a checkpoint with another --lr continues at it, AdamW moments kept")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--max-steps", type=int, default=100000)
     p.add_argument("--save-every", type=int, default=20)
@@ -283,6 +284,12 @@ def main(argv=None) -> None:
         sched.load_state_dict(state["sched"])
         step = state["step"]
         torch.set_rng_state(state["torch_rng"].cpu())
+        if not math.isclose(sched.base_lrs[0], args.lr):  # e.g. a lower lr once the curve flattens
+            print(f"[compressor] lr {sched.base_lrs[0]:g} -> {args.lr:g} from step {step} (AdamW moments kept)", flush=True)
+            sched.base_lrs = [args.lr] * len(sched.base_lrs)
+            for g in opt.param_groups:
+                g["initial_lr"] = args.lr
+                g["lr"] = args.lr * min(1.0, (step + 1) / max(1, args.warmup))
     (out / "args.json").write_text(json.dumps(vars(args), indent=2))
     print(f"[compressor] {len(train)} train chunks, {len(eval_texts)} held-apart eval chunks, "
           f"{len(qa_train)} fact-QA items ({len(qa_eval)} held apart), "

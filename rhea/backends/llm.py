@@ -215,7 +215,7 @@ class HFGenerator:
         enc = _chat_ids(self.tokenizer, messages)
         model = self._backbone()
         device = next(model.parameters()).device
-        kwargs = {"max_new_tokens": max_new_tokens, "pad_token_id": self.tokenizer.pad_token_id or self.tokenizer.eos_token_id}
+        kwargs = self._generation_kwargs(max_new_tokens, stop)
         if n > 1:
             kwargs["num_return_sequences"] = n
         if temperature and temperature > 0:
@@ -223,14 +223,6 @@ class HFGenerator:
             if self.seed is not None:
                 torch.manual_seed(self.seed)
                 self.seed += 1
-        else:
-            kwargs.update(do_sample=False)
-        mem_id = getattr(self.model, "mem_token_id", None)
-        if mem_id is not None:
-            kwargs["suppress_tokens"] = [mem_id]
-        if stop:
-            kwargs["stop_strings"] = list(stop)
-            kwargs["tokenizer"] = self.tokenizer
         cache = None
         if self.prefix_cache:
             ids = enc["input_ids"][0].tolist()
@@ -249,19 +241,103 @@ class HFGenerator:
             # the cache now holds the prompt and every generated token but the last
             self._cache = cache
             self._cache_ids = out[0].tolist()[: cache.get_seq_length()]
-        eos, replies = self._eos_ids(), []
-        for row in out[:, enc["input_ids"].shape[1]:].tolist():
-            # rows that ended early are padded to the longest; count up to and including the first EOS
-            end = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
-            self.prompt_tokens += int(enc["input_ids"].shape[1])
-            self.completion_tokens += end
-            text = self.tokenizer.decode(row[:end], skip_special_tokens=True)
-            for s in stop or ():
-                cut = text.find(s)
-                if cut >= 0:
-                    text = text[:cut]
-            replies.append(text.strip())
-        return replies
+        n_prompt = int(enc["input_ids"].shape[1])
+        return [self._finish_row(row, n_prompt, stop) for row in out[:, n_prompt:].tolist()]
+
+    def _finish_row(self, row: list[int], n_prompt: int, stop) -> str:
+        """One generated row as text (up to and including its first EOS: rows that ended early are
+        padded to the longest), charged to the counters, cut at the first stop string."""
+        eos = self._eos_ids()
+        end = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
+        self.prompt_tokens += n_prompt
+        self.completion_tokens += end
+        text = self.tokenizer.decode(row[:end], skip_special_tokens=True)
+        for s in stop or ():
+            cut = text.find(s)
+            if cut >= 0:
+                text = text[:cut]
+        return text.strip()
+
+    def _generation_kwargs(self, max_new_tokens: int, stop) -> dict:
+        """Greedy `generate` settings every call shares (the `<mem>` token suppressed, stop strings)."""
+        kwargs = {"max_new_tokens": max_new_tokens, "do_sample": False,
+                  "pad_token_id": self.tokenizer.pad_token_id or self.tokenizer.eos_token_id}
+        mem_id = getattr(self.model, "mem_token_id", None)
+        if mem_id is not None:
+            kwargs["suppress_tokens"] = [mem_id]
+        if stop:
+            kwargs["stop_strings"] = list(stop)
+            kwargs["tokenizer"] = self.tokenizer
+        return kwargs
+
+    def batch_key(self) -> tuple:
+        """Generators with equal keys can answer in one batch (`generate_rows`): same model, tokenizer, adapter."""
+        return (id(self.model), id(self.tokenizer), self.adapter)
+
+    @staticmethod
+    def generate_batch(generators: Sequence["HFGenerator"], conversations: Sequence[Sequence[Message]], *,
+                       max_new_tokens: int = 256, stop: Sequence[str] | None = None) -> list[str]:
+        """Greedy replies to `conversations[i]` for each i, decoded as one left-padded batch, each charged
+        to `generators[i]`'s counters as its own `generate` call would be.
+
+        Decoding on a memory-bound device costs about the same for a batch of rows as for one,
+        so several sessions' controllers (e.g. K episodes' rolling summaries) that wait on the same
+        model answer for about the price of one. The generators must share `batch_key()`; their
+        prefix caches are neither read nor changed. Replies equal one-by-one greedy replies up to
+        floating-point reassociation (padding changes reduction order).
+        """
+        import torch
+
+        if len(generators) != len(conversations):
+            raise RheaConfigError(f"generate_batch: {len(generators)} generators but {len(conversations)} conversations; "
+                                  "pass one generator per conversation")
+        if not generators:
+            return []
+        first = generators[0]
+        if any(g.batch_key() != first.batch_key() for g in generators[1:]):
+            raise RheaConfigError("generate_batch: the generators must share one model, tokenizer and adapter "
+                                  "(group them by batch_key() first)")
+        if any(not messages for messages in conversations):
+            raise RheaConfigError("generate() needs at least one message")
+        ids = [_chat_ids(first.tokenizer, messages)["input_ids"][0].tolist() for messages in conversations]
+        width = max(len(row) for row in ids)
+        kwargs = first._generation_kwargs(max_new_tokens, stop)
+        pad = kwargs["pad_token_id"]
+        input_ids = torch.tensor([[pad] * (width - len(row)) + row for row in ids])
+        mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in ids])
+        model = first._backbone()
+        device = next(model.parameters()).device
+        with first._context(), torch.no_grad():
+            out = model.generate(input_ids=input_ids.to(device), attention_mask=mask.to(device), **kwargs)
+        return [g._finish_row(row, len(prompt), stop) for g, row, prompt in zip(generators, out[:, width:].tolist(), ids)]
+
+
+def generate_rows(generators: Sequence[TextGenerator], conversations: Sequence[Sequence[Message]], *,
+                  max_new_tokens: int = 256, stop: Sequence[str] | None = None) -> list[str]:
+    """Greedy replies to `conversations[i]` from `generators[i]`, in order: generators that can share a
+    batch (`HFGenerator`s over one model, tokenizer and adapter) decode together
+    (`HFGenerator.generate_batch`); any other generator answers with its own `generate`.
+
+    >>> generate_rows([ScriptedGenerator(["a"]), ScriptedGenerator(["b"])],
+    ...               [[{"role": "user", "content": "x"}], [{"role": "user", "content": "y"}]])
+    ['a', 'b']
+    """
+    if len(generators) != len(conversations):
+        raise RheaConfigError(f"generate_rows: {len(generators)} generators but {len(conversations)} conversations; "
+                              "pass one generator per conversation")
+    replies: list[str | None] = [None] * len(generators)
+    groups: dict[tuple, list[int]] = {}
+    for i, g in enumerate(generators):
+        if isinstance(g, HFGenerator):
+            groups.setdefault(g.batch_key(), []).append(i)
+        else:
+            replies[i] = g.generate(conversations[i], max_new_tokens=max_new_tokens, stop=stop)
+    for rows in groups.values():
+        texts = HFGenerator.generate_batch([generators[i] for i in rows], [conversations[i] for i in rows],
+                                           max_new_tokens=max_new_tokens, stop=stop)
+        for i, text in zip(rows, texts):
+            replies[i] = text
+    return replies  # type: ignore[return-value]
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -21,7 +21,10 @@ Timings come from the session's turn observer (`ChatSession.add_observer`).
 
 An interrupted run started again with the same settings continues from the last finished
 turn of each episode (the policy list may differ: policies already run are reused, new ones run) (the saved session restores the policy's memory exactly), so long runs
-on slow machines can be stopped and resumed at any time.
+on slow machines can be stopped and resumed at any time. A policy with no ``state/`` folder
+whose every turn is in ``out/results.json`` (a committed run: the checkpoints are not
+committed) is taken from there, so adding a policy to a finished run's folder runs only the
+new policy.
 
 >>> from rhea.testing import tiny_rhea
 >>> result = run_suite(tiny_rhea(), "efficiency", ["vanilla"], n_turns=2, max_new_tokens=2,
@@ -131,8 +134,16 @@ def run_suite(
     environment = checkpoint.environment(getattr(model, "device", None), getattr(model, "dtype", None))
     results: dict[str, Any] = {"format": RESULTS_FORMAT, "config": config, "environment": environment,
                                "episodes": [e.to_dict() for e in episodes], "policies": {}}
+    finished = _finished_in_results(out, config, episodes) if out is not None and resume else {}
     try:
         for policy in policies:
+            if policy in finished and not (out / "state" / policy).exists():
+                rows = finished[policy]["turns"]
+                results["policies"][policy] = {"aggregate": suite.aggregate([_scores_only(r) for r in rows]),
+                                               "cost": _cost_summary(rows), "turns": rows,
+                                               "environments": finished[policy].get("environments", [])}
+                bar.update(len(rows))
+                continue
             rows: list[dict] = []
             batched = run_batched(model, tokenizer, policy, episodes, out, bar, ChatSession, batch_episodes,
                                          max_new_tokens=max_new_tokens, kwargs=policy_kwargs.get(policy, {}),
@@ -158,6 +169,25 @@ def run_suite(
     if out is not None:
         write_outputs(results, out)
     return results
+
+
+def _finished_in_results(out: Path, config: dict, episodes: Sequence) -> dict[str, dict]:
+    """``{policy: its entry}`` of ``out/results.json`` for the policies whose every turn of these
+    episodes it holds, when it was written by a run of `config`'s settings (else nothing)."""
+    path = out / "results.json"
+    if not path.is_file():
+        return {}
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise BenchError(f"{path} is not valid JSON ({e}); restore it from git or delete it to rerun "
+                         "its policies") from None
+    settings = {k: v for k, v in saved.get("config", {}).items() if k != "policies"}
+    if settings != {k: v for k, v in config.items() if k != "policies"}:
+        return {}
+    expected = [(e.episode_id, t.meta.get("index")) for e in episodes for t in e.turns]
+    return {policy: entry for policy, entry in saved.get("policies", {}).items()
+            if [(r.get("episode_id"), r.get("turn_index")) for r in entry.get("turns", [])] == expected}
 
 
 def _timed(results: dict, started: float) -> dict:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 from rhea.context.conversation import Conversation, Turn
 from rhea.context.plan import ContextPlan
@@ -48,6 +48,17 @@ class ContextPolicy(ABC):
         """Update incremental state with a completed turn. Stateless policies ignore it."""
         if not isinstance(turn, Turn):
             raise TypeError(f"observe() takes a Turn, got {type(turn).__name__}")
+
+    @classmethod
+    def observe_batch(cls, policies: Sequence["ContextPolicy"], turns: Sequence[Turn]) -> None:
+        """`policies[i].observe(turns[i])` for each i, the policies all of this class: several
+        sessions' turns finished together (`rhea.session.batch.send_batch`). A policy whose
+        `observe` calls a model (the rolling summary's rewrite) overrides this so that those calls
+        become one batch."""
+        if len(policies) != len(turns):
+            raise RheaConfigError(f"observe_batch: {len(policies)} policies but {len(turns)} turns; pass one turn per policy")
+        for policy, turn in zip(policies, turns):
+            policy.observe(turn)
 
     def catch_up(self, conversation: Conversation) -> None:
         """Bring this (fresh) policy up to `conversation`, turns it did not answer itself: a

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Sequence
 
-from rhea.backends.llm import TextGenerator
+from rhea.backends.llm import TextGenerator, generate_rows
 from rhea.context.conversation import Conversation, Turn
 from rhea.context.plan import ContextPlan, TurnDecision
 from rhea.errors import RheaConfigError
@@ -87,11 +87,41 @@ class RollingSummary(ContextPolicy):
         if len(self.pending) >= self.every:
             self._fold()
 
+    @classmethod
+    def observe_batch(cls, policies: Sequence["RollingSummary"], turns: Sequence[Turn]) -> None:
+        """Observe one turn per policy; the summaries due for a rewrite are written in one batch per
+        summary length where their generators can share one (`generate_rows`), each as its own
+        `observe` would write it (greedy).
+
+        >>> from rhea.backends.llm import ScriptedGenerator
+        >>> a, b = RollingSummary(ScriptedGenerator(["A"])), RollingSummary(ScriptedGenerator(["B"]))
+        >>> RollingSummary.observe_batch([a, b], [Turn("x", "y"), Turn("u", "v")])
+        >>> a.summary, b.summary
+        ('A', 'B')
+        """
+        if len(policies) != len(turns):
+            raise RheaConfigError(f"observe_batch: {len(policies)} policies but {len(turns)} turns; pass one turn per policy")
+        due: dict[int, list[RollingSummary]] = {}
+        for policy, turn in zip(policies, turns):
+            ContextPolicy.observe(policy, turn)
+            policy.pending.append(turn)
+            if len(policy.pending) >= policy.every:
+                due.setdefault(policy.max_summary_tokens, []).append(policy)
+        for length, group in due.items():
+            replies = generate_rows([p.generator for p in group], [summarizer_messages(p.summary, p.pending) for p in group],
+                                    max_new_tokens=length)
+            for policy, reply in zip(group, replies):
+                policy._take(reply)
+
     def _fold(self) -> None:
-        reply = self.generator.generate(summarizer_messages(self.summary, self.pending), max_new_tokens=self.max_summary_tokens)
+        self._take(self.generator.generate(summarizer_messages(self.summary, self.pending),
+                                           max_new_tokens=self.max_summary_tokens))
+
+    def _take(self, reply: str) -> None:
+        """The rewritten summary folds in every pending turn (an empty one folds none)."""
         if not reply or not reply.strip():
             warnings.warn(
-                f"summary: generator returned an empty summary; keeping {len(self.pending)} turns verbatim", stacklevel=3
+                f"summary: generator returned an empty summary; keeping {len(self.pending)} turns verbatim", stacklevel=4
             )
             return
         self.summary = reply.strip()

@@ -25,7 +25,7 @@ import contextlib
 import time
 from typing import Sequence
 
-from rhea.context import ContextOverflowError, render, render_batch
+from rhea.context import ContextOverflowError, Turn, render, render_batch
 from rhea.errors import RheaError
 from rhea.session.generation import DEFAULT_GENERATION, Generation
 from rhea.session.history_cache import HistoryKVCache, cache_keyword, generate_reusing, reuse_allowed
@@ -170,14 +170,34 @@ def send_batch(sessions: Sequence, texts: Sequence[str]) -> list[str | RheaError
             results[i] = e
             continue
         groups.setdefault(session._adapter_for(staged[i].plan), []).append(i)
+    generated: dict[int, Generation] = {}
     for adapter, rows in groups.items():
         caches = [sessions[i].prefix_cache if isinstance(sessions[i].prefix_cache, HistoryKVCache) else None
                   for i in rows]
         gens = generate_batch(first.model, [staged[i].plan for i in rows], max_new_tokens=first.max_new_tokens,
                               adapter=adapter, caches=caches, **first.generation_kwargs)
-        for i, gen in zip(rows, gens):
-            results[i] = sessions[i].end_turn(staged[i], gen)
+        generated.update(zip(rows, gens))
+    observed = _observe_together(sessions, staged, generated)
+    for i, gen in generated.items():
+        results[i] = sessions[i].end_turn(staged[i], gen, observed_s=observed[i])
     return results  # type: ignore[return-value]
+
+
+def _observe_together(sessions: Sequence, staged: Sequence, generated: dict[int, Generation]) -> dict[int, float]:
+    """Each generated row's turn observed by its session's policy, the policies of one class together
+    (`ContextPolicy.observe_batch`: e.g. K rolling summaries rewritten in one batch); returns the
+    seconds each row's group took (shared by its rows, as the batch's prefill and decode are)."""
+    from rhea.context import Turn
+
+    by_class: dict[type, list[int]] = {}
+    for i in generated:
+        by_class.setdefault(type(sessions[i].policy), []).append(i)
+    seconds: dict[int, float] = {}
+    for cls, rows in by_class.items():
+        t0 = time.perf_counter()
+        cls.observe_batch([sessions[i].policy for i in rows], [Turn(staged[i].text, generated[i].text) for i in rows])
+        seconds.update(dict.fromkeys(rows, time.perf_counter() - t0))
+    return seconds
 
 
 __all__ = ["BatchError", "generate_batch", "send_batch"]

@@ -258,13 +258,18 @@ class ChatSession:
                           new_tokens=len(self.tokenizer(answered, add_special_tokens=False)["input_ids"]),
                           timings={"render_s": 0.0, "prefill_s": 0.0, "decode_s": 0.0})
 
-    def end_turn(self, staged: "StagedTurn", gen: Generation) -> str:
-        """The second half of `send`: observe the reply `gen`, record the turn, notify observers."""
+    def end_turn(self, staged: "StagedTurn", gen: Generation, *, observed_s: float | None = None) -> str:
+        """The second half of `send`: observe the reply `gen`, record the turn, notify observers.
+
+        `observed_s`: the policy has already observed this turn (several sessions' turns observed
+        together, `send_batch`), taking that many seconds; it is recorded, not observed again.
+        """
         plan = staged.plan
         turn = Turn(staged.text, gen.text)
         t1 = time.perf_counter()
-        self.policy.observe(turn)  # Rhea compresses the new reply here, once
-        t_observe = time.perf_counter() - t1
+        if observed_s is None:
+            self.policy.observe(turn)  # Rhea compresses the new reply here, once
+        t_observe = time.perf_counter() - t1 if observed_s is None else float(observed_s)
         work = _work(staged.work_before, self.policy.counters())  # e.g. compress_calls, compress_s (the whole turn)
         work.update({f"plan_{k}": v for k, v in _work(staged.work_before, staged.work_planned).items()})  # ... in planning alone
         self.conversation.append(turn)

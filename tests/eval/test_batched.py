@@ -18,7 +18,7 @@ def model():
     return tiny_rhea().eval()
 
 
-@pytest.mark.parametrize("policy", ["vanilla", "rhea", "recent-k"])
+@pytest.mark.parametrize("policy", ["vanilla", "rhea", "recent-k", "summary"])
 def test_a_batch_answers_like_one_by_one(model, policy):
     one = [ChatSession(model, policy=policy, max_new_tokens=4, reuse_prefix_cache=False) for _ in MESSAGES]
     many = [ChatSession(model, policy=policy, max_new_tokens=4) for _ in MESSAGES]
@@ -31,6 +31,21 @@ def test_a_batch_answers_like_one_by_one(model, policy):
         assert [r.prompt_tokens for r in a.records] == [r.prompt_tokens for r in b.records]
         assert [r.latent_slots for r in a.records] == [r.latent_slots for r in b.records]
         assert all(r.timings["batch_rows"] == 3.0 for r in b.records)
+
+
+def test_rolling_summaries_are_rewritten_in_one_batch(model, monkeypatch):
+    from rhea.backends.llm import HFGenerator
+
+    calls = []
+    real = HFGenerator.generate_batch
+    monkeypatch.setattr(HFGenerator, "generate_batch",
+                        staticmethod(lambda gens, convs, **kw: calls.append(len(gens)) or real(gens, convs, **kw)))
+    chats = [ChatSession(model, policy="summary", max_new_tokens=3, policy_kwargs={"max_summary_tokens": 8})
+             for _ in MESSAGES]
+    send_batch(chats, [m[0] for m in MESSAGES])
+    assert calls == [3]  # three sessions' summaries, one batch
+    assert all(c.policy.updates == 1 or c.policy.pending for c in chats)
+    assert all(r.timings["observe_s"] > 0 for c in chats for r in c.records)
 
 
 def test_a_row_that_overflows_fails_alone(model):
@@ -103,3 +118,28 @@ def test_an_interrupted_batched_run_resumes_in_a_batch(model, tmp_path):
     fresh = [r.get("batch_rows") for r in rows[:4]][1:]
     assert fresh == [1.0, 2.0, 2.0]
     assert all((cut / "state" / "rhea" / str(n) / "done").is_file() for n in range(3))
+
+
+def test_a_committed_run_without_checkpoints_runs_only_the_added_policy(model, tmp_path, monkeypatch):
+    import shutil
+
+    from rhea.eval import runner
+
+    settings = dict(n_turns=4, n_episodes=2, max_new_tokens=3, progress=False,
+                    suite_kwargs={"n_instructions": 2, "n_revoke": 1})
+    first = run_suite(model, "instruction-retention", ["vanilla"], out=tmp_path, **settings)
+    shutil.rmtree(tmp_path / "state")  # what a clean checkout of a committed run holds
+    ran = []
+    real = runner.run_episode
+    monkeypatch.setattr(runner, "run_episode", lambda m, t, policy, *a, **k: ran.append(policy) or real(m, t, policy, *a, **k))
+    both = run_suite(model, "instruction-retention", ["vanilla", "recent-k"], out=tmp_path, **settings)
+    assert ran == ["recent-k", "recent-k"]  # vanilla's 8 turns came from results.json
+    assert both["policies"]["vanilla"]["turns"] == json.loads(json.dumps(first["policies"]["vanilla"]["turns"]))
+    assert both["policies"]["vanilla"]["aggregate"] == first["policies"]["vanilla"]["aggregate"]
+    # a results.json of other settings is not reused: every policy runs
+    other = run_suite(model, "instruction-retention", ["vanilla"], out=tmp_path / "x", **settings)
+    (tmp_path / "x" / "results.json").write_text(json.dumps({**other, "config": {**other["config"], "seed": 5}}))
+    shutil.rmtree(tmp_path / "x" / "state")
+    ran.clear()
+    run_suite(model, "instruction-retention", ["vanilla"], out=tmp_path / "x", **settings)
+    assert ran == ["vanilla", "vanilla"]
