@@ -52,7 +52,14 @@ def environment(device: "torch.device | None" = None, dtype: "torch.dtype | None
             "device": where} | ({"dtype": str(dtype).replace("torch.", "")} if dtype is not None else {})
 
 
-def check_config(out: Path, config: dict, resume: bool) -> None:
+def check_config(out: Path, config: dict, resume: bool) -> dict:
+    """Check that `out` can take a run of `config` (resuming it when `resume`); write and return the
+    config to record.
+
+    Only the policy list may change between invocations. Per-policy options (``policy_kwargs``)
+    may differ for a policy that has no turns in `out` yet (a new policy, e.g. an ablation with its
+    own options); the recorded ``policy_kwargs`` keep every policy's options, earlier ones included.
+    """
     path = out / "config.json"
     if path.is_file() and resume:
         saved = json.loads(path.read_text())
@@ -65,18 +72,42 @@ def check_config(out: Path, config: dict, resume: bool) -> None:
                 "same settings (its code or data changed since), so the checkpointed replies answer other "
                 "questions; pass another --out, or --no-resume to start this run over")
         # the policy list may change: each policy's episodes are checkpointed on their own
-        diff = sorted(k for k in set(saved) | set(config) if k != "policies" and saved.get(k) != config.get(k))
+        per_policy = ("policies", "policy_kwargs")
+        diff = sorted(k for k in set(saved) | set(config) if k not in per_policy and saved.get(k) != config.get(k))
         if diff:
             raise BenchError(
                 f"{out} holds a run with other settings ({', '.join(diff)} differ); pass the same settings "
                 "to resume it, another --out for a new run, or --no-resume to start this one over")
+        before, now = saved.get("policy_kwargs") or {}, config.get("policy_kwargs") or {}
+        for policy in config["policies"]:
+            if before.get(policy, {}) != now.get(policy, {}) and has_turns(out, policy):
+                raise BenchError(
+                    f"{out} holds turns of {policy!r} run with options {before.get(policy, {})}, not "
+                    f"{now.get(policy, {})}; pass the same options, another --out, or --no-resume")
+        merged = {p: kw for p, kw in before.items() if p not in config["policies"]}
+        merged.update({p: kw for p, kw in now.items() if kw})
+        config = {**config, "policy_kwargs": dict(sorted(merged.items()))}
         if on_disk != config:
             path.write_text(json.dumps(config, indent=1))
-        return
+        return config
     if path.is_file():  # not resuming: start over
         shutil.rmtree(out / "state", ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(config, indent=1))
+    return config
+
+
+def has_turns(out: Path, policy: str) -> bool:
+    """Whether `out` holds turns of `policy`: checkpoints under ``state/``, or rows in ``results.json``."""
+    if (out / "state" / policy).is_dir():
+        return True
+    results = out / "results.json"
+    if not results.is_file():
+        return False
+    try:
+        return bool(json.loads(results.read_text(encoding="utf-8")).get("policies", {}).get(policy, {}).get("turns"))
+    except json.JSONDecodeError:
+        return True  # unreadable: assume it does (the safe answer; reading it later names the problem)
 
 
 def load_resumable(path: Path, current: dict, keys: Sequence[str], *, settings: str,

@@ -1,8 +1,10 @@
 """`rhea bench`: run evaluation suites for several context policies and write results + plots."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def _split(value: str) -> list[str]:
@@ -109,10 +111,12 @@ def _cmd_bench(args) -> int:
             raise BenchError(f"{flags} only applies to the {suite} suite, which this run does not include "
                              f"(--suite {args.suite}); drop the option or add {suite} to --suite")
         suite_kwargs_of[suite] = given
-    policy_kwargs = {}
+    policy_kwargs: dict[str, dict] = {}
     taus = {k: v for k, v in (("tau_low", args.tau_low), ("tau_high", args.tau_high)) if v is not None}
     if taus:
         policy_kwargs = {p: dict(taus) for p in policies if set(taus) <= set(policy_class(p).thresholds)}
+    for policy, name, value in (parse_policy_option(o, policies) for o in args.policy_option or ()):
+        policy_kwargs.setdefault(policy, {})[name] = value
     judge = None
     if args.judge_url and args.judge_local not in (None, "auto", "none"):
         raise BenchError("--judge-url and --judge-local both name a judge; pass one")
@@ -165,6 +169,40 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+def parse_policy_option(option: str, policies) -> tuple[str, str, Any]:
+    """``"POLICY.NAME=VALUE"`` as (policy, name, value): the policy must be one of `policies` and
+    NAME one of its constructor's parameters; VALUE is JSON when it parses, else the text.
+
+    >>> parse_policy_option("rhea.recent_raw=0", ["vanilla", "rhea"])
+    ('rhea', 'recent_raw', 0)
+    >>> parse_policy_option("rhea.scorer=bm25", ["rhea"])
+    ('rhea', 'scorer', 'bm25')
+    """
+    import inspect
+
+    from rhea.eval.runner import BenchError
+    from rhea.policies import policy_class
+
+    head, sep, text = option.partition("=")
+    policy, dot, name = head.strip().rpartition(".")
+    if not sep or not dot or not policy or not name:
+        raise BenchError(f"--policy-option {option!r}: write POLICY.NAME=VALUE, e.g. rhea.recent_raw=0")
+    if policy not in policies:
+        raise BenchError(f"--policy-option {option!r} names policy {policy!r}, which this run does not include "
+                         f"(--policies {','.join(policies)})")
+    cls = policy_class(policy)
+    supplied = {"self", "tokenizer", cls.model_arg, cls.controller_arg}  # the session passes these
+    params = [p for p in inspect.signature(cls.__init__).parameters if p not in supplied]
+    if name not in params:
+        raise BenchError(f"--policy-option {option!r}: {policy} takes no option {name!r}; its options are "
+                         f"{', '.join(params)}")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = text
+    return policy, name, value
+
+
 def register(sub) -> None:
     from rhea.modeling.loading import add_device_argument, add_threads_argument, int_at_least
 
@@ -197,6 +235,10 @@ def register(sub) -> None:
                        help="state-tracking: keys (or people) tracked; each probe asks for every key set so far")
     bench.add_argument("--n-probes", type=int_at_least(1, "probes per episode"), default=None,
                        help="state-tracking: probes per episode (the last turn and random earlier ones)")
+    bench.add_argument("--policy-option", action="append", metavar="POLICY.NAME=VALUE",
+                       help="a constructor option of one policy, e.g. rhea-no-im.recent_raw=0 or rhea.scorer=bm25 "
+                            "(VALUE is read as JSON, else as text); repeatable. A policy's options are recorded "
+                            "in config.json; a new policy may bring its own into a folder of earlier runs")
     bench.add_argument("--tau-low", type=float, default=None, help="HCR drop threshold for the rhea policies")
     bench.add_argument("--tau-high", type=float, default=None, help="HCR raw-text threshold for the rhea policies")
     bench.add_argument("--judge-url", default=None, help="OpenAI-compatible endpoint for the long-horizon judge")

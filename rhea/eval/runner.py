@@ -126,7 +126,7 @@ def run_suite(
               ).hexdigest()}
     out = Path(out) if out is not None else None
     if out is not None:
-        check_config(out, config, resume)
+        config = check_config(out, config, resume)  # recorded per-policy options include earlier policies'
 
     total = len(policies) * sum(len(e.turns) for e in episodes)
     bar = _progress(total, progress)
@@ -182,12 +182,16 @@ def _finished_in_results(out: Path, config: dict, episodes: Sequence) -> dict[st
     except json.JSONDecodeError as e:
         raise BenchError(f"{path} is not valid JSON ({e}); restore it from git or delete it to rerun "
                          "its policies") from None
-    settings = {k: v for k, v in saved.get("config", {}).items() if k != "policies"}
-    if settings != {k: v for k, v in config.items() if k != "policies"}:
+    per_policy = ("policies", "policy_kwargs")
+    settings = {k: v for k, v in saved.get("config", {}).items() if k not in per_policy}
+    if settings != {k: v for k, v in config.items() if k not in per_policy}:
         return {}
+    options_then = saved["config"].get("policy_kwargs") or {}
+    options_now = config.get("policy_kwargs") or {}
     expected = [(e.episode_id, t.meta.get("index")) for e in episodes for t in e.turns]
     return {policy: entry for policy, entry in saved.get("policies", {}).items()
-            if [(r.get("episode_id"), r.get("turn_index")) for r in entry.get("turns", [])] == expected}
+            if options_then.get(policy, {}) == options_now.get(policy, {})
+            and [(r.get("episode_id"), r.get("turn_index")) for r in entry.get("turns", [])] == expected}
 
 
 def _timed(results: dict, started: float) -> dict:

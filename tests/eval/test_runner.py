@@ -198,6 +198,40 @@ def test_cli_bad_suite_fails_before_loading_a_model(tmp_path, capsys):
     assert "unknown suite" in capsys.readouterr().err
 
 
+def test_cli_policy_option_reaches_the_policy_and_a_new_policy_may_bring_its_own(model, tmp_path, monkeypatch, capsys):
+    import rhea.modeling.loading as loading
+
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name, **kw: model)
+    out = tmp_path / "out"
+    common = ["bench", "--suite", "efficiency", "--turns", "3", "--max-new-tokens", "2", "--model", "tiny",
+              "--out", str(out), "--quiet"]
+    assert main([*common, "--policies", "vanilla,rhea", "--policy-option", "rhea.max_raw=1"]) == 0
+    # a policy added later with its own options joins the folder; the earlier policies' rows are kept
+    assert main([*common, "--policies", "vanilla,rhea,rhea-no-im", "--policy-option", "rhea.max_raw=1",
+                 "--policy-option", "rhea-no-im.recent_raw=0"]) == 0
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["config"]["policy_kwargs"] == {"rhea": {"max_raw": 1}, "rhea-no-im": {"recent_raw": 0}}
+    assert json.loads((out / "config.json").read_text())["policy_kwargs"] == saved["config"]["policy_kwargs"]
+    def mode(policy):
+        records = saved["policies"][policy]["turns"][-1]["decisions"]["records"]
+        return next(r["retrieval"] for r in records if "retrieval" in r)
+
+    assert mode("rhea")["max_raw"] == 1 and mode("rhea-no-im")["recent_raw"] == 0  # the options reached the policies
+    # a policy that already has turns may not change its options
+    assert main([*common, "--policies", "rhea", "--policy-option", "rhea.max_raw=2"]) == 1
+    assert "holds turns of 'rhea' run with options {'max_raw': 1}, not {'max_raw': 2}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option, message", [("rhea.nope=1", "takes no option 'nope'"),
+                                             ("vanilla.x=1", "which this run does not include"),
+                                             ("rhea=1", "write POLICY.NAME=VALUE")])
+def test_cli_bad_policy_option_fails_before_loading_a_model(tmp_path, capsys, option, message):
+    code = main(["bench", "--suite", "efficiency", "--policies", "rhea", "--policy-option", option,
+                 "--out", str(tmp_path), "--model", str(tmp_path / "missing")])
+    assert code == 1
+    assert message in capsys.readouterr().err
+
+
 def test_cli_bad_policy_fails_before_loading_a_model(tmp_path, capsys):
     code = main(["bench", "--suite", "efficiency", "--policies", "vanilla,list", "--out", str(tmp_path),
                  "--model", str(tmp_path / "missing")])
