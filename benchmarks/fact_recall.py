@@ -16,6 +16,8 @@ criterion latent >= 0.6 x raw and >= dropped + 0.25) and ``<out>.png``, and prin
     python benchmarks/fact_recall.py --model qwen2.5-coder-1.5b --limit 24 \
         --out benchmarks/results/fact_recall_qwen
     python benchmarks/fact_recall.py --summarise-only --out benchmarks/results/fact_recall_qwen
+    python benchmarks/fact_recall.py --model DIR --mode reconstruct --conditions latent,latent_other \
+        --out benchmarks/results/fact_recall_DIR_recon     # are the facts in the latents at all?
 """
 from __future__ import annotations
 
@@ -27,8 +29,9 @@ from pathlib import Path
 
 from rhea.errors import RheaConfigError
 from rhea.eval.checkpoint import read_rows  # a line cut by a killed run is redone
-from rhea.eval.fact_recall import (CONDITIONS, KINDS, MODES, QUESTION_FORMS, answer_item, cloze_form, compare_runs,
-                                   complete_rows, interleave_kinds, load_items, other_items, score_item, summarise)
+from rhea.eval.fact_recall import (CONDITIONS, KINDS, MODES, QUESTION_FORMS, RECONSTRUCT_CONDITIONS, answer_item,
+                                   cloze_form, compare_runs, complete_rows, interleave_kinds, load_items, other_items,
+                                   reconstruct_item, score_item, summarise)
 
 
 def _ci(lo, hi) -> str:
@@ -85,14 +88,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", help="zoo name (smollm2-135m, qwen2.5-coder-1.5b) or a Rhea directory")
     p.add_argument("--data", default=None, help="fact-recall JSONL (default: the shipped rhea/data/fact_recall.jsonl)")
     p.add_argument("--limit", type=int, default=None, help="first N items, kinds interleaved (default: all)")
-    p.add_argument("--conditions", default="raw,latent,dropped",
-                   help="comma-separated subset of raw,latent,dropped,latent_other (default: the first three); "
+    p.add_argument("--conditions", default=None,
+                   help="comma-separated subset of raw,latent,dropped,latent_other (default: the first three; "
+                        "with --mode reconstruct: latent,latent_other, the only two it takes); "
                         "latent_other: the item's user turn with another item's reply as latents (the control)")
     p.add_argument("--fresh", action="store_true", help="also latents from fresh untrained adapters (2nd model copy)")
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--mode", choices=MODES, default="generate",
                    help="generate: greedy answers scored by containment (the issue's measure; default); teacher-forced: "
-                        "the first accepted answer scored as the reply (all tokens argmax, and its mean log-probability)")
+                        "the first accepted answer scored as the reply (all tokens argmax, and its mean log-probability); "
+                        "reconstruct: no question, the reply rebuilt from latents under the auto-encoding prompt, scored "
+                        "on the tokens that spell the fact and on the rest (--conditions latent,latent_other)")
     p.add_argument("--question-form", choices=QUESTION_FORMS, default="item",
                    help="item: each item's own question (the issue's measure; default); cloze: the fact-QA training "
                         "stage's question over the reply's sentence with the fact blanked out (a diagnostic)")
@@ -115,10 +121,17 @@ def main(argv: list[str] | None = None) -> int:
         items = items[: args.limit]
     if args.max_new_tokens < 1:
         raise RheaConfigError(f"--max-new-tokens {args.max_new_tokens} must be >= 1")
+    if args.conditions is None:
+        args.conditions = "latent,latent_other" if args.mode == "reconstruct" else "raw,latent,dropped"
     conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
     allowed = [c for c in CONDITIONS if c != "latent_fresh"]  # latent_fresh comes with --fresh
+    if args.mode == "reconstruct":
+        allowed = list(RECONSTRUCT_CONDITIONS)
+        if args.fresh:
+            raise RheaConfigError("--fresh is not measured with --mode reconstruct; drop one of them")
     if not conditions or any(c not in allowed for c in conditions):
-        raise RheaConfigError(f"--conditions {args.conditions!r} must be a comma-separated subset of {','.join(allowed)}")
+        raise RheaConfigError(f"--conditions {args.conditions!r} must be a comma-separated subset of {','.join(allowed)}"
+                              + (" with --mode reconstruct" if args.mode == "reconstruct" else ""))
     if not args.summarise_only and not args.model:
         raise RheaConfigError("--model is required unless --summarise-only")
     out = Path(args.out)
@@ -168,8 +181,12 @@ def main(argv: list[str] | None = None) -> int:
                 for k, (it, c) in enumerate(todo):
                     m = fresh if c == "latent_fresh" else model
                     t = time.perf_counter()
-                    row = (score_item(m, it, c, other=partner[it.id]) if args.mode == "teacher-forced"
-                           else answer_item(m, it, c, max_new_tokens=args.max_new_tokens, other=partner[it.id]))
+                    if args.mode == "reconstruct":
+                        row = reconstruct_item(m, it, c, other=partner[it.id])
+                    elif args.mode == "teacher-forced":
+                        row = score_item(m, it, c, other=partner[it.id])
+                    else:
+                        row = answer_item(m, it, c, max_new_tokens=args.max_new_tokens, other=partner[it.id])
                     row["seconds"] = round(time.perf_counter() - t, 2)
                     row["question_form"], row["mode"] = args.question_form, args.mode
                     rows.append(row)
@@ -215,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, s in summary.get("answer_logprob", {}).items():
         if "mean_logprob" in s:
             print(f"{name:13s} answer log-prob {s['mean_logprob']:+.3f}{_ci(*s['mean_logprob_ci'])}  "
-                  f"token acc {s['token_acc']:.3f}")
+                  f"token acc {s['token_acc']:.3f}"
+                  + (f"  | other reply tokens: log-prob {s['rest_mean_logprob']:+.3f}, token acc {s['rest_token_acc']:.3f}"
+                     if "rest_mean_logprob" in s else ""))
         else:
             print(f"{name:22s} log-prob diff {s['mean_logprob_diff']:+.3f}{_ci(*s['ci'])}  p = {s['p']:.2g}")
     for name, s in (result.get("versus") or {}).items():

@@ -13,3 +13,7 @@ DEFAULT_POLICY = "rhea"
 #: The policies ``rhea bench`` runs by default: those that run offline on any RheaForCausalLM,
 #: with no extra data or endpoint (the text baselines, reply soft-compression and Rhea).
 BENCH_POLICIES = ("vanilla", "recent-k", "bm25", "summary", "reply-soft-compress", "rhea")
+
+#: The ICAE-style reconstruction prompt: latents, then this instruction, then the reply verbatim
+#: (the compressor's auto-encoding stage trains on it; `rhea.eval.fact_recall` reconstructs through it).
+AUTOENCODE_PROMPT = "Repeat the reply above word for word."

@@ -240,10 +240,14 @@ def answer_item(model, item: FactItem, condition: str, *, max_new_tokens: int = 
             "correct": is_correct(gen.text, item.answers), "prompt_tokens": gen.prompt_tokens}
 
 
-#: how an item is answered: "generate" (greedy decoding, scored by containment; the issue's measure) or
+#: how an item is answered: "generate" (greedy decoding, scored by containment; the issue's measure),
 #: "teacher-forced" (the first accepted answer appended to the prompt as the assistant's reply: every answer token
-#: the argmax = correct, plus the answer's mean log-probability; the fact-QA training stage's own measure, graded)
-MODES = ("generate", "teacher-forced")
+#: the argmax = correct, plus the answer's mean log-probability; the fact-QA training stage's own measure, graded) or
+#: "reconstruct" (no question: the reply itself reconstructed from latents under the auto-encoding prompt, scored
+#: on the tokens that spell the fact and on the others: are the facts in the latents at all?)
+MODES = ("generate", "teacher-forced", "reconstruct")
+#: the conditions a reconstruction can be scored under: the reply's own latents, and another item's (the control)
+RECONSTRUCT_CONDITIONS = ("latent", "latent_other")
 
 
 def score_item(model, item: FactItem, condition: str, *, other: FactItem | None = None) -> dict:
@@ -272,6 +276,50 @@ def score_item(model, item: FactItem, condition: str, *, other: FactItem | None 
     return {"id": item.id, "kind": item.kind, "condition": condition, "answer": answer,
             "correct": bool(hits.all()), "answer_token_acc": float(hits.float().mean()),
             "answer_logprob": float(logp.mean()), "answer_tokens": len(target), "prompt_tokens": int(n_prompt)}
+
+
+def reconstruct_item(model, item: FactItem, condition: str, *, other: FactItem | None = None) -> dict:
+    """Teacher-forced reconstruction of `item`'s reply from latents, under the auto-encoding stage's prompt
+    (``user: <mem>×n + AUTOENCODE_PROMPT`` → ``assistant: reply``): the item's own latents (``latent``) or
+    `other`'s (``latent_other``, the control). The ``answer_*`` fields score the reply tokens that spell the fact
+    (those overlapping the answer's span in the reply), like `score_item`'s do the answer (``correct``: every one
+    the argmax); ``rest_*`` score the reply's other tokens. Own minus other at the fact tokens is what the
+    latents carry of the fact when asked to repeat, whatever a question can draw from them."""
+    import torch
+
+    from rhea.constants import AUTOENCODE_PROMPT
+    from rhea.context import ContextPlan, Latent
+    from rhea.context.rendering import render
+
+    if condition not in RECONSTRUCT_CONDITIONS:
+        raise FactRecallDataError(f"condition {condition!r} cannot be reconstructed; use one of {list(RECONSTRUCT_CONDITIONS)}")
+    if condition == "latent_other" and (other is None or other.id == item.id):
+        raise FactRecallDataError(f"condition 'latent_other' for item {item.id!r} needs another item's reply")
+    start, end = _answer_span(item)
+    enc = model.tokenizer(item.reply, add_special_tokens=False, return_offsets_mapping=True)
+    if "offset_mapping" not in enc:
+        raise FactRecallDataError("--mode reconstruct needs a fast tokenizer (character offsets of the reply's tokens)")
+    target, offsets = list(enc["input_ids"]), enc["offset_mapping"]
+    on_fact = torch.tensor([s < end and e > start for s, e in offsets])
+    with torch.no_grad():
+        latent = model.compress([other.reply if condition == "latent_other" else item.reply])[0]
+    rendered = render(ContextPlan([{"role": "user", "content": [Latent(latent, 0), "\n" + AUTOENCODE_PROMPT]}]),
+                      model.tokenizer)
+    ids = torch.cat([rendered.input_ids, torch.tensor([target], dtype=rendered.input_ids.dtype)], dim=1)
+    n_prompt = rendered.input_ids.shape[1]
+    with torch.no_grad():
+        logits = model(input_ids=ids.to(model.device), latent_embeds=rendered.latent_embeds.to(model.device),
+                       prefix_len=torch.tensor([rendered.prefix_len])).logits[0, n_prompt - 1:-1].float().cpu()
+    gold = torch.tensor(target)
+    logp = torch.log_softmax(logits, dim=-1).gather(1, gold[:, None])[:, 0]
+    hits = logits.argmax(-1) == gold
+    fact, rest = on_fact, ~on_fact
+    return {"id": item.id, "kind": item.kind, "condition": condition, "answer": item.reply[start:end],
+            "correct": bool(hits[fact].all()), "answer_token_acc": float(hits[fact].float().mean()),
+            "answer_logprob": float(logp[fact].mean()), "answer_tokens": int(fact.sum()),
+            "rest_token_acc": float(hits[rest].float().mean()) if rest.any() else None,
+            "rest_logprob": float(logp[rest].mean()) if rest.any() else None,
+            "reply_tokens": len(target), "prompt_tokens": int(n_prompt)}
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -376,6 +424,17 @@ def logprob_stats(rows: Sequence[Mapping[str, Any]], conds: Sequence[str]) -> di
             cmp = paired_comparison(_logprobs(rows, a), _logprobs(rows, b))
             out[f"{a}_minus_{b}"] = {"n": cmp.n, "mean_logprob_diff": cmp.diff, "ci": [cmp.low, cmp.high],
                                      "p": cmp.p_value}
+    if all(r.get("rest_logprob") is not None for r in rows) and {"latent", "latent_other"} <= set(conds):
+        # reconstruction rows: the same, over the reply's tokens that do not spell the fact
+        for c in conds:
+            ta = bootstrap_ci(r["rest_token_acc"] for r in rows if r["condition"] == c)
+            lp = bootstrap_ci(r["rest_logprob"] for r in rows if r["condition"] == c)
+            out[c].update({"rest_token_acc": ta.mean, "rest_token_acc_ci": [ta.low, ta.high],
+                           "rest_mean_logprob": lp.mean, "rest_mean_logprob_ci": [lp.low, lp.high]})
+        rest = {c: {r["id"]: r["rest_logprob"] for r in rows if r["condition"] == c} for c in conds}
+        cmp = paired_comparison(rest["latent"], rest["latent_other"])
+        out["rest_latent_minus_latent_other"] = {"n": cmp.n, "mean_logprob_diff": cmp.diff, "ci": [cmp.low, cmp.high],
+                                                 "p": cmp.p_value}
     return out
 
 

@@ -13,12 +13,11 @@ from typing import Callable, Optional
 
 import torch
 
+from rhea.constants import AUTOENCODE_PROMPT  # noqa: F401 (the reconstruction prompt, also imported from here)
 from rhea.context import ContextPlan, Latent
 
 AuxFn = Callable[..., Optional[torch.Tensor]]
 
-#: The ICAE-style reconstruction prompt: latents, then this instruction, then the reply verbatim.
-AUTOENCODE_PROMPT = "Repeat the reply above word for word."
 
 
 @dataclass

@@ -355,3 +355,66 @@ def test_compare_runs_pairs_items_and_measures_the_change():
     assert out["latent"]["ci"][0] <= 0.875 <= out["latent"]["ci"][1] and 0 < out["latent"]["p"] <= 1
     with pytest.raises(fr.FactRecallDataError, match="share no"):
         fr.compare_runs(before, [{"id": "x", "condition": "raw", "answer_logprob": -1.0}])
+
+
+def test_reconstruct_item_scores_the_fact_tokens_apart_from_the_rest():
+    """--mode reconstruct: the reply rebuilt from latents under the training's auto-encoding prompt, the tokens
+    that spell the fact scored apart; checked against a direct forward pass over the same ids."""
+    import torch
+
+    from rhea.constants import AUTOENCODE_PROMPT
+    from rhea.context import ContextPlan, Latent
+    from rhea.context.rendering import render
+    from rhea.testing import tiny_rhea
+    from rhea.training import losses
+
+    assert losses.AUTOENCODE_PROMPT is AUTOENCODE_PROMPT  # what the compressor trains on
+    torch.manual_seed(0)
+    model = tiny_rhea().eval()
+    item = fr.FactItem(**{**_item(reply="the code is 4417 and that is it ."), "answers": ("4417",)})
+    other = fr.FactItem(**{**_item(id="o", reply="the colour is teal and that is all ."), "answers": ("teal",)})
+    own = fr.reconstruct_item(model, item, "latent")
+    ctrl = fr.reconstruct_item(model, item, "latent_other", other=other)
+    enc = model.tokenizer(item.reply, add_special_tokens=False, return_offsets_mapping=True)
+    start = item.reply.index("4417")
+    fact = [start < e and s < start + 4 for s, e in enc["offset_mapping"]]
+    assert own["answer"] == "4417" and own["answer_tokens"] == sum(fact) >= 1
+    assert own["reply_tokens"] == len(enc["input_ids"]) > own["answer_tokens"]
+    # the same numbers from one forward pass over prompt + reply
+    with torch.no_grad():
+        latent = model.compress([item.reply])[0]
+    r = render(ContextPlan([{"role": "user", "content": [Latent(latent, 0), "\n" + AUTOENCODE_PROMPT]}]), model.tokenizer)
+    ids = torch.cat([r.input_ids, torch.tensor([enc["input_ids"]])], dim=1)
+    with torch.no_grad():
+        logits = model(input_ids=ids, latent_embeds=r.latent_embeds, prefix_len=torch.tensor([r.prefix_len])).logits
+    logp = torch.log_softmax(logits[0, r.input_ids.shape[1] - 1:-1].float(), -1)
+    gold = torch.tensor(enc["input_ids"])
+    per_token = logp.gather(1, gold[:, None])[:, 0]
+    mask = torch.tensor(fact)
+    assert own["answer_logprob"] == pytest.approx(float(per_token[mask].mean()), abs=1e-5)
+    assert own["rest_logprob"] == pytest.approx(float(per_token[~mask].mean()), abs=1e-5)
+    assert ctrl["answer_logprob"] != own["answer_logprob"]  # another reply's latents
+    with pytest.raises(fr.FactRecallDataError, match="cannot be reconstructed"):
+        fr.reconstruct_item(model, item, "raw")
+    with pytest.raises(fr.FactRecallDataError, match="another item"):
+        fr.reconstruct_item(model, item, "latent_other")
+
+
+def test_benchmark_reconstruct_mode_reports_fact_and_other_tokens(tmp_path, monkeypatch, capsys):
+    import rhea.modeling.loading as loading
+    import rhea.modeling.zoo as zoo
+    from rhea.testing import tiny_rhea
+
+    monkeypatch.setattr(zoo, "check_model_path", lambda name: None)
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name: tiny_rhea())
+    data = _write(tmp_path / "set.jsonl", [_item(id="a"), _item(id="b", kind="number"), _item(id="c", kind="date")])
+    out = tmp_path / "recon"
+    assert _bench().main(["--model", "tiny", "--data", str(data), "--out", str(out), "--mode", "reconstruct"]) == 0
+    res = json.loads(out.with_suffix(".json").read_text())
+    lp = res["answer_logprob"]
+    assert res["mode"] == "reconstruct" and set(res["accuracy"]) == {"latent", "latent_other"}
+    assert lp["latent_minus_latent_other"]["n"] == 3 and lp["rest_latent_minus_latent_other"]["n"] == 3
+    assert 0 <= lp["latent"]["rest_token_acc"] <= 1 and "other reply tokens" in capsys.readouterr().out
+    with pytest.raises(RheaError, match="with --mode reconstruct"):
+        _bench().main(["--model", "tiny", "--data", str(data), "--out", str(tmp_path / "x"), "--mode", "reconstruct",
+                       "--conditions", "raw,latent"])
