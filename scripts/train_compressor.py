@@ -78,6 +78,11 @@ def parse_args(argv=None):
                         "fit a time-limited call on a lent GPU; the same command continues")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--content-weight", type=float, default=0.0,
+                   help="weight each reconstructed token by how badly the frozen decoder predicts it from another "
+                        "chunk's latents (its loss under the control, normalised to mean 1 over the batch), mixed in at "
+                        "this share: 0 = plain reconstruction (default), 1 = fully weighted. Puts the gradient on the "
+                        "tokens the latents must carry (names, numbers) rather than those the prefix already gives")
     p.add_argument("--qa-share", type=float, default=0.0,
                    help="share of each batch that is fact-QA through the latents (ICAE's fine-tuning stage, "
                         "rhea.training.factqa) instead of auto-encoding: 0 = pre-training only, 1 = fine-tuning only")
@@ -88,6 +93,11 @@ def parse_args(argv=None):
                    help="comma-separated bAbI task numbers (default: the single-fact lookups)")
     p.add_argument("--qa-eval-n", type=int, default=32, help="held-apart fact-QA items measured at each eval")
     args = p.parse_args(argv)
+    if not 0.0 <= args.content_weight <= 1.0:
+        p.error(f"--content-weight {args.content_weight} must be in [0, 1]")
+    if args.content_weight > 0 and args.batch - round(args.batch * args.qa_share) < 2:
+        p.error("--content-weight needs at least 2 reconstruction rows per step (the control is another row's latents); "
+                "raise --batch or lower --qa-share")
     if not 0.0 <= args.qa_share <= 1.0:
         p.error(f"--qa-share {args.qa_share} must be in [0, 1]")
     if args.qa_share > 0 and round(args.batch * args.qa_share) == 0:
@@ -204,7 +214,27 @@ def save_checkpoint(out: Path, params: dict, opt, sched, step: int) -> None:
 
 #: settings a snapshot must share with the run that resumes it (others, e.g. --threads, may change)
 SNAPSHOT_KEYS = ("base_model", "injection", "n_mem", "lora_r", "lora_alpha", "targets", "chunk_tokens", "batch",
-                 "train_generate", "seed", "self_replies", "qa_share", "babi", "babi_tasks")
+                 "train_generate", "seed", "self_replies", "qa_share", "babi", "babi_tasks", "content_weight")
+
+
+def content_weighted_loss(model, batch: dict, latents: torch.Tensor, share: float) -> torch.Tensor:
+    """Reconstruction loss with each target token weighted by its loss under the control (every row reads the
+    next row's latents, no gradient): ``w = (1 - share) + share * c / mean(c)`` over the batch's target tokens.
+    A token the decoder predicts from the prompt and prefix alone (a function word, the reply's opening) weighs
+    little; one only the right latents can give (a name, a number) weighs more. The mean weight is 1, so the
+    loss keeps the plain loss's scale."""
+    import torch.nn.functional as F
+
+    ids, mask = batch["input_ids"].to(model.device), batch["attention_mask"].to(model.device)
+    labels = batch["labels"].to(model.device)[:, 1:]
+    keep = labels != -100
+    with torch.no_grad():
+        control = model(input_ids=ids, latent_embeds=latents.detach().roll(1, dims=0), attention_mask=mask).logits
+        c = F.cross_entropy(control[:, :-1].float().transpose(1, 2), labels.clamp(min=0), reduction="none")[keep]
+        weight = (1.0 - share) + share * c / c.mean().clamp(min=1e-6)
+    logits = model(input_ids=ids, latent_embeds=latents, attention_mask=mask).logits
+    own = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), labels.clamp(min=0), reduction="none")[keep]
+    return (weight * own).sum() / weight.sum()
 
 
 def save_snapshot(dir_: Path, out: Path, params: dict, step: int, args) -> None:
@@ -334,6 +364,7 @@ def main(argv=None) -> None:
                                           "self_replies": list(args.self_replies), "optimizer_steps": at,
                                           "chunk_tokens": args.chunk_tokens, "train_generate": args.train_generate,
                                           "qa_share": args.qa_share, "babi": args.babi,
+                                          "content_weight": args.content_weight,
                                           "babi_tasks": args.babi_tasks if args.babi else None}
         model.save_pretrained(out / "latest")
 
@@ -366,9 +397,12 @@ def main(argv=None) -> None:
                 latents = model.compress(texts)
                 b = autoencode_batch(model, texts)
                 with decoder():
-                    loss = model(input_ids=b["input_ids"].to(model.device), latent_embeds=latents,
-                                 attention_mask=b["attention_mask"].to(model.device),
-                                 labels=b["labels"].to(model.device)).loss * (len(texts) / args.batch)
+                    if args.content_weight > 0:
+                        loss = content_weighted_loss(model, b, latents, args.content_weight) * (len(texts) / args.batch)
+                    else:
+                        loss = model(input_ids=b["input_ids"].to(model.device), latent_embeds=latents,
+                                     attention_mask=b["attention_mask"].to(model.device),
+                                     labels=b["labels"].to(model.device)).loss * (len(texts) / args.batch)
             if qa:
                 loss = loss + factqa_loss(model, qa, decoder=decoder) * (len(qa) / args.batch)
         loss.backward()
