@@ -250,6 +250,21 @@ MODES = ("generate", "teacher-forced", "reconstruct")
 RECONSTRUCT_CONDITIONS = ("latent", "latent_other")
 
 
+def _teacher_forced(model, rendered, target: Sequence[int]):
+    """(log-probability, argmax hit) of each token of `target` appended to the `rendered` prompt, one forward
+    pass (latents and prefix length as rendered); on the CPU."""
+    import torch
+
+    ids = torch.cat([rendered.input_ids, torch.tensor([list(target)], dtype=rendered.input_ids.dtype)], dim=1)
+    n_prompt = rendered.input_ids.shape[1]
+    latents = rendered.latent_embeds.to(model.device) if rendered.latent_embeds is not None else None
+    with torch.no_grad():
+        logits = model(input_ids=ids.to(model.device), latent_embeds=latents,
+                       prefix_len=torch.tensor([rendered.prefix_len])).logits[0, n_prompt - 1:-1].float().cpu()
+    gold = torch.tensor(list(target))
+    return torch.log_softmax(logits, dim=-1).gather(1, gold[:, None])[:, 0], logits.argmax(-1) == gold
+
+
 def score_item(model, item: FactItem, condition: str, *, other: FactItem | None = None) -> dict:
     """Teacher-forced: how likely the model makes `item`'s first accepted answer as its reply under `condition`.
 
@@ -264,15 +279,8 @@ def score_item(model, item: FactItem, condition: str, *, other: FactItem | None 
     rendered = render(plan_for(item, condition, model, other), model.tokenizer)
     answer = item.answers[0]
     target = model.tokenizer(answer, add_special_tokens=False)["input_ids"]
-    ids = torch.cat([rendered.input_ids, torch.tensor([target], dtype=rendered.input_ids.dtype)], dim=1)
+    logp, hits = _teacher_forced(model, rendered, target)
     n_prompt = rendered.input_ids.shape[1]
-    latents = rendered.latent_embeds.to(model.device) if rendered.latent_embeds is not None else None
-    with torch.no_grad():
-        logits = model(input_ids=ids.to(model.device), latent_embeds=latents,
-                       prefix_len=torch.tensor([rendered.prefix_len])).logits[0, n_prompt - 1:-1].float()
-    gold = torch.tensor(target, device=logits.device)
-    logp = torch.log_softmax(logits, dim=-1).gather(1, gold[:, None])[:, 0]
-    hits = logits.argmax(-1) == gold
     return {"id": item.id, "kind": item.kind, "condition": condition, "answer": answer,
             "correct": bool(hits.all()), "answer_token_acc": float(hits.float().mean()),
             "answer_logprob": float(logp.mean()), "answer_tokens": len(target), "prompt_tokens": int(n_prompt)}
@@ -305,14 +313,8 @@ def reconstruct_item(model, item: FactItem, condition: str, *, other: FactItem |
         latent = model.compress([other.reply if condition == "latent_other" else item.reply])[0]
     rendered = render(ContextPlan([{"role": "user", "content": [Latent(latent, 0), "\n" + AUTOENCODE_PROMPT]}]),
                       model.tokenizer)
-    ids = torch.cat([rendered.input_ids, torch.tensor([target], dtype=rendered.input_ids.dtype)], dim=1)
+    logp, hits = _teacher_forced(model, rendered, target)
     n_prompt = rendered.input_ids.shape[1]
-    with torch.no_grad():
-        logits = model(input_ids=ids.to(model.device), latent_embeds=rendered.latent_embeds.to(model.device),
-                       prefix_len=torch.tensor([rendered.prefix_len])).logits[0, n_prompt - 1:-1].float().cpu()
-    gold = torch.tensor(target)
-    logp = torch.log_softmax(logits, dim=-1).gather(1, gold[:, None])[:, 0]
-    hits = logits.argmax(-1) == gold
     fact, rest = on_fact, ~on_fact
     return {"id": item.id, "kind": item.kind, "condition": condition, "answer": item.reply[start:end],
             "correct": bool(hits[fact].all()), "answer_token_acc": float(hits[fact].float().mean()),
