@@ -272,8 +272,6 @@ def score_item(model, item: FactItem, condition: str, *, other: FactItem | None 
     answer's tokens. ``correct``: every answer token is the argmax (what pure greedy decoding would write; the
     ``generate`` mode decodes with `DEFAULT_GENERATION`'s repetition penalty); ``answer_token_acc``: the share that is;
     ``answer_logprob``: their mean log-probability (a graded measure: it moves before ``correct`` does)."""
-    import torch
-
     from rhea.context.rendering import render
 
     rendered = render(plan_for(item, condition, model, other), model.tokenizer)
