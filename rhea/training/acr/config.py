@@ -61,6 +61,10 @@ class TGSEConfig:
     epochs: int = 3
     #: SFT batch size; paper: 4 per device (A.3)
     batch_size: int = 4
+    #: samples per forward/backward pass; the optimizer still steps once per ``batch_size`` samples
+    #: (gradient accumulation, the same gradient). 0 = the whole batch in one pass. 1 bounds memory:
+    #: a 1.5B model in fp32 on a CPU needs it (a batch of 4 long router prompts ran out of 23 GB)
+    micro_batch_size: int = 0
     #: AdamW learning rate of the adapters; paper: 2e-4 (A.3)
     lr: float = 2e-4
     #: LoRA rank / alpha of both adapters; paper: r=16, alpha=32 (A.3)
@@ -105,6 +109,8 @@ class TGSEConfig:
                      "solver_max_new_tokens"):
             value = getattr(self, name)
             need(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f"{name}={value!r} must be an int >= 1")
+        need(isinstance(self.micro_batch_size, int) and not isinstance(self.micro_batch_size, bool)
+             and self.micro_batch_size >= 0, f"micro_batch_size={self.micro_batch_size!r} must be an int >= 0 (0: whole batch)")
         need(isinstance(self.phase2_iterations, int) and self.phase2_iterations >= 0,
              f"phase2_iterations={self.phase2_iterations!r} must be an int >= 0")
         need(0 < self.delta <= 1, f"delta={self.delta} must be in (0, 1]")

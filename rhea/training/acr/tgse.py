@@ -300,20 +300,28 @@ class TGSE:
         kept_weights = [w for n, w in enumerate(weights) if n not in skipped]
         return sample_set.samples, kept_weights
 
-    def _loss(self, batch: dict, weights: Sequence[float] | None = None) -> torch.Tensor:
-        """Mean over the batch of each sample's token-averaged loss times its weight (1 by default)."""
+    def _loss(self, batch: dict, weights: Sequence[float] | None = None, *, divisor: int | None = None) -> torch.Tensor:
+        """Sum over the batch of each sample's token-averaged loss times its weight (1 by default), divided by
+        `divisor` (default: the batch size, i.e. the weighted mean). Logits are computed only from the first
+        supervised position on (``logits_to_keep``): the prompt's positions never hold a label, and a full
+        ``[B, L, vocab]`` float copy is most of a long sample's memory."""
         model = self.controller.peft_model
         device = next(model.parameters()).device
-        logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)).logits
-        labels = batch["labels"].to(device)[:, 1:]
-        logits = logits[:, :-1].float()
+        labels = batch["labels"].to(device)
+        supervised = (labels != -100).any(0).nonzero()
+        first = max(int(supervised[0]), 1) if supervised.numel() else labels.size(1) - 1
+        keep = labels.size(1) - first + 1  # positions first-1 .. L-1 predict labels first .. L-1 (and one past)
+        logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
+                       logits_to_keep=keep).logits
+        labels = labels[:, first:]
+        logits = logits[:, -keep:-1].float()
         token = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
                                                   ignore_index=-100, reduction="none").view(labels.shape)
         mask = (labels != -100).float()
         per_sample = (token * mask).sum(1) / mask.sum(1).clamp(min=1)
         w = torch.ones_like(per_sample) if weights is None else torch.tensor(list(weights), dtype=per_sample.dtype,
                                                                               device=device)
-        return (per_sample * w).mean()
+        return (per_sample * w).sum() / (divisor or per_sample.numel())
 
     def weight(self, instance: Instance) -> float:
         """Loss weight of `instance`: ``corrective_weight`` for corrective instances (§4.3), else 1."""
@@ -349,12 +357,18 @@ class TGSE:
                     order = rng.sample(range(len(samples)), len(samples))
                     for start in range(0, len(order), bs):
                         idx = order[start:start + bs]
-                        loss = self._loss(collate([samples[i] for i in idx], pad), [weights[i] for i in idx])
-                        acc.backward(loss)
+                        micro = self.config.micro_batch_size or len(idx)
+                        total = 0.0
+                        for m in range(0, len(idx), micro):  # gradient accumulation: the batch's gradient
+                            part = idx[m:m + micro]
+                            loss = self._loss(collate([samples[i] for i in part], pad), [weights[i] for i in part],
+                                              divisor=len(idx))
+                            acc.backward(loss)
+                            total += float(loss.detach())
                         acc.clip_grad_norm_(params, 1.0)
                         optimizer.step()
                         optimizer.zero_grad(set_to_none=True)
-                        losses.append(float(loss.detach()))
+                        losses.append(total)
             finally:
                 model.eval()
         return losses
@@ -407,9 +421,13 @@ class TGSE:
                 break
             t_it = time.perf_counter()
             new: list[Instance] = []
-            for task in todo:
-                new += self.run_task(task, it, rng)
+            for n, task in enumerate(todo, 1):
+                got = self.run_task(task, it, rng)
+                new += got
                 self.used.append(task.task_id)
+                self.log(f"[acr tgse] iteration {it}: task {n}/{len(todo)} {task.task_id}: "
+                         + (", ".join(i.pool for i in got) or "no instance")
+                         + f" ({time.perf_counter() - t_it:.0f} s)")
             for inst in new:
                 self.pools[inst.pool].append(inst)
             record: dict[str, Any] = {"iteration": it, "phase": cfg.phase(it), "p_teacher": cfg.p_teacher(it),

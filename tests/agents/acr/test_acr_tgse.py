@@ -182,3 +182,47 @@ def test_phase_ii_the_students_none_stands_unless_teacher_router_fallback_is_on(
         assert loop.teacher.calls == teacher_calls  # with the fallback: teacher routes, then refactors
         assert inst.pool == ("corrective" if fallback else "regularization")
         assert json.loads(inst.router_target)["selected_operator"] == ("fact_rectify" if fallback else "none")
+
+
+def test_micro_batches_accumulate_the_whole_batchs_gradient_and_the_loss_reads_only_supervised_logits(tmp_path,
+                                                                                                      monkeypatch):
+    """`micro_batch_size=1` (gradient accumulation) steps with the same gradient as one pass over the batch,
+    and `_loss` (logits only from the first label on) equals the loss over full logits."""
+    import random
+
+    from rhea.training.acr import Instance
+    from rhea.training.data import collate
+
+    msgs = [{"role": "user", "content": "the city is paris and the colour is red"}]
+    make = lambda n, pool, t: Instance(f"t{n}", pool, f"t{n}", 0, "fact_rectify", msgs, "{}", msgs, t)
+    insts = [make(0, "compressive", "<summary>the city is paris</summary>"), make(1, "corrective", "<summary>x</summary>"),
+             make(2, "compressive", "<summary>red, paris, and a longer tail here</summary>")]
+    # plain SGD, so one step's update is the (clipped) gradient itself: AdamW's first step is only its sign
+    monkeypatch.setattr(torch.optim, "AdamW", lambda params, lr: torch.optim.SGD(params, lr=lr))
+    grads = {}
+    for micro in (0, 1):
+        ctrl = tiny_controller()
+        loop = TGSE(config(tmp_path / str(micro), batch_size=3, epochs=1, micro_batch_size=micro), ctrl, RuleTeacher(),
+                    drift_tasks(1), log=lambda *_: None)
+        samples, weights = loop._samples("refactorer", insts, with_weights=True)
+        pad = loop.tokenizer.pad_token_id or 0
+        batch = collate(samples, pad)
+        with torch.no_grad(), ctrl.adapter("refactorer"):
+            logits = ctrl.peft_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            labels = batch["labels"][:, 1:]
+            tok = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(),
+                                                    labels.reshape(-1), ignore_index=-100, reduction="none")
+            mask = (labels != -100).float()
+            ref = ((tok.view(labels.shape) * mask).sum(1) / mask.sum(1) * torch.tensor(weights)).mean()
+            assert float(loop._loss(batch, weights)) == pytest.approx(float(ref), rel=1e-5)
+        before = snapshot(ctrl, "refactorer")
+        losses = loop.train_module("refactorer", insts, random.Random(0))
+        assert len(losses) == 1 and losses[0] == pytest.approx(float(ref), rel=1e-4)
+        grads[micro] = [(a - b) for a, b in zip(snapshot(ctrl, "refactorer"), before)]
+    assert any(float(g.abs().max()) > 0 for g in grads[0])
+    for whole, acc in zip(grads[0], grads[1]):  # one step from the same start: the same gradient
+        assert torch.allclose(whole, acc, rtol=1e-4, atol=1e-7)
+    from rhea.agents.acr import ACRConfigError
+
+    with pytest.raises(ACRConfigError, match="micro_batch_size"):
+        TGSEConfig(micro_batch_size=-1)
