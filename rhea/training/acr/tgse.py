@@ -134,7 +134,7 @@ class TGSE:
     """
 
     def __init__(self, config: TGSEConfig, controller: ACRController, teacher: Any, tasks: Sequence[DriftTask], *,
-                 solver: Any = None, reward: Callable[[str, DriftTask], float] | None = None, log: Callable = print):
+                 solver: Any = None, reward: Callable[[str, DriftTask], float] | None = None, log: Callable = None):
         if not isinstance(controller, ACRController):
             raise TypeError(f"controller must be an ACRController, got {type(controller).__name__}")
         if not callable(getattr(teacher, "generate", None)):
@@ -146,7 +146,7 @@ class TGSE:
         self.tasks = list(tasks)
         self.solver = solver if solver is not None else controller.generator(None, seed=config.seed)
         self.reward = reward or get_reward(config.reward)
-        self.log = log
+        self.log = log if log is not None else _log
         self.out = Path(config.output_dir)
         self.tokenizer = controller.tokenizer
         self._acc = None
@@ -451,6 +451,10 @@ class TGSE:
             ran += 1
         return TGSEResult(ran, self.history, {p: len(v) for p, v in self.pools.items()}, dict(self.stopped),
                           time.perf_counter() - t0, str(self.out))
+
+
+def _log(message: str) -> None:
+    print(message, flush=True)  # progress lines reach a log file as they happen, not when the buffer fills
 
 
 def teacher_from_spec(spec: str):
