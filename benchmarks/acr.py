@@ -260,6 +260,34 @@ def tgse_config(args):
     return TGSEConfig.from_dict({**cfg.to_dict(), **over})
 
 
+def trained_adapters(path: str) -> tuple[dict, dict]:
+    """LoRA shape (``lora_r``, ``lora_alpha``) of the adapters saved in `path` (``router/`` and ``refactorer/``,
+    as `ACRController.save_adapters` writes them) and what the TGSE run beside them recorded (its config,
+    per-iteration history and pool sizes, from ``../state.json`` when there is one). Checked before the model loads."""
+    root = Path(path)
+    shapes = {}
+    for name in ("router", "refactorer"):
+        cfg_path = root / name / "adapter_config.json"
+        if not cfg_path.is_file() or not (root / name / "adapter_model.safetensors").is_file():
+            raise SystemExit(f"--adapters {path}: {name}/adapter_config.json and {name}/adapter_model.safetensors "
+                             "not found (pass the adapters/ or best/ folder of a `rhea train-acr` output_dir)")
+        peft_cfg = json.loads(cfg_path.read_text())
+        shapes[name] = (int(peft_cfg["r"]), int(peft_cfg["lora_alpha"]))
+    if shapes["router"] != shapes["refactorer"]:
+        raise SystemExit(f"--adapters {path}: router and refactorer differ in LoRA shape {shapes}; "
+                         "ACRController gives both adapters one rank")
+    r, alpha = shapes["router"]
+    provenance: dict = {"adapters": str(path)}
+    state = root.parent / "state.json"
+    if state.is_file():
+        st = json.loads(state.read_text())
+        pools = {p.stem: sum(1 for line in p.read_text().splitlines() if line.strip())
+                 for p in sorted((root.parent / "pools").glob("*.jsonl"))}
+        provenance.update(config=st.get("config"), history=st.get("history"), iterations=st.get("iteration"),
+                          used_tasks=len(st.get("used_tasks", [])), pools=pools)
+    return {"lora_r": r, "lora_alpha": alpha}, provenance
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -316,6 +344,8 @@ def main(argv=None) -> int:
     from rhea.training.acr import TGSE, clear_output, exact_match, teacher_from_spec, value_match
 
     cfg = tgse_config(args)  # bad settings and data fail before the model loads
+    lora, provenance = (trained_adapters(args.adapters) if args.adapters
+                        else ({"lora_r": cfg.lora_r, "lora_alpha": cfg.lora_alpha}, None))
     teacher = teacher_from_spec(args.teacher)
     n_train = args.n_train or cfg.seed_tasks + (cfg.iterations - 1) * cfg.tasks_per_iteration
     test = (babi_tasks(args.babi, args.n_test, seed=TEST_SEED, max_facts=args.max_facts) if args.tasks == "babi"
@@ -339,7 +369,7 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     base, tok = load_base_model(args.model, dtype=torch.bfloat16 if device == "cuda" else None)
     base.to(device)
-    controller = ACRController(base, tok, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha)
+    controller = ACRController(base, tok, **lora)
     cache = not args.no_prefix_cache
     solver = controller.generator(None, seed=args.seed, prefix_cache=cache)
     train = drift_tasks(n_train, seed=1)
@@ -388,7 +418,7 @@ def main(argv=None) -> int:
     if needs_trained:
         if args.adapters:
             controller.load_adapters(args.adapters)
-            results["tgse"] = {"adapters": args.adapters}
+            results["tgse"] = provenance
         else:
             clear_output(cfg)
             t0 = time.perf_counter()

@@ -126,3 +126,23 @@ def test_rows_resume_and_paired_comparison_with_none(bench, tmp_path):
     assert bench.parse_settings("trained,none") == ["none", "trained"]
     with pytest.raises(SystemExit, match="unknown"):
         bench.parse_settings("none,oracle")
+
+
+def test_trained_adapters_give_their_lora_shape_and_the_tgse_run_beside_them(bench, tmp_path):
+    """`--adapters DIR` builds the controller with the adapters' own rank (a paper-setting r16 run evaluated
+    by the CPU setting, whose TGSE default is r8) and records the TGSE run; a wrong folder fails by name."""
+    import json
+
+    from .helpers import tiny_controller
+
+    ctrl = tiny_controller()  # r4 / alpha 8
+    ctrl.save_adapters(tmp_path / "run" / "adapters")
+    (tmp_path / "run" / "pools").mkdir()
+    (tmp_path / "run" / "pools" / "corrective.jsonl").write_text('{"a": 1}\n{"a": 2}\n')
+    (tmp_path / "run" / "state.json").write_text(json.dumps({"iteration": 1, "used_tasks": ["t0", "t1"],
+                                                             "history": [{"iteration": 0}], "config": {"lora_r": 4}}))
+    lora, prov = bench.trained_adapters(str(tmp_path / "run" / "adapters"))
+    assert lora == {"lora_r": 4, "lora_alpha": 8}
+    assert prov["pools"] == {"corrective": 2} and prov["used_tasks"] == 2 and prov["history"] == [{"iteration": 0}]
+    with pytest.raises(SystemExit, match="router/adapter_config.json"):
+        bench.trained_adapters(str(tmp_path / "run"))
