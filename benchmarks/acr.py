@@ -307,6 +307,9 @@ def main(argv=None) -> int:
                         help="training tasks (default: cpu 24; paper: what the config draws, 3800)")
     parser.add_argument("--iterations", type=int, default=None, help="TGSE rounds (default: cpu 4, paper 18)")
     parser.add_argument("--sweep-n", type=int, default=4, help="test tasks per operator in the operator sweep (0: skip)")
+    parser.add_argument("--sweep-only", action="store_true",
+                        help="run only the operator sweep; --settings still names the refactorers it uses "
+                             "(prompt-only and/or a trained setting), whose own rows are not evaluated")
     parser.add_argument("--teacher", default="rules", help="'rules' or 'http(s)://host/v1#model'")
     parser.add_argument("--adapters", default=None, help="evaluate these trained adapters (dir with router/ and "
                         "refactorer/) instead of running TGSE")
@@ -334,6 +337,8 @@ def main(argv=None) -> int:
         parser.error("--tasks babi needs --babi FILE... (e.g. shared/data/babi_en_1k/qa2_two-supporting-facts_test.txt)")
     if args.babi and args.tasks != "babi":
         parser.error("--babi is only read with --tasks babi")
+    if args.sweep_only and args.sweep_n < 1:
+        parser.error("--sweep-only needs --sweep-n >= 1 (test tasks per operator)")
 
     import torch
 
@@ -378,7 +383,7 @@ def main(argv=None) -> int:
                "temperature": temperature}
     results = {"model": args.model, "device": device, "setting": args.setting, "tasks": args.tasks,
                "babi": args.babi, "max_facts": args.max_facts if args.tasks == "babi" else None,
-               "settings_run": settings, "n_test": len(test), "n_train": len(train) if needs_trained else 0,
+               "settings_run": settings, "sweep_only": args.sweep_only, "n_test": len(test), "n_train": len(train) if needs_trained else 0,
                "solver_max_new_tokens": args.solver_tokens, "prefix_cache": cache, **budgets, "settings": {}, "vs_none": {},
                "operator_sweep": {}, "tgse": None, "rows": {}}
 
@@ -409,9 +414,9 @@ def main(argv=None) -> int:
 
     base_gens = [controller.generator(None, seed=args.seed, prefix_cache=cache),
                  controller.generator(None, seed=args.seed + 1, prefix_cache=cache)]
-    if "none" in settings:
+    if "none" in settings and not args.sweep_only:
         run("none", None, [])
-    if "prompt-only" in settings:
+    if "prompt-only" in settings and not args.sweep_only:
         run("prompt-only", acr(*base_gens), base_gens)
 
     refactorers = {"prompt-only": base_gens[1]} if "prompt-only" in settings else {}
@@ -441,11 +446,11 @@ def main(argv=None) -> int:
         trained_router = controller.generator("router", seed=args.seed + 2, prefix_cache=cache)
         trained_refactorer = controller.generator("refactorer", seed=args.seed + 3, prefix_cache=cache)
         refactorers["trained"] = trained_refactorer
-        if "w/o-router" in settings:
+        if "w/o-router" in settings and not args.sweep_only:
             run("w/o-router", acr(base_gens[0], trained_refactorer), [base_gens[0], trained_refactorer])
-        if "w/o-refactorer" in settings:
+        if "w/o-refactorer" in settings and not args.sweep_only:
             run("w/o-refactorer", acr(trained_router, base_gens[1]), [trained_router, base_gens[1]])
-        if "trained" in settings:
+        if "trained" in settings and not args.sweep_only:
             run("trained", acr(trained_router, trained_refactorer), [trained_router, trained_refactorer])
 
     if args.sweep_n > 0:  # every operator through the model-driven refactorer, router bypassed

@@ -146,3 +146,9 @@ def test_trained_adapters_give_their_lora_shape_and_the_tgse_run_beside_them(ben
     assert prov["pools"] == {"corrective": 2} and prov["used_tasks"] == 2 and prov["history"] == [{"iteration": 0}]
     with pytest.raises(SystemExit, match="router/adapter_config.json"):
         bench.trained_adapters(str(tmp_path / "run"))
+
+
+def test_sweep_only_needs_tasks_per_operator(bench, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--sweep-only", "--sweep-n", "0"])
+    assert "--sweep-only needs --sweep-n >= 1" in capsys.readouterr().err
