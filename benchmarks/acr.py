@@ -35,7 +35,11 @@ in shared/data). ``--settings`` runs a subset (``none,prompt-only`` needs no TGS
 skipped); every ACR setting is compared with ``none`` on the same tasks (paired bootstrap
 difference and sign-flip p-value). Rows go to ``acr_rows.jsonl`` as they finish and a rerun
 with the same ``--out`` continues from them (``--no-resume`` starts over); ``acr.json`` is
-rewritten after every setting.
+rewritten after every setting. ``--shard I/N`` evaluates the settings on every N-th test task from
+the I-th (the sweep is not split), so N processes can share the cores: give each its own
+``--out`` holding a copy of the rows done so far, then append the rows of the others to one
+folder's ``acr_rows.jsonl`` and rerun there without ``--shard``: every row is reused, nothing
+runs. ``--sweep-only`` runs the operator sweep alone (``--settings`` names its refactorers).
 
 Writes ``acr.json`` + ``acr.png`` and a router/refactorer trace (``acr_trace.json``) to
 ``--out``. CPU smoke run (the 135M model cannot follow the JSON/<summary> formats, so its
@@ -310,6 +314,9 @@ def main(argv=None) -> int:
     parser.add_argument("--sweep-only", action="store_true",
                         help="run only the operator sweep; --settings still names the refactorers it uses "
                              "(prompt-only and/or a trained setting), whose own rows are not evaluated")
+    parser.add_argument("--shard", default="0/1", metavar="I/N",
+                        help="evaluate the settings on test tasks I, I+N, I+2N... only (the sweep is not split): "
+                             "N processes into N --out folders, then merge their rows (see the module docstring)")
     parser.add_argument("--teacher", default="rules", help="'rules' or 'http(s)://host/v1#model'")
     parser.add_argument("--adapters", default=None, help="evaluate these trained adapters (dir with router/ and "
                         "refactorer/) instead of running TGSE")
@@ -337,6 +344,11 @@ def main(argv=None) -> int:
         parser.error("--tasks babi needs --babi FILE... (e.g. shared/data/babi_en_1k/qa2_two-supporting-facts_test.txt)")
     if args.babi and args.tasks != "babi":
         parser.error("--babi is only read with --tasks babi")
+    try:
+        shard = tuple(int(x) for x in args.shard.split("/"))
+        assert len(shard) == 2 and 0 <= shard[0] < shard[1]
+    except (ValueError, AssertionError):
+        parser.error(f"--shard {args.shard!r} must be I/N with 0 <= I < N, e.g. 0/2")
     if args.sweep_only and args.sweep_n < 1:
         parser.error("--sweep-only needs --sweep-n >= 1 (test tasks per operator)")
 
@@ -383,7 +395,7 @@ def main(argv=None) -> int:
                "temperature": temperature}
     results = {"model": args.model, "device": device, "setting": args.setting, "tasks": args.tasks,
                "babi": args.babi, "max_facts": args.max_facts if args.tasks == "babi" else None,
-               "settings_run": settings, "sweep_only": args.sweep_only, "n_test": len(test), "n_train": len(train) if needs_trained else 0,
+               "settings_run": settings, "sweep_only": args.sweep_only, "shard": args.shard, "n_test": len(test), "n_train": len(train) if needs_trained else 0,
                "solver_max_new_tokens": args.solver_tokens, "prefix_cache": cache, **budgets, "settings": {}, "vs_none": {},
                "operator_sweep": {}, "tgse": None, "rows": {}}
 
@@ -399,7 +411,8 @@ def main(argv=None) -> int:
                 sink.write(json.dumps({"setting": name, "run": run_key, "row": row, "trace": entry},
                                       ensure_ascii=False) + "\n")
                 sink.flush()
-            summary, rows = evaluate(name, test if not name.startswith("sweep") else test[: args.sweep_n],
+            tasks = test[: args.sweep_n] if name.startswith("sweep") else test[shard[0]::shard[1]]
+            summary, rows = evaluate(name, tasks,
                                      make_policy, solver, tok, rewards, gens, args.solver_tokens, trace, temperature,
                                      done=done.get(name), sink=save)
         results["rows"][name] = rows

@@ -152,3 +152,10 @@ def test_sweep_only_needs_tasks_per_operator(bench, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--sweep-only", "--sweep-n", "0"])
     assert "--sweep-only needs --sweep-n >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ["2/2", "1", "a/b", "-1/2"])
+def test_shard_must_be_i_of_n(bench, capsys, bad):
+    with pytest.raises(SystemExit):
+        bench.main(["--shard", bad])
+    assert "must be I/N with 0 <= I < N" in capsys.readouterr().err
