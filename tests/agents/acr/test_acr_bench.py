@@ -157,5 +157,5 @@ def test_sweep_only_needs_tasks_per_operator(bench, capsys):
 @pytest.mark.parametrize("bad", ["2/2", "1", "a/b", "-1/2"])
 def test_shard_must_be_i_of_n(bench, capsys, bad):
     with pytest.raises(SystemExit):
-        bench.main(["--shard", bad])
+        bench.main([f"--shard={bad}"])
     assert "must be I/N with 0 <= I < N" in capsys.readouterr().err
