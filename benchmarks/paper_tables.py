@@ -212,6 +212,19 @@ def _ours_context_agent(doc: dict) -> list[str]:
     return lines
 
 
+def _tgse_line(tgse: dict | None) -> str:
+    """What trained the adapters of the trained settings, from acr.json's ``tgse`` record (empty without one)."""
+    if not tgse or not tgse.get("config"):
+        return ""
+    cfg, history = tgse["config"], tgse.get("history") or []
+    pools = tgse.get("pools") or {}
+    return (f" Trained settings: TGSE {len(history)} round(s) on {tgse.get('used_tasks', '?')} tasks "
+            "(paper: 400 seed tasks + 200 per round, 18 rounds), "
+            + (f"teacher {tgse['teacher']}, " if tgse.get("teacher") else "")
+            + f"LoRA r{cfg.get('lora_r')}/α{cfg.get('lora_alpha')}, {cfg.get('epochs')} epochs, batch {cfg.get('batch_size')}; "
+            "pools " + ", ".join(f"{k} {v}" for k, v in sorted(pools.items())) + ".")
+
+
 def _ours_acr(doc: dict) -> list[str]:
     """Our ACR settings (benchmarks/acr.py's acr.json): EM and value accuracy with Wilson intervals, each
     ACR setting paired with ``none`` (the raw history) on the same tasks."""
@@ -220,7 +233,8 @@ def _ours_acr(doc: dict) -> list[str]:
     lines = [f"Ours: `{doc.get('model')}` on {doc.get('device')}, {doc.get('n_test')} {tasks} tasks ({data}), "
              f"decoding temperature {doc.get('temperature')}. EM and value accuracy (the gold value named, no "
              "rival) with 95% Wilson intervals; each ACR setting minus `none` on the same tasks (paired bootstrap, "
-             "sign-flip p). The paper's rows above are EM (%) on its QA sets in the setting it names.", "",
+             "sign-flip p). The paper's rows above are EM (%) on its QA sets in the setting it names."
+             + _tgse_line(doc.get("tgse")), "",
              "| ours: setting | n | EM | value accuracy | value − none (paired) | solver context tokens | "
              "router + refactorer tokens |", "|---|---|---|---|---|---|---|"]
     for name, r in doc.get("settings", {}).items():
