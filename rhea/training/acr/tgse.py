@@ -60,7 +60,7 @@ from rhea.agents.acr.tasks import DriftTask
 from rhea.policies.vanilla import Vanilla
 from rhea.training.acr.config import POOLS, TGSEConfig
 from rhea.training.acr.rewards import get_reward
-from rhea.training.data import build_trajectory_samples, collate
+from rhea.training.data import IGNORE_INDEX, build_trajectory_samples, collate
 
 STATE_FILE = "state.json"
 #: below this many instances a module trains on all of them (no validation split yet)
@@ -124,6 +124,10 @@ class TGSEResult:
     output_dir: str
 
 
+def _log(message: str) -> None:
+    print(message, flush=True)  # progress lines reach a log file as they happen, not when the buffer fills
+
+
 class TGSE:
     """The TGSE loop over a controller, a teacher, a solver and a task list.
 
@@ -134,7 +138,7 @@ class TGSE:
     """
 
     def __init__(self, config: TGSEConfig, controller: ACRController, teacher: Any, tasks: Sequence[DriftTask], *,
-                 solver: Any = None, reward: Callable[[str, DriftTask], float] | None = None, log: Callable = None):
+                 solver: Any = None, reward: Callable[[str, DriftTask], float] | None = None, log: Callable = _log):
         if not isinstance(controller, ACRController):
             raise TypeError(f"controller must be an ACRController, got {type(controller).__name__}")
         if not callable(getattr(teacher, "generate", None)):
@@ -146,7 +150,7 @@ class TGSE:
         self.tasks = list(tasks)
         self.solver = solver if solver is not None else controller.generator(None, seed=config.seed)
         self.reward = reward or get_reward(config.reward)
-        self.log = log if log is not None else _log
+        self.log = log
         self.out = Path(config.output_dir)
         self.tokenizer = controller.tokenizer
         self._acc = None
@@ -308,7 +312,7 @@ class TGSE:
         model = self.controller.peft_model
         device = next(model.parameters()).device
         labels = batch["labels"].to(device)
-        supervised = (labels != -100).any(0).nonzero()
+        supervised = (labels != IGNORE_INDEX).any(0).nonzero()
         first = max(int(supervised[0]), 1) if supervised.numel() else labels.size(1) - 1
         keep = labels.size(1) - first + 1  # positions first-1 .. L-1 predict labels first .. L-1 (and one past)
         logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
@@ -316,8 +320,8 @@ class TGSE:
         labels = labels[:, first:]
         logits = logits[:, -keep:-1].float()
         token = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
-                                                  ignore_index=-100, reduction="none").view(labels.shape)
-        mask = (labels != -100).float()
+                                                  ignore_index=IGNORE_INDEX, reduction="none").view(labels.shape)
+        mask = (labels != IGNORE_INDEX).float()
         per_sample = (token * mask).sum(1) / mask.sum(1).clamp(min=1)
         w = torch.ones_like(per_sample) if weights is None else torch.tensor(list(weights), dtype=per_sample.dtype,
                                                                               device=device)
@@ -451,10 +455,6 @@ class TGSE:
             ran += 1
         return TGSEResult(ran, self.history, {p: len(v) for p, v in self.pools.items()}, dict(self.stopped),
                           time.perf_counter() - t0, str(self.out))
-
-
-def _log(message: str) -> None:
-    print(message, flush=True)  # progress lines reach a log file as they happen, not when the buffer fills
 
 
 def teacher_from_spec(spec: str):
