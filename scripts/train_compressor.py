@@ -49,7 +49,9 @@ def parse_args(argv=None):
     p.add_argument("--base-model", default="smollm2-135m")
     p.add_argument("--init-from", default=None, help="start from a save_pretrained directory instead of fresh adapters")
     p.add_argument("--injection", default="norm", choices=list(LATENT_INJECTIONS))
-    p.add_argument("--n-mem", type=int, default=8)
+    p.add_argument("--n-mem", type=int, default=None,
+                   help="<mem> slots per chunk (default 8; with --init-from, the directory's own count, and another "
+                        "count resizes its slots: new ones start as copies of the trained ones)")
     p.add_argument("--lora-r", type=int, default=16)
     p.add_argument("--lora-alpha", type=int, default=32)
     p.add_argument("--targets", default="all-linear", help="'all-linear' or comma-separated module names")
@@ -121,9 +123,16 @@ def build(args):
     device = resolve_device(args.device)
     if args.init_from:
         model = RheaForCausalLM.from_pretrained(args.init_from, base_model=args.base_model)
+        if args.n_mem is None:
+            args.n_mem = model.n_mem
+        elif args.n_mem != model.n_mem:  # a capacity warm start: the new slots start as copies of the trained ones
+            print(f"[compressor] --init-from has n_mem {model.n_mem}; resizing its read-out slots to {args.n_mem}",
+                  flush=True)
+            model.resize_mem_slots(args.n_mem)
     else:
         base, tok = load_base_model(args.base_model)
         targets = args.targets if args.targets == "all-linear" else args.targets.split(",")
+        args.n_mem = 8 if args.n_mem is None else args.n_mem
         rc = RheaConfig(n_mem=args.n_mem, lora_r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=0.0,
                         target_modules=targets, latent_injection=args.injection)
         model = RheaForCausalLM.from_base(base, tok, rc)

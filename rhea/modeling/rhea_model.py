@@ -12,6 +12,7 @@ one without freezing the other (PEFT's ``set_adapter`` would), so one graph can 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import warnings
@@ -377,6 +378,30 @@ class RheaForCausalLM(nn.Module):
     @property
     def n_mem(self) -> int:
         return self.config.n_mem
+
+    def resize_mem_slots(self, n_mem: int) -> None:
+        """Change the number of `<mem>` read-out slots of a (trained) model: a capacity warm start.
+
+        Slot ``i < min(old, new)`` keeps its trained embedding; a new slot ``i >= old`` starts as a copy
+        of slot ``i mod old`` (the compress pass reads it at another position, so its state differs from
+        the original's at once), which keeps a trained compressor's read-out instead of starting the
+        new slots from scratch. Latents compressed before the resize have the old slot count and no
+        longer fit; the recorded ``fidelity`` is cleared (it was measured on the old slots) and the
+        thresholds should be re-calibrated (``rhea calibrate``).
+
+        >>> model.resize_mem_slots(16)                                # doctest: +SKIP
+        >>> model.compress(["a reply"]).shape[1]                      # doctest: +SKIP
+        16
+        """
+        if not isinstance(n_mem, int) or isinstance(n_mem, bool) or not 1 <= n_mem <= 512:
+            raise RheaConfigError(f"n_mem={n_mem!r} must be an int in [1, 512]")
+        old = self.n_mem
+        if n_mem == old:
+            return
+        with torch.no_grad():
+            rows = self.mem_slot_embeds.detach()[torch.arange(n_mem, device=self.device) % old].clone()
+        self.mem_slot_embeds = nn.Parameter(rows, requires_grad=self.mem_slot_embeds.requires_grad)
+        self.config = dataclasses.replace(self.config, n_mem=n_mem, fidelity=None)
 
     @property
     def latent_width(self) -> int:

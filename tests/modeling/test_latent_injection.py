@@ -349,3 +349,31 @@ def test_states_save_reload_and_score_on_the_final_states(tmp_path):
         mem.extend([Turn("a", "the cat is blue"), Turn("b", "paris is in france")])
     assert wide.entries[0].latents.shape[-1] == model.latent_width
     torch.testing.assert_close(wide.score("what colour is the cat ?"), final.score("what colour is the cat ?"))
+
+
+def test_resize_mem_slots_keeps_trained_slots_and_round_trips(tmp_path):
+    """resize_mem_slots grows (new slots copy the trained ones cyclically) or shrinks the read-out slots,
+    clears the fidelity measured on the old slots, and the resized model saves and loads with its new count."""
+    model = tiny_rhea(n_mem=3, latent_injection="states",
+                      fidelity={"reconstruction_token_acc": 0.95, "control_gap": 0.3, "measured_on": "x", "n": 9})
+    with torch.no_grad():
+        model.mem_slot_embeds.copy_(torch.randn(model.mem_slot_embeds.shape, generator=torch.Generator().manual_seed(0)))
+    old = model.mem_slot_embeds.detach().clone()
+    model.resize_mem_slots(7)
+    assert model.n_mem == 7 and model.config.fidelity is None and model.mem_slot_embeds.requires_grad
+    assert torch.equal(model.mem_slot_embeds.detach(), old[torch.arange(7) % 3])
+    with torch.no_grad():
+        lat = model.compress(["one reply", "another reply"])
+    assert lat.shape == (2, 7, model.latent_width)
+    # the new slots sit at other positions of the compress pass: their states are not the old slots' copies
+    assert not torch.allclose(lat[:, 3:6], lat[:, :3])
+    model.save_pretrained(tmp_path)
+    again = RheaForCausalLM.from_pretrained(tmp_path, base_model=tiny_llama(len(tiny_tokenizer())))
+    assert again.n_mem == 7 and json.loads((tmp_path / "rhea_config.json").read_text())["n_mem"] == 7
+    with torch.no_grad():
+        torch.testing.assert_close(again.compress(["one reply", "another reply"]), lat)
+    model.resize_mem_slots(2)
+    assert model.n_mem == 2 and torch.equal(model.mem_slot_embeds.detach(), old[:2])
+    for bad in (0, 513, 2.0, True):
+        with pytest.raises(RheaConfigError, match="n_mem"):
+            model.resize_mem_slots(bad)

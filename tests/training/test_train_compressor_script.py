@@ -272,3 +272,32 @@ def test_content_weighted_loss_weighs_tokens_by_their_control_loss(script, setup
         with pytest.raises(SystemExit):
             script.parse_args(_argv(data, base_dir, root, 1, **extra))
         assert msg in capsys.readouterr().err
+
+
+def test_init_from_with_another_n_mem_warm_starts_more_slots(script, setup, capsys):
+    """A capacity warm start: --init-from a trained n_mem=2 directory with --n-mem 4 keeps the trained slots,
+    starts the new ones as their copies, trains, and saves a directory with 4 slots; without --n-mem the
+    directory's own count is kept (no silent resize to the default)."""
+    import shutil
+
+    data, base_dir, root = setup
+    states = lambda argv: ["states" if a == "projector" else a for a in argv]  # noqa: E731
+    script.main(states(_argv(data, base_dir, root, 2, lr=0.01)))
+    from rhea.modeling import RheaForCausalLM
+    first = RheaForCausalLM.from_pretrained(root / "out" / "latest", base_model=str(base_dir))
+    shutil.copytree(root / "out" / "latest", root / "init")
+
+    argv = states(_argv(data, base_dir, root / "wide", 0, init_from=root / "init"))
+    argv[argv.index("--n-mem") + 1] = "4"
+    script.main(argv)
+    assert "resizing its read-out slots to 4" in capsys.readouterr().out
+    wide = RheaForCausalLM.from_pretrained(root / "wide" / "out" / "latest", base_model=str(base_dir))
+    assert wide.n_mem == 4 and wide.compress(["a reply"]).shape[1] == 4
+    assert torch.equal(wide.mem_slot_embeds[:2], first.mem_slot_embeds)
+    assert torch.equal(wide.mem_slot_embeds[2:], first.mem_slot_embeds)
+    assert json.loads((root / "wide" / "out" / "args.json").read_text())["n_mem"] == 4
+
+    argv = states(_argv(data, base_dir, root / "same", 0, init_from=root / "init"))
+    i = argv.index("--n-mem")
+    script.main(argv[:i] + argv[i + 2:])
+    assert RheaForCausalLM.from_pretrained(root / "same" / "out" / "latest", base_model=str(base_dir)).n_mem == 2
