@@ -6,6 +6,13 @@ run with ``--qa-share``, also the held-apart fact-QA answers own / another item'
 a third panel).
 
     python benchmarks/compressor_curve.py --run runs/compressor --out benchmarks/results/compressor_curve
+
+``--compare LABEL=DIR[@STEP]`` (repeatable) draws other runs' held-apart reconstruction beside it in
+a last panel, e.g. a capacity warm start (``--init-from`` another run's step 1,800 with more
+``--n-mem``) placed at that step of the first run's axis with ``@1800``:
+
+    python benchmarks/compressor_curve.py --run runs/compressor_states_lr \
+        --compare "n_mem 16=runs/compressor_states_n16@1800" --out benchmarks/results/compressor_capacity
 """
 from __future__ import annotations
 
@@ -34,31 +41,67 @@ def smooth(values: list[float], k: int = 20) -> list[float]:
     return out
 
 
+def parse_compare(spec: str) -> tuple[str, Path, int]:
+    """``LABEL=DIR[@STEP]`` -> (label, run directory, step offset).
+
+    >>> parse_compare("n_mem 16=runs/x@1800")
+    ('n_mem 16', PosixPath('runs/x'), 1800)
+    >>> parse_compare("runs/y")
+    Traceback (most recent call last):
+    ...
+    ValueError: --compare 'runs/y' must be LABEL=DIR or LABEL=DIR@STEP, e.g. "n_mem 16=runs/compressor_n16@1800"
+    """
+    label, sep, rest = spec.partition("=")
+    where, at, offset = rest.rpartition("@") if "@" in rest else (rest, "", "0")
+    if not sep or not label.strip() or not where or not offset.isdigit():
+        raise ValueError(f"--compare {spec!r} must be LABEL=DIR or LABEL=DIR@STEP, e.g. "
+                         '"n_mem 16=runs/compressor_n16@1800"')
+    return label.strip(), Path(where), int(offset)
+
+
+def last_per_step(rows: list[dict]) -> list[dict]:
+    """A resumed run may repeat steps: keep the last record of each step."""
+    return list({r["step"]: r for r in rows}.values())
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", required=True, help="output directory of scripts/train_compressor.py")
     p.add_argument("--out", default="benchmarks/results/compressor_curve")
+    p.add_argument("--compare", action="append", default=[], metavar="LABEL=DIR[@STEP]",
+                   help="another run's held-apart reconstruction in a last panel, its steps shifted by STEP")
     args = p.parse_args(argv)
     run = Path(args.run)
+    try:
+        compare = [parse_compare(c) for c in args.compare]
+    except ValueError as e:
+        p.error(str(e))
+    for label, where, _ in compare:
+        if not read_jsonl(where / "curve.jsonl"):
+            p.error(f"--compare {label!r}: {where / 'curve.jsonl'} is missing or empty")
     log, curve = read_jsonl(run / "log.jsonl"), read_jsonl(run / "curve.jsonl")
     if not curve:
         print(f"error: {run / 'curve.jsonl'} is missing or empty; is {run} a scripts/train_compressor.py run?", file=sys.stderr)
         return 2
-    # a resumed run may repeat steps: keep the last record of each step
-    log = list({r["step"]: r for r in log}.values())
-    curve = list({r["step"]: r for r in curve}.values())
+    log, curve = last_per_step(log), last_per_step(curve)
+    others = [{"label": label, "run": str(where), "offset": offset,
+               "run_args": json.loads((where / "args.json").read_text()) if (where / "args.json").is_file() else {},
+               "curve": last_per_step(read_jsonl(where / "curve.jsonl"))} for label, where, offset in compare]
     run_args = json.loads((run / "args.json").read_text()) if (run / "args.json").is_file() else {}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"run_args": run_args, "curve": curve,
-                                                    "loss": [{"step": r["step"], "loss": r["loss"]} for r in log]}, indent=2))
+    record = {"run_args": run_args, "curve": curve, "loss": [{"step": r["step"], "loss": r["loss"]} for r in log]}
+    if others:
+        record["compare"] = others
+    out.with_suffix(".json").write_text(json.dumps(record, indent=2))
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     qa = [r for r in curve if "qa_own" in r]
-    fig, axes = plt.subplots(1, 3 if qa else 2, figsize=(15 if qa else 10, 3.6))
+    panels = 2 + bool(qa) + bool(others)
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 3.6))
     a, b = axes[0], axes[1]
     if log:
         a.plot([r["step"] for r in log], [r["loss"] for r in log], alpha=0.3, label="loss")
@@ -88,6 +131,17 @@ def main(argv=None) -> int:
         c.set_ylabel("answer exact (teacher-forced)")
         c.set_title(f"held-apart fact-QA items (n={qa[-1]['qa_n']})", fontsize=9)
         c.legend(fontsize=8)
+    if others:
+        d = axes[-1]
+        first = run_args.get("n_mem")
+        d.plot(steps, [r["own"] for r in curve], "o-", ms=3, label=f"{run.name}" + (f" (n_mem {first})" if first else ""))
+        for o in others:
+            d.plot([r["step"] + o["offset"] for r in o["curve"]], [r["own"] for r in o["curve"]], "o-", ms=3,
+                   label=o["label"])
+        d.set_xlabel("optimizer step (a warm start drawn from its --init-from step)")
+        d.set_ylabel("own-latent token accuracy")
+        d.set_title("held-apart chunks, by run", fontsize=9)
+        d.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out.with_suffix(".png"), dpi=120)
     print(json.dumps(curve[-1]))

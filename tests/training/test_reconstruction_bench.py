@@ -97,3 +97,28 @@ def test_compressor_curve_draws_the_fact_qa_panel_when_the_run_has_one(tmp_path,
     assert mod.main(["--run", str(plain), "--out", str(tmp_path / "p")]) == 0
     assert widths == [3, 2]
     assert json.loads((tmp_path / "q.json").read_text())["curve"][0]["qa_raw"] == 0.25
+
+
+def test_compressor_curve_compares_runs_shifted_to_their_start(tmp_path):
+    """--compare LABEL=DIR@STEP adds another run's curve (last record per step) to the JSON and a last panel;
+    a missing run or a malformed spec is refused by name before anything is written."""
+    mod = load_script(_PATH.parent / "compressor_curve.py")
+    runs = {}
+    for name, n_mem in (("base", 8), ("wide", 16)):
+        runs[name] = tmp_path / name
+        runs[name].mkdir()
+        (runs[name] / "args.json").write_text(json.dumps({"n_mem": n_mem}))
+        rows = [{"step": s, "loss": 1.0, "own": 0.5 + s / 1000, "control": 0.3, "gap": 0.2, "gap_lo": 0.1, "gap_hi": 0.3,
+                 "n": 4} for s in (0, 50, 50, 100)]
+        (runs[name] / "curve.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "cap"
+    argv = ["--run", str(runs["base"]), "--out", str(out), "--compare", f"n_mem 16={runs['wide']}@100"]
+    assert mod.main(argv) == 0
+    rec = json.loads(out.with_suffix(".json").read_text())
+    (other,) = rec["compare"]
+    assert other["label"] == "n_mem 16" and other["offset"] == 100 and other["run_args"]["n_mem"] == 16
+    assert [r["step"] for r in other["curve"]] == [0, 50, 100]
+    for bad in ("no-label-or-dir", f"x={tmp_path / 'missing'}", f"x={runs['wide']}@soon"):
+        with pytest.raises(SystemExit):
+            mod.main(["--run", str(runs["base"]), "--out", str(tmp_path / "bad"), "--compare", bad])
+    assert not (tmp_path / "bad.json").exists()
