@@ -52,7 +52,7 @@ def parse_compare(spec: str) -> tuple[str, Path, int]:
     ValueError: --compare 'runs/y' must be LABEL=DIR or LABEL=DIR@STEP, e.g. "n_mem 16=runs/compressor_n16@1800"
     """
     label, sep, rest = spec.partition("=")
-    where, at, offset = rest.rpartition("@") if "@" in rest else (rest, "", "0")
+    where, _, offset = rest.rpartition("@") if "@" in rest else (rest, "", "0")
     if not sep or not label.strip() or not where or not offset.isdigit():
         raise ValueError(f"--compare {spec!r} must be LABEL=DIR or LABEL=DIR@STEP, e.g. "
                          '"n_mem 16=runs/compressor_n16@1800"')
@@ -76,17 +76,19 @@ def main(argv=None) -> int:
         compare = [parse_compare(c) for c in args.compare]
     except ValueError as e:
         p.error(str(e))
-    for label, where, _ in compare:
-        if not read_jsonl(where / "curve.jsonl"):
+    others = []
+    for label, where, offset in compare:
+        other = last_per_step(read_jsonl(where / "curve.jsonl"))
+        if not other:
             p.error(f"--compare {label!r}: {where / 'curve.jsonl'} is missing or empty")
+        others.append({"label": label, "run": str(where), "offset": offset,
+                       "run_args": json.loads((where / "args.json").read_text()) if (where / "args.json").is_file() else {},
+                       "curve": other})
     log, curve = read_jsonl(run / "log.jsonl"), read_jsonl(run / "curve.jsonl")
     if not curve:
         print(f"error: {run / 'curve.jsonl'} is missing or empty; is {run} a scripts/train_compressor.py run?", file=sys.stderr)
         return 2
     log, curve = last_per_step(log), last_per_step(curve)
-    others = [{"label": label, "run": str(where), "offset": offset,
-               "run_args": json.loads((where / "args.json").read_text()) if (where / "args.json").is_file() else {},
-               "curve": last_per_step(read_jsonl(where / "curve.jsonl"))} for label, where, offset in compare]
     run_args = json.loads((run / "args.json").read_text()) if (run / "args.json").is_file() else {}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -154,7 +154,7 @@ class RheaConfig:
             if not cond:
                 raise RheaConfigError(msg)
 
-        need(isinstance(self.n_mem, int) and 1 <= self.n_mem <= 512,
+        need(isinstance(self.n_mem, int) and not isinstance(self.n_mem, bool) and 1 <= self.n_mem <= 512,
              f"n_mem={self.n_mem!r} must be an int in [1, 512]")
         need(isinstance(self.lora_r, int) and self.lora_r >= 1, f"lora_r={self.lora_r!r} must be an int >= 1")
         need(self.lora_alpha > 0, f"lora_alpha={self.lora_alpha!r} must be > 0")

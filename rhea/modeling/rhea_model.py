@@ -393,15 +393,13 @@ class RheaForCausalLM(nn.Module):
         >>> model.compress(["a reply"]).shape[1]                      # doctest: +SKIP
         16
         """
-        if not isinstance(n_mem, int) or isinstance(n_mem, bool) or not 1 <= n_mem <= 512:
-            raise RheaConfigError(f"n_mem={n_mem!r} must be an int in [1, 512]")
+        config = dataclasses.replace(self.config, n_mem=n_mem, fidelity=None)  # RheaConfig validates n_mem
         old = self.n_mem
         if n_mem == old:
             return
-        with torch.no_grad():
-            rows = self.mem_slot_embeds.detach()[torch.arange(n_mem, device=self.device) % old].clone()
+        rows = self.mem_slot_embeds.detach()[torch.arange(n_mem, device=self.device) % old].clone()
         self.mem_slot_embeds = nn.Parameter(rows, requires_grad=self.mem_slot_embeds.requires_grad)
-        self.config = dataclasses.replace(self.config, n_mem=n_mem, fidelity=None)
+        self.config = config
 
     @property
     def latent_width(self) -> int:
