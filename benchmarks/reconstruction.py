@@ -14,7 +14,9 @@ after ``<mem>×n + "Repeat the reply above word for word."``:
 Means carry 95% normal intervals over the replies. With several adapter directories, each after
 the first is also compared with the first reply by reply (``"paired"``: the difference of own-latent
 accuracy and of the gap, with a bootstrap interval and a sign-flip p-value over the replies).
-Writes JSON + PNG; ``--write-fidelity`` records the first adapter's numbers in its
+``--compress-chunk-tokens C`` compresses each text in pieces of at most C tokens (``n_mem`` latents each, the
+blocks side by side before the prompt), as a model with ``RheaConfig.compress_chunk_tokens = C`` compresses a reply
+(default: what each adapter's config sets). Writes JSON + PNG; ``--write-fidelity`` records the first adapter's numbers in its
 ``rhea_config.json`` (``"fidelity"``).
 
     python benchmarks/reconstruction.py --data /work/shared/data \\
@@ -40,11 +42,12 @@ def held_apart_texts(tokenizer, data: str, chunk_tokens: int, n: int | None) -> 
     return [c.text for c in chunks][: n or None]
 
 
-def measure(model, texts: list[str], greedy_n: int, batch_size: int = 8) -> dict:
+def measure(model, texts: list[str], greedy_n: int, batch_size: int = 8, compress_chunk_tokens: int | None = None) -> dict:
     from rhea.training.compressor import greedy_reconstruction, mean_ci, reconstruction_scores
 
     t0 = time.perf_counter()
-    s = reconstruction_scores(model, texts, batch_size=batch_size)
+    c = compress_chunk_tokens
+    s = reconstruction_scores(model, texts, batch_size=batch_size, chunk_tokens=c)
     out = {
         "teacher_forced": {
             "own": mean_ci(s["own"]), "control": mean_ci(s["control"]),
@@ -55,8 +58,8 @@ def measure(model, texts: list[str], greedy_n: int, batch_size: int = 8) -> dict
     }
     if greedy_n:
         sub = texts[:greedy_n]
-        own = greedy_reconstruction(model, sub, batch_size=batch_size)
-        ctl = greedy_reconstruction(model, sub, batch_size=batch_size, control=True)
+        own = greedy_reconstruction(model, sub, batch_size=batch_size, chunk_tokens=c)
+        ctl = greedy_reconstruction(model, sub, batch_size=batch_size, control=True, chunk_tokens=c)
         out["greedy"] = {
             "exact_own": mean_ci([float(r["exact"]) for r in own]),
             "exact_control": mean_ci([float(r["exact"]) for r in ctl]),
@@ -128,13 +131,26 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="data directory in the shared/data layout")
     p.add_argument("--adapters", nargs="+", required=True, help="save_pretrained directories to measure")
-    p.add_argument("--chunk-tokens", type=int, default=48)
+    p.add_argument("--chunk-tokens", type=int, default=48, help="measure the first N tokens of each held-apart reply")
+    p.add_argument("--compress-chunk-tokens", default="config",
+                   help="compress each measured text in pieces of at most N tokens, n_mem latents each (as "
+                        "RheaConfig.compress_chunk_tokens makes the policy do); 'none' = the whole text into one block; "
+                        "default 'config': what each adapter's rhea_config.json sets"),
     p.add_argument("--n", type=int, default=None, help="held-apart replies (default: all)")
     p.add_argument("--greedy-n", type=int, default=32)
     p.add_argument("--out", default="benchmarks/results/reconstruction")
     p.add_argument("--write-fidelity", action="store_true", help="record the first adapter's numbers in its rhea_config.json")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
+    if args.compress_chunk_tokens not in ("config", "none"):
+        try:
+            args.compress_chunk_tokens = int(args.compress_chunk_tokens)
+        except ValueError:
+            p.error(f"--compress-chunk-tokens {args.compress_chunk_tokens!r} must be 'config', 'none' or an int >= 1")
+        if args.compress_chunk_tokens < 1:
+            p.error(f"--compress-chunk-tokens {args.compress_chunk_tokens} must be >= 1")
+    if args.chunk_tokens < 1:
+        p.error(f"--chunk-tokens {args.chunk_tokens} must be >= 1")
 
     from rhea.errors import RheaError
     from rhea.training.compressor import load_reply_texts
@@ -156,8 +172,12 @@ def main(argv=None) -> int:
         model = RheaForCausalLM.from_pretrained(d).eval()
         if texts is None:
             texts = held_apart_texts(model.tokenizer, args.data, args.chunk_tokens, args.n)
+        chunking = {"config": model.config.compress_chunk_tokens, "none": None}.get(args.compress_chunk_tokens,
+                                                                                      args.compress_chunk_tokens)
         with torch.no_grad():
-            results[d] = measure(model, texts, args.greedy_n)
+            results[d] = measure(model, texts, args.greedy_n, compress_chunk_tokens=chunking)
+        results[d]["compress_chunk_tokens"] = chunking
+        results[d]["base_model"] = model.config.base_model
         results[d]["latent_injection"] = model.config.latent_injection
         results[d]["optimizer_steps"] = (model.config.extra.get("training") or {}).get("optimizer_steps")
         tf = results[d]["teacher_forced"]
@@ -170,7 +190,7 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"data": args.data, "split": "rhea.training.compressor.split_held_apart (share 0.2, sha256 of the source)",
             "chunk_tokens": args.chunk_tokens, "n_replies": len(texts), "greedy_n": min(args.greedy_n, len(texts)),
-            "model": "SmolLM2-135M-Instruct"}
+            "model": sorted({str(r["base_model"]) for r in results.values()})}
     report = {"meta": meta, "results": results}
     if len(results) > 1:
         report["paired"] = paired(results)
@@ -184,9 +204,13 @@ def main(argv=None) -> int:
         cfg_path = Path(first) / "rhea_config.json"
         cfg = json.loads(cfg_path.read_text())
         tf = results[first]["teacher_forced"]
+        chunking = results[first]["compress_chunk_tokens"]
+        how = "whole" if chunking is None else f"compressed in pieces of {chunking} tokens"
         cfg["fidelity"] = {"reconstruction_token_acc": round(tf["own"]["mean"], 4), "control_gap": round(tf["gap"]["mean"], 4),
                            "measured_on": f"benchmarks/reconstruction.py: first {args.chunk_tokens} tokens of held-apart "
-                                          f"real replies (shared/data), teacher-forced", "n": len(texts)}
+                                          f"real replies (shared/data), {how}, teacher-forced", "n": len(texts)}
+        # the policy must compress replies as they were measured
+        cfg["compress_chunk_tokens"] = chunking
         cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
     return 0
 

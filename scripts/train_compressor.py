@@ -52,13 +52,20 @@ def parse_args(argv=None):
     p.add_argument("--n-mem", type=int, default=None,
                    help="<mem> slots per chunk (default 8; with --init-from, the directory's own count, and another "
                         "count resizes its slots: new ones start as copies of the trained ones)")
-    p.add_argument("--lora-r", type=int, default=16)
-    p.add_argument("--lora-alpha", type=int, default=32)
+    p.add_argument("--lora-r", type=int, default=None,
+                   help="rank of the compress LoRA (default 16; with --init-from, the directory's own rank, and a larger "
+                        "one grows it: trained directions kept, new ones start at zero, alpha/r kept)")
+    p.add_argument("--lora-alpha", type=int, default=None,
+                   help="LoRA alpha of a fresh run (default 32); with --init-from it follows the rank (alpha/r kept)")
     p.add_argument("--targets", default="all-linear", help="'all-linear' or comma-separated module names")
     p.add_argument("--self-replies", action="append", default=[],
                    help="JSONL of the model's own replies (scripts/generate_replies.py), added to the training texts "
                         "only (the held-apart measure stays on real replies); repeatable")
-    p.add_argument("--chunk-tokens", type=int, default=48)
+    p.add_argument("--chunk-tokens", type=int, default=48, help="tokens per training text (and per held-apart eval text)")
+    p.add_argument("--compress-chunk-tokens", type=int, default=None,
+                   help="compress each training/eval text in pieces of at most N tokens, n_mem latents each, and "
+                        "reconstruct the whole text from all of its blocks (RheaConfig.compress_chunk_tokens, recorded in "
+                        "the saved directory so the policy compresses replies the same way); default: one block per text"),
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-3,
                    help="peak learning rate; resuming a checkpoint with another --lr continues at it, AdamW moments kept")
@@ -95,6 +102,16 @@ def parse_args(argv=None):
                    help="comma-separated bAbI task numbers (default: the single-fact lookups)")
     p.add_argument("--qa-eval-n", type=int, default=32, help="held-apart fact-QA items measured at each eval")
     args = p.parse_args(argv)
+    if args.compress_chunk_tokens is not None and args.compress_chunk_tokens < 1:
+        p.error(f"--compress-chunk-tokens {args.compress_chunk_tokens} must be >= 1")
+    if args.compress_chunk_tokens is not None and args.content_weight > 0:
+        p.error("--content-weight reads another row's latents as the control, which needs one block per text; "
+                "it cannot be combined with --compress-chunk-tokens")
+    if args.compress_chunk_tokens is not None and args.qa_share > 0:
+        p.error("--qa-share compresses each fact-QA reply as one block; it cannot be combined with "
+                "--compress-chunk-tokens yet")
+    if args.lora_r is not None and args.lora_r < 1:
+        p.error(f"--lora-r {args.lora_r} must be >= 1")
     if not 0.0 <= args.content_weight <= 1.0:
         p.error(f"--content-weight {args.content_weight} must be in [0, 1]")
     if args.content_weight > 0 and args.batch - round(args.batch * args.qa_share) < 2:
@@ -129,7 +146,22 @@ def build(args):
             print(f"[compressor] --init-from has n_mem {model.n_mem}; resizing its read-out slots to {args.n_mem}",
                   flush=True)
             model.resize_mem_slots(args.n_mem)
+        rank = model.lora_rank("compress")
+        if args.lora_r is not None and args.lora_r != rank:  # a capacity warm start of the compress LoRA
+            if args.lora_r < rank:
+                raise SystemExit(f"--lora-r {args.lora_r} is below the rank {rank} of --init-from's compress adapter; "
+                                 "a warm start can only grow it (leave --lora-r out to keep it)")
+            print(f"[compressor] --init-from has a compress LoRA of rank {rank}; growing it to {args.lora_r}", flush=True)
+            model.resize_lora_rank("compress", args.lora_r, seed=args.seed)
+        args.lora_r = model.lora_rank("compress")
+        alpha = model.peft_model.peft_config["compress"].lora_alpha
+        if args.lora_alpha is not None and args.lora_alpha != alpha:
+            raise SystemExit(f"--lora-alpha {args.lora_alpha}: with --init-from the compress adapter's alpha follows its "
+                             f"rank (alpha/r kept), which gives {alpha}; leave --lora-alpha out")
+        args.lora_alpha = alpha
     else:
+        args.lora_r = 16 if args.lora_r is None else args.lora_r
+        args.lora_alpha = 32 if args.lora_alpha is None else args.lora_alpha
         base, tok = load_base_model(args.base_model)
         targets = args.targets if args.targets == "all-linear" else args.targets.split(",")
         args.n_mem = 8 if args.n_mem is None else args.n_mem
@@ -222,7 +254,7 @@ def save_checkpoint(out: Path, params: dict, opt, sched, step: int) -> None:
 
 
 #: settings a snapshot must share with the run that resumes it (others, e.g. --threads, may change)
-SNAPSHOT_KEYS = ("base_model", "injection", "n_mem", "lora_r", "lora_alpha", "targets", "chunk_tokens", "batch",
+SNAPSHOT_KEYS = ("base_model", "injection", "n_mem", "lora_r", "lora_alpha", "targets", "chunk_tokens", "compress_chunk_tokens", "batch",
                  "train_generate", "seed", "self_replies", "qa_share", "babi", "babi_tasks", "content_weight")
 
 
@@ -344,7 +376,7 @@ def main(argv=None) -> None:
         nonlocal need_raw
         model.eval()
         t = time.perf_counter()
-        s = reconstruction_scores(model, eval_texts)
+        s = reconstruction_scores(model, eval_texts, chunk_tokens=args.compress_chunk_tokens)
         own, ctl = mean_ci(s["own"]), mean_ci(s["control"])
         gap = mean_ci([a - b for a, b in zip(s["own"], s["control"])])
         row = {"step": at, "loss": loss, "own": own["mean"], "control": ctl["mean"], "gap": gap["mean"],
@@ -369,6 +401,7 @@ def main(argv=None) -> None:
     def write_latest(at: int) -> None:
         """The adapters as a `RheaForCausalLM` directory (what benchmarks/reconstruction.py and the policy load)."""
         model.config.extra["adapters_trained"] = at > 0
+        model.config.compress_chunk_tokens = args.compress_chunk_tokens  # the policy compresses as trained
         model.config.extra["training"] = {"recipe": "scripts/train_compressor.py", "data": str(args.data),
                                           "self_replies": list(args.self_replies), "optimizer_steps": at,
                                           "chunk_tokens": args.chunk_tokens, "train_generate": args.train_generate,
@@ -403,8 +436,13 @@ def main(argv=None) -> None:
         with autocast:
             loss = 0.0
             if texts:
-                latents = model.compress(texts)
-                b = autoencode_batch(model, texts)
+                if args.compress_chunk_tokens is None:
+                    latents = model.compress(texts)
+                    b = autoencode_batch(model, texts)
+                else:  # every piece's block, side by side before the prompt: the whole text from all of them
+                    blocks = model.compress_replies(texts, chunk_tokens=args.compress_chunk_tokens)
+                    latents = torch.cat(blocks)
+                    b = autoencode_batch(model, texts, [x.shape[0] for x in blocks])
                 with decoder():
                     if args.content_weight > 0:
                         loss = content_weighted_loss(model, b, latents, args.content_weight) * (len(texts) / args.batch)

@@ -34,15 +34,27 @@ def share(mask: torch.Tensor) -> float | torch.Tensor:
 
 
 @torch.no_grad()
-def compress_texts(model, texts: Sequence[str], *, batch_size: int = 16) -> torch.Tensor:
-    """``[N, n_mem, hidden]`` fp32 CPU latents of `texts` as they are scored (compress adapter, eval mode;
-    ``model.score_view``: the final states)."""
+def compress_views(model, texts: Sequence[str], *, batch_size: int = 16) -> list[torch.Tensor]:
+    """One ``[rows, hidden]`` fp32 CPU latent per text as the policy scores it (compress adapter, eval mode,
+    ``RheaConfig.compress_chunk_tokens`` applied; ``model.score_view``: the final states)."""
     was_training = model.training
     model.eval()
     try:
-        return model.score_view(model.compress(list(texts), batch_size=batch_size)).float().cpu()
+        texts = list(texts)
+        out = []
+        for i in range(0, len(texts), batch_size):
+            out += [model.score_view(x).float().cpu() for x in model.compress_replies(texts[i:i + batch_size])]
+        return out
     finally:
         model.train(was_training)
+
+
+def compress_texts(model, texts: Sequence[str], *, batch_size: int = 16) -> torch.Tensor:
+    """``[N, rows, hidden]`` fp32 CPU latents of `texts` as they are scored: `compress_views` stacked (a text
+    compressed in fewer chunks padded with copies of its own first row, which leaves its max-cosine unchanged)."""
+    from rhea.memory.episodic import stack_rows
+
+    return stack_rows(compress_views(model, texts, batch_size=batch_size))
 
 
 def latent_mean(latents: torch.Tensor) -> torch.Tensor:
@@ -76,28 +88,43 @@ class TripleScores:
 
 @dataclass
 class TripleLatents:
+    """``[N, rows, hidden]`` latents of the replies, needing queries and unrelated queries. `rows` (``[3, N]``, None =
+    every row real) counts each text's real rows when texts were compressed in chunks and padded to a common count."""
+
     replies: torch.Tensor
     queries: torch.Tensor
     unrelated: torch.Tensor
+    rows: torch.Tensor | None = None
 
     def scores(self, center: torch.Tensor | None = None) -> TripleScores:
         return TripleScores(pair_scores(self.replies, self.queries, center), pair_scores(self.replies, self.unrelated, center))
 
     def mean(self) -> torch.Tensor:
-        return latent_mean(torch.cat([self.replies, self.queries, self.unrelated]))
+        every = torch.cat([self.replies, self.queries, self.unrelated])
+        if self.rows is None:
+            return latent_mean(every)
+        real = torch.arange(every.shape[1])[None, :] < self.rows.reshape(-1)[:, None]  # padding rows left out
+        return every[real].mean(0)
 
     def subset(self, keep: torch.Tensor) -> "TripleLatents":
         """The triples where the bool mask `keep` is True."""
-        return TripleLatents(self.replies[keep], self.queries[keep], self.unrelated[keep])
+        return TripleLatents(self.replies[keep], self.queries[keep], self.unrelated[keep],
+                             None if self.rows is None else self.rows[:, keep])
 
 
 def encode_triples(model, triples: Sequence[Triple], *, batch_size: int = 16) -> TripleLatents:
-    """Compress the replies, needing queries and unrelated queries of `triples`."""
+    """Compress the replies, needing queries and unrelated queries of `triples` (as the policy compresses them)."""
+    from rhea.memory.episodic import stack_rows
+
     if not triples:
         raise CalibrationError("no triples to score")
-    return TripleLatents(compress_texts(model, [t.reply for t in triples], batch_size=batch_size),
-                         compress_texts(model, [t.query for t in triples], batch_size=batch_size),
-                         compress_texts(model, [t.unrelated for t in triples], batch_size=batch_size))
+    n = len(triples)
+    views = compress_views(model, [t.reply for t in triples] + [t.query for t in triples]
+                           + [t.unrelated for t in triples], batch_size=batch_size)
+    counts = torch.tensor([x.shape[0] for x in views]).reshape(3, n)
+    stacked = stack_rows(views)
+    return TripleLatents(stacked[:n], stacked[n:2 * n], stacked[2 * n:],
+                         None if bool((counts == stacked.shape[1]).all()) else counts)
 
 
 @dataclass

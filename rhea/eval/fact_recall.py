@@ -225,7 +225,7 @@ def plan_for(item: FactItem, condition: str, model, other: FactItem | None = Non
             raise FactRecallDataError(f"condition 'latent_other' for item {item.id!r} needs another item's reply")
         reply = other.reply if condition == "latent_other" else item.reply
         with torch.no_grad():
-            latents[0] = Latent(model.compress([reply])[0], 0)
+            latents[0] = Latent(model.compress_replies([reply])[0], 0)  # chunked as the policy does
     return assemble_plan(f"fact-recall-{condition}", history, item.question, decisions, latents=latents)
 
 
@@ -308,7 +308,7 @@ def reconstruct_item(model, item: FactItem, condition: str, *, other: FactItem |
     target, offsets = list(enc["input_ids"]), enc["offset_mapping"]
     on_fact = torch.tensor([s < end and e > start for s, e in offsets])
     with torch.no_grad():
-        latent = model.compress([other.reply if condition == "latent_other" else item.reply])[0]
+        latent = model.compress_replies([other.reply if condition == "latent_other" else item.reply])[0]
     rendered = render(ContextPlan([{"role": "user", "content": [Latent(latent, 0), "\n" + AUTOENCODE_PROMPT]}]),
                       model.tokenizer)
     logp, hits = _teacher_forced(model, rendered, target)

@@ -14,7 +14,8 @@ CENTERING_MODES = ("fixed", "running", "none")
 
 @dataclass
 class EpisodicEntry:
-    """One past turn: the user's text, the reply, and the reply's ``[n_mem, hidden]`` latents."""
+    """One past turn: the user's text, the reply, and the reply's ``[rows, width]`` latents (``n_mem`` rows, or
+    ``n_mem`` per chunk under ``RheaConfig.compress_chunk_tokens``)."""
 
     turn: int
     user: str
@@ -22,10 +23,22 @@ class EpisodicEntry:
     latents: torch.Tensor
 
 
+def stack_rows(latents: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``[T, n, d]`` from turns' ``[rows_i, d]`` latents; a turn with fewer rows (a reply compressed in fewer chunks)
+    is padded with copies of its own first row, which leaves its max-cosine score unchanged.
+
+    >>> stack_rows([torch.ones(2, 3), torch.zeros(4, 3)]).shape
+    torch.Size([2, 4, 3])
+    """
+    n = max(x.shape[0] for x in latents)
+    return torch.stack([x if x.shape[0] == n else torch.cat([x, x[:1].expand(n - x.shape[0], -1)]) for x in latents])
+
+
 class EpisodicMemory:
     """``(u_i, b_i, Vk_i)`` for every past turn; ``Vk_i`` computed once, when the reply arrives.
 
-    `compress_fn` maps texts to ``[B, n_mem, hidden]`` (e.g. ``model.compress``). Scores are
+    `compress_fn` maps texts to ``[B, n_mem, hidden]`` (e.g. ``model.compress``) or to one ``[rows, hidden]`` per
+    text (``model.compress_replies``; a turn with fewer rows is scored as it is: `stack_rows`). Scores are
     ``max(norm(Vq) · norm(Vk_i)ᵀ)`` from ``rhea_kernels.turn_scores``, optionally after
     subtracting a centre from both sides (``RheaConfig.latent_centering``):
 
@@ -61,12 +74,14 @@ class EpisodicMemory:
         return len(self.entries)
 
     @torch.no_grad()
-    def _compress(self, texts: Sequence[str]) -> torch.Tensor:
-        """fp32 latents, left on the device that made them (a GPU model's are scored there, by Triton)."""
+    def _compress(self, texts: Sequence[str]) -> list[torch.Tensor]:
+        """fp32 latents per text (``[rows, width]``), left on the device that made them (a GPU model's are scored
+        there, by Triton). `compress_fn` may return ``[B, n_mem, width]`` or a list of ``[rows_i, width]`` (a
+        reply compressed chunk by chunk: `RheaForCausalLM.compress_replies`)."""
         self.compress_calls += 1
         t0 = time.perf_counter()
         try:
-            return self.compress_fn(list(texts)).detach().float()
+            return [x.detach().float() for x in self.compress_fn(list(texts))]
         finally:
             self.compress_seconds += time.perf_counter() - t0
 
@@ -99,8 +114,7 @@ class EpisodicMemory:
 
     def _scored(self, query: str | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         vq = self.query_latents(query) if isinstance(query, str) else self.score_view(query.float())
-        vk = torch.stack([self.score_view(e.latents).to(vq.device) for e in self.entries])
-        return vq, vk
+        return vq, stack_rows([self.score_view(e.latents).to(vq.device) for e in self.entries])
 
     def score(self, query: str | torch.Tensor) -> torch.Tensor:
         """Scores ``[T]`` of every stored turn against `query` (text, or its ``[n, hidden]`` latents)."""
@@ -139,15 +153,26 @@ class EpisodicMemory:
         return flat.mean(0)
 
     def state_dict(self) -> dict:
-        """Texts as JSON-friendly lists; latents as one tensor (saved with safetensors)."""
-        return {
-            "users": [e.user for e in self.entries],
-            "assistants": [e.assistant for e in self.entries],
-            "latents": torch.stack([e.latents.cpu() for e in self.entries]) if self.entries else None,
-        }
+        """Texts as JSON-friendly lists; latents as one tensor (saved with safetensors): ``[T, n_mem, width]``, or,
+        when turns hold different row counts (replies compressed in chunks), their rows ``[sum rows, width]`` with
+        ``"rows"`` (one count per turn)."""
+        lats = [e.latents.cpu() for e in self.entries]
+        state = {"users": [e.user for e in self.entries], "assistants": [e.assistant for e in self.entries],
+                 "latents": None}
+        if lats and len({x.shape[0] for x in lats}) == 1:
+            state["latents"] = torch.stack(lats)
+        elif lats:
+            state["latents"], state["rows"] = torch.cat(lats), [x.shape[0] for x in lats]
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         users, assistants, latents = state["users"], state["assistants"], state["latents"]
-        if len(users) != len(assistants) or (latents is None) != (len(users) == 0) or (latents is not None and latents.shape[0] != len(users)):
+        rows = state.get("rows")
+        if rows is not None and latents is not None:
+            if len(rows) != len(users) or sum(rows) != latents.shape[0]:
+                raise ValueError("episodic state is inconsistent: 'rows' must give one row count per turn, "
+                                 "summing to the latents' rows")
+            latents = list(torch.split(latents, list(rows)))
+        if len(users) != len(assistants) or (latents is None) != (len(users) == 0) or (latents is not None and len(latents) != len(users)):
             raise ValueError("episodic state is inconsistent: users, assistants and latents must have one entry per turn")
         self.entries = [EpisodicEntry(i, u, a, latents[i]) for i, (u, a) in enumerate(zip(users, assistants))]

@@ -124,6 +124,11 @@ class RheaConfig:
     #: the last `recent_raw` turns are raw text whatever their scores (budget mode: on top of `max_raw`); 3 measured
     #: best on real conversations (docs/quality.md, Retrieval): it keeps the needed turn when it is recent
     recent_raw: int = 3
+    #: compress a reply in consecutive pieces of at most this many tokens, `n_mem` latents each (ICAE's long-context
+    #: use; a turn's latent then holds ceil(tokens / compress_chunk_tokens) x n_mem rows), so a compressor trained on
+    #: chunks of this length sees replies of the length it was trained and measured on; None = the whole reply into
+    #: one block of `n_mem` (docs/compressor.md, "Whole replies")
+    compress_chunk_tokens: int | None = None
     #: "auto": the latent tier is on only when `fidelity` meets the target (rhea.memory.scoring); "on" / "off" force it
     latent_tier: str = "auto"
     #: the compressor's measured reconstruction fidelity: {"reconstruction_token_acc": float, "control_gap": float,
@@ -190,6 +195,11 @@ class RheaConfig:
         for name in ("max_raw", "max_latent", "recent_raw"):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{name}={v!r} must be an int >= 0")
+        need(self.compress_chunk_tokens is None or (isinstance(self.compress_chunk_tokens, int)
+                                                    and not isinstance(self.compress_chunk_tokens, bool)
+                                                    and self.compress_chunk_tokens >= 1),
+             f"compress_chunk_tokens={self.compress_chunk_tokens!r} must be None (whole replies) or an int >= 1, "
+             "e.g. the --chunk-tokens the compressor was trained with")
         need(self.latent_tier in LATENT_TIER_MODES, f"latent_tier={self.latent_tier!r} must be one of {LATENT_TIER_MODES}")
         if self.fidelity is not None:
             f = self.fidelity

@@ -401,6 +401,67 @@ class RheaForCausalLM(nn.Module):
         self.mem_slot_embeds = nn.Parameter(rows, requires_grad=self.mem_slot_embeds.requires_grad)
         self.config = config
 
+    def lora_rank(self, adapter: str) -> int:
+        """The LoRA rank of `adapter` ("compress" or "generate") as its PEFT config records it."""
+        if adapter not in ADAPTERS:
+            raise RheaConfigError(f"adapter {adapter!r} is not one of {ADAPTERS}")
+        return int(self.peft_model.peft_config[adapter].r)
+
+    def resize_lora_rank(self, adapter: str, r: int, *, seed: int = 0) -> None:
+        """Grow the LoRA rank of `adapter` to `r` without changing what the model computes: a capacity warm start.
+
+        Every LoRA layer of the adapter keeps its trained ``A`` rows and ``B`` columns; the new ``A`` rows are
+        drawn as PEFT draws a fresh ``A`` (Kaiming-uniform) and the new ``B`` columns are zero, so ``B A`` is
+        unchanged. ``lora_alpha`` is raised with the rank so that the scale ``alpha / r`` (``alpha / sqrt(r)``
+        under rsLoRA) stays what the adapter was trained with. The adapter's PEFT config records the new rank
+        and alpha, so ``save_pretrained`` / ``from_pretrained`` round-trip it (``RheaConfig.lora_r`` stays the
+        rank both adapters were created with). Build the optimizer after resizing: the LoRA tensors are new.
+
+        >>> model.resize_lora_rank("compress", 64)                   # doctest: +SKIP
+        >>> model.lora_rank("compress")                               # doctest: +SKIP
+        64
+        """
+        from peft.tuners.lora import LoraLayer
+
+        old = self.lora_rank(adapter)
+        if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+            raise RheaConfigError(f"rank {r!r} must be an int >= 1")
+        if r < old:
+            raise RheaConfigError(f"the {adapter!r} adapter has rank {old}; resize_lora_rank only grows a rank "
+                                  f"(shrinking to {r} would drop trained directions): pass r >= {old}")
+        cfg = self.peft_model.peft_config[adapter]
+        if getattr(cfg, "rank_pattern", None) or getattr(cfg, "alpha_pattern", None):
+            raise RheaConfigError(f"the {adapter!r} adapter sets rank_pattern/alpha_pattern; per-layer ranks are not "
+                                  "resized here")
+        if r == old:
+            return
+        layers = [m for m in self.peft_model.modules() if isinstance(m, LoraLayer) and adapter in m.r]
+        for layer in layers:
+            if adapter not in layer.lora_A or getattr(layer, "merged", False):
+                raise RheaConfigError(f"{type(layer).__name__} holds the {adapter!r} adapter merged or outside "
+                                      "lora_A/lora_B (e.g. an embedding LoRA); unmerge it or resize before merging")
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for layer in layers:
+                a_old, b_old = layer.lora_A[adapter], layer.lora_B[adapter]
+                a = nn.Linear(a_old.in_features, r, bias=False)
+                nn.init.kaiming_uniform_(a.weight, a=math.sqrt(5), generator=g)  # PEFT's default init of A
+                a.weight[:old] = a_old.weight.float()
+                b = nn.Linear(r, b_old.out_features, bias=b_old.bias is not None)
+                b.weight.zero_()
+                b.weight[:, :old] = b_old.weight.float()
+                if b_old.bias is not None:
+                    b.bias.copy_(b_old.bias.float())
+                for new, was in ((a, a_old), (b, b_old)):
+                    new.to(device=was.weight.device, dtype=was.weight.dtype)
+                    new.requires_grad_(was.weight.requires_grad)
+                layer.lora_A[adapter], layer.lora_B[adapter] = a, b
+                layer.r[adapter] = r
+                scale = layer.scaling[adapter]
+                layer.lora_alpha[adapter] = scale * (math.sqrt(r) if layer.use_rslora.get(adapter) else r)
+        alpha = (cfg.lora_alpha / old) * r if not cfg.use_rslora else cfg.lora_alpha * math.sqrt(r / old)
+        cfg.r, cfg.lora_alpha = r, int(alpha) if float(alpha).is_integer() else alpha
+
     @property
     def latent_width(self) -> int:
         """Width of one latent vector: ``hidden``, or ``n_layers * hidden`` under ``latent_injection="states"``
@@ -767,7 +828,7 @@ class RheaForCausalLM(nn.Module):
                 f"latent_injection={self.latent_injector.mode!r} writes the latents into each layer with hooks that are gone when "
                 "activation checkpointing recomputes a layer in backward; turn gradient_checkpointing off")
 
-    def _tokenize_for_compression(self, texts: Sequence[str]) -> list[list[int]]:
+    def _tokenize_for_compression(self, texts: Sequence[str], chunk_tokens: int | None = None) -> list[list[int]]:
         if isinstance(texts, str):
             raise TypeError("compress() takes a list of strings; wrap a single text as [text]")
         ids = []
@@ -784,7 +845,7 @@ class RheaForCausalLM(nn.Module):
                     "errors='replace'") from None
             # split_special_tokens: a literal "<mem>" (or "<|im_end|>") in a reply is plain text here.
             toks = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-            if limit is not None and len(toks) + self.n_mem > limit:
+            if limit is not None and min(len(toks), chunk_tokens or len(toks)) + self.n_mem > limit:
                 raise ValueError(
                     f"texts[{i}] has {len(toks)} tokens; with {self.n_mem} {MEM_TOKEN} slots that exceeds the "
                     f"model's context of {limit} tokens. Split the text and compress the parts separately."
@@ -803,6 +864,39 @@ class RheaForCausalLM(nn.Module):
             return torch.zeros(0, self.n_mem, self.latent_width, dtype=self.dtype, device=self.device)
         step = batch_size or len(ids)
         return torch.cat([self._compress_ids(ids[i : i + step]) for i in range(0, len(ids), step)], dim=0)
+
+    def compress_replies(self, texts: Sequence[str], *, chunk_tokens: int | None | str = "config",
+                         batch_size: int | None = None) -> list[torch.Tensor]:
+        """Each text's latents as the policy stores them: a list of ``[rows, latent_width]``, one per text.
+
+        With ``chunk_tokens`` None (the default when ``RheaConfig.compress_chunk_tokens`` is None) a text is one
+        block of ``n_mem`` rows, ``list(compress(texts))``. With ``chunk_tokens = c`` its tokens are cut into
+        consecutive pieces of at most ``c`` and every piece is compressed alone into ``n_mem`` latents (ICAE's
+        use of a compressor on text longer than it was trained on): ``ceil(tokens / c) * n_mem`` rows, the pieces'
+        blocks in reading order (an empty text is one block). All pieces of all texts are compressed in batches
+        of `batch_size` (default: all at once). Differentiable, as :meth:`compress`.
+
+        >>> [x.shape[0] for x in model.compress_replies(["short", "a much longer reply ..."], chunk_tokens=48)]  # doctest: +SKIP
+        [8, 24]
+        """
+        if chunk_tokens == "config":
+            chunk_tokens = self.config.compress_chunk_tokens
+        if chunk_tokens is None:
+            return list(self.compress(texts, batch_size=batch_size))
+        if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1:
+            raise RheaConfigError(f"chunk_tokens={chunk_tokens!r} must be None (whole texts) or an int >= 1")
+        ids = self._tokenize_for_compression(texts, chunk_tokens)
+        pieces = [[t[i:i + chunk_tokens] for i in range(0, len(t), chunk_tokens)] or [[]] for t in ids]
+        flat = [p for ps in pieces for p in ps]
+        if not flat:
+            return []
+        step = batch_size or len(flat)
+        blocks = torch.cat([self._compress_ids(flat[i:i + step]) for i in range(0, len(flat), step)], dim=0)
+        out, at = [], 0
+        for ps in pieces:
+            out.append(blocks[at:at + len(ps)].reshape(len(ps) * self.n_mem, -1))
+            at += len(ps)
+        return out
 
     def _compress_ids(self, ids: list[list[int]]) -> torch.Tensor:
         n, pad = self.n_mem, self.tokenizer.pad_token_id

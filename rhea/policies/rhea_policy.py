@@ -133,7 +133,7 @@ class RheaPolicy(ContextPolicy):
         self.recognizer = recognizer
         self.im = InstructionalMemory()
         center = torch.tensor(cfg.latent_center) if cfg.latent_center is not None else None
-        self.episodic = EpisodicMemory(model.compress, center=center, centering=getattr(cfg, "latent_centering", "fixed"),
+        self.episodic = EpisodicMemory(model.compress_replies, center=center, centering=getattr(cfg, "latent_centering", "fixed"),
                                        score_view=model.score_view)
         self._seen_queries: set[tuple[int, str]] = set()
 
@@ -274,7 +274,7 @@ class RheaPolicy(ContextPolicy):
     # ---------------------------------------------------------------- state
     def reset(self) -> None:
         self.im = InstructionalMemory()
-        self.episodic = EpisodicMemory(self.model.compress, center=self.episodic.center, centering=self.episodic.centering,
+        self.episodic = EpisodicMemory(self.model.compress_replies, center=self.episodic.center, centering=self.episodic.centering,
                                        score_view=self.episodic.score_view)
         self._seen_queries.clear()
         self._bm25 = None

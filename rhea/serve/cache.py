@@ -77,8 +77,12 @@ class LRU:
 
 def adapter_digest(model) -> str:
     """A short sha256 of the weights that shape the latents (LoRA adapters, `<mem>` rows, injector)
-    and of the base model's name: latents cached under another digest are never reused."""
+    and of the base model's name and the reply chunking (``compress_chunk_tokens``): latents cached under
+    another digest are never reused."""
     h = hashlib.sha256(str(getattr(model.config, "base_model", "")).encode())
+    chunking = getattr(model.config, "compress_chunk_tokens", None)
+    if chunking is not None:  # (absent from the hash when None, so digests of unchunked models are unchanged)
+        h.update(f"compress_chunk_tokens={chunking}".encode())
     with torch.no_grad():
         for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
             if "lora" in name or "mem" in name or "inject" in name or "projector" in name:
@@ -174,18 +178,18 @@ class CachedCompress:
         self.compress, self.store, self.device = compress, store, torch.device(device)
         self.computed = 0
 
-    def __call__(self, texts: Sequence[str]) -> torch.Tensor:
-        """``[len(texts), n_mem, hidden]`` fp32 latents on `device` (the model's), hits and misses alike,
+    def __call__(self, texts: Sequence[str]) -> list[torch.Tensor]:
+        """One ``[rows, width]`` fp32 latent per text on `device` (the model's), hits and misses alike,
         so where the scores are computed never depends on the cache's state."""
         out = []
         for text in texts:
             hit = self.store.get(text)
             if hit is None:
-                hit = self.compress([text]).detach()[0].float().cpu()
+                hit = self.compress([text])[0].detach().float().cpu()
                 self.store.put(text, hit)
                 self.computed += 1
             out.append(hit)
-        return torch.stack(out).to(self.device)
+        return [x.to(self.device) for x in out]
 
 
 class CachedRecognizer:

@@ -196,7 +196,7 @@ class Engine:
         if "dense" in getattr(policy, "components", ()):
             self.embedder_cache = policy._embedder = CachedEmbedder(policy.embedder, entries)
         if hasattr(policy, "episodic"):
-            self.compress = CachedCompress(self.model.compress, self.latents, self.model.device)
+            self.compress = CachedCompress(self.model.compress_replies, self.latents, self.model.device)
             policy.episodic.compress_fn = self.compress
 
     def cache_stats(self) -> dict:

@@ -169,29 +169,31 @@ def split_held_apart(items: Sequence[TextChunk], share: float = 0.2) -> tuple[li
 
 
 # ---------------------------------------------------------------------- batches
-def _autoencode_plans(model, text: str, i: int) -> tuple[ContextPlan, ContextPlan]:
-    placeholder = Latent(torch.zeros(model.n_mem, 1), i)
+def _autoencode_plans(model, text: str, i: int, rows: int | None = None) -> tuple[ContextPlan, ContextPlan]:
+    placeholder = Latent(torch.zeros(rows or model.n_mem, 1), i)
     prompt = ContextPlan([{"role": "user", "content": [placeholder, "\n" + AUTOENCODE_PROMPT]}])
     return prompt, ContextPlan(prompt.messages + [{"role": "assistant", "content": text}])
 
 
-def autoencode_batch(model, texts: Sequence[str]) -> dict:
-    """Left-padded ``input_ids``/``attention_mask``/``labels`` reconstructing each text after its `<mem>` block."""
+def autoencode_batch(model, texts: Sequence[str], rows: Sequence[int] | None = None) -> dict:
+    """Left-padded ``input_ids``/``attention_mask``/``labels`` reconstructing each text after its `<mem>` block
+    (``rows[i]`` placeholders for text i: a reply compressed in chunks; default ``n_mem``)."""
     from rhea.training.data import Sample, _encode_completion, collate
 
     samples = []
     for i, text in enumerate(texts):
-        prompt, full = _autoencode_plans(model, text, i)
+        prompt, full = _autoencode_plans(model, text, i, None if rows is None else rows[i])
         ids, labels = _encode_completion(model.tokenizer, prompt, full, f"autoencode text {i}")
         samples.append(Sample(ids, labels))
     return collate(samples, model.tokenizer.pad_token_id)
 
 
-def autoencode_prompt_ids(model, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
+def autoencode_prompt_ids(model, texts: Sequence[str], rows: Sequence[int] | None = None
+                          ) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
     """Left-padded prompt ids (up to the assistant header), attention mask, and each text's target ids."""
     from rhea.training.data import IGNORE_INDEX
 
-    batch = autoencode_batch(model, texts)
+    batch = autoencode_batch(model, texts, rows)
     prompts, targets = [], []
     for row in range(len(texts)):
         ids = batch["input_ids"][row][batch["attention_mask"][row].bool()].tolist()
@@ -221,12 +223,31 @@ def control_order(n: int) -> list[int]:
     return [(i + shift) % n for i in range(n)]
 
 
+def _latent_rows(latents: torch.Tensor | Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
+    """(all rows ``[R, width]`` in text order, rows per text) from ``[B, n, width]`` or one ``[rows_i, width]`` per text."""
+    if isinstance(latents, torch.Tensor):
+        return latents.reshape(-1, latents.shape[-1]), [latents.shape[1]] * latents.shape[0]
+    return torch.cat(list(latents)), [x.shape[0] for x in latents]
+
+
+def compress_texts(model, texts: Sequence[str], *, batch_size: int = 8, chunk_tokens: int | None = None) -> list:
+    """One latent per text (``[rows, width]``), compressed in batches: whole texts, or in pieces of `chunk_tokens`
+    (`RheaForCausalLM.compress_replies`)."""
+    texts = list(texts)
+    out = []
+    for i in range(0, len(texts), batch_size):
+        out += model.compress_replies(texts[i:i + batch_size], chunk_tokens=chunk_tokens)
+    return out
+
+
 @torch.no_grad()
-def teacher_forced_accuracy(model, texts: Sequence[str], latents: torch.Tensor) -> tuple[list[float], list[int]]:
-    """Per text: share of reply tokens the generate pass predicts (argmax) given `latents` and the true prefix."""
-    batch = autoencode_batch(model, texts)
+def teacher_forced_accuracy(model, texts: Sequence[str], latents) -> tuple[list[float], list[int]]:
+    """Per text: share of reply tokens the generate pass predicts (argmax) given `latents` and the true prefix.
+    `latents`: ``[B, n_mem, width]`` or one ``[rows_i, width]`` per text (a text compressed in chunks)."""
+    flat, rows = _latent_rows(latents)
+    batch = autoencode_batch(model, texts, rows)
     device = model.device
-    out = model(input_ids=batch["input_ids"].to(device), latent_embeds=latents.to(device),
+    out = model(input_ids=batch["input_ids"].to(device), latent_embeds=flat.to(device),
                 attention_mask=batch["attention_mask"].to(device))
     pred = out.logits[:, :-1].argmax(-1).cpu()
     gold = batch["labels"][:, 1:]
@@ -237,49 +258,57 @@ def teacher_forced_accuracy(model, texts: Sequence[str], latents: torch.Tensor) 
 
 
 @torch.no_grad()
-def own_and_control(model, replies: Sequence[str], score, *, batch_size: int = 8) -> tuple[list, list]:
+def own_and_control(model, replies: Sequence[str], score, *, batch_size: int = 8,
+                    chunk_tokens: int | None = None) -> tuple[list, list]:
     """Score each reply's rows with its own latents and with `control_order`'s (another reply's).
 
-    ``score(idx, latents)`` returns one value per index in ``idx`` given the latents for those rows;
-    the replies are compressed once, in batches of `batch_size`. Returns (own, control).
+    ``score(idx, latents)`` returns one value per index in ``idx`` given the latents for those rows
+    (``[len(idx), n_mem, width]``, or with `chunk_tokens` one ``[rows, width]`` per index: each reply
+    compressed in pieces of at most `chunk_tokens` tokens); the replies are compressed once, in batches
+    of `batch_size`. Returns (own, control).
     """
     replies = list(replies)
-    latents = torch.cat([model.compress(replies[i:i + batch_size]) for i in range(0, len(replies), batch_size)])
+    latents = compress_texts(model, replies, batch_size=batch_size, chunk_tokens=chunk_tokens)
+    pick = (lambda idx: [latents[j] for j in idx]) if chunk_tokens else (lambda idx: torch.stack([latents[j] for j in idx]))
     perm = control_order(len(replies))
     own, control = [], []
     for i in range(0, len(replies), batch_size):
         idx = list(range(i, min(i + batch_size, len(replies))))
-        own += score(idx, latents[idx])
-        control += score(idx, latents[[perm[j] for j in idx]])
+        own += score(idx, pick(idx))
+        control += score(idx, pick([perm[j] for j in idx]))
     return own, control
 
 
 @torch.no_grad()
-def reconstruction_scores(model, texts: Sequence[str], *, batch_size: int = 8) -> dict:
-    """Teacher-forced token accuracy per text with its own latents and with `control_order`'s latents."""
+def reconstruction_scores(model, texts: Sequence[str], *, batch_size: int = 8, chunk_tokens: int | None = None) -> dict:
+    """Teacher-forced token accuracy per text with its own latents and with `control_order`'s latents
+    (`chunk_tokens`: each text compressed in pieces of at most that many tokens, as
+    ``RheaConfig.compress_chunk_tokens`` makes the policy do)."""
     texts = list(texts)
 
     def score(idx, latents):
         acc, n = teacher_forced_accuracy(model, [texts[j] for j in idx], latents)
         return list(zip(acc, n))
 
-    own, control = own_and_control(model, texts, score, batch_size=batch_size)
+    own, control = own_and_control(model, texts, score, batch_size=batch_size, chunk_tokens=chunk_tokens)
     return {"own": [a for a, _ in own], "control": [a for a, _ in control], "n_tokens": [n for _, n in own]}
 
 
 @torch.no_grad()
-def greedy_reconstruction(model, texts: Sequence[str], *, batch_size: int = 8, control: bool = False) -> list[dict]:
+def greedy_reconstruction(model, texts: Sequence[str], *, batch_size: int = 8, control: bool = False,
+                          chunk_tokens: int | None = None) -> list[dict]:
     """Greedy decoding of each text from its latents (or the control's): exact match and matched prefix share."""
     texts = list(texts)
-    latents = torch.cat([model.compress(texts[i:i + batch_size]) for i in range(0, len(texts), batch_size)])
+    latents = compress_texts(model, texts, batch_size=batch_size, chunk_tokens=chunk_tokens)
     if control:
-        latents = latents[control_order(len(texts))]
+        latents = [latents[j] for j in control_order(len(texts))]
     rows = []
     for i in range(0, len(texts), batch_size):
         chunk = texts[i:i + batch_size]
-        input_ids, mask, targets = autoencode_prompt_ids(model, chunk)
+        flat, counts = _latent_rows(latents[i:i + len(chunk)])
+        input_ids, mask, targets = autoencode_prompt_ids(model, chunk, counts)
         width = max(len(t) for t in targets)
-        out = model.generate(input_ids.to(model.device), latent_embeds=latents[i:i + len(chunk)],
+        out = model.generate(input_ids.to(model.device), latent_embeds=flat.to(model.device),
                              attention_mask=mask.to(model.device), max_new_tokens=width, do_sample=False)
         new = out[:, input_ids.shape[1]:].tolist()
         for target, got in zip(targets, new):

@@ -160,3 +160,27 @@ def test_family_transfer_centres_each_fold_without_the_left_out_family():
     assert all(c is None for _, c in centres)
 
 
+
+
+def test_triples_of_a_chunked_compressor_score_and_centre_on_their_real_rows():
+    """With RheaConfig.compress_chunk_tokens, calibration compresses texts as the policy does: uneven row counts
+    are padded (scores unchanged: each pair's max-cosine over its own rows) and the centre averages real rows only."""
+    from rhea.calibration.data import Triple
+    from rhea.calibration.fit import encode_triples
+    from rhea.testing import tiny_rhea
+    from rhea_kernels.reference import turn_scores
+
+    model = tiny_rhea(n_mem=2, compress_chunk_tokens=2)
+    ts = [Triple("f", "the cat is blue and the dog is red", "what colour is the cat", "hi", "x"),
+          Triple("f", "paris", "capital of france and of italy", "a dog", "x")]
+    lat = encode_triples(model, ts)
+    assert lat.rows is not None and lat.rows.shape == (3, 2)
+    with torch.no_grad():
+        views = {t: model.score_view(model.compress_replies([t])[0]).float() for tr in ts for t in (tr.reply, tr.query, tr.unrelated)}
+    for i, tr in enumerate(ts):
+        want = turn_scores(views[tr.query][None], views[tr.reply][None, None])[0, 0]
+        torch.testing.assert_close(lat.scores().related[i], want, rtol=1e-5, atol=1e-5)
+    real = torch.cat([views[t] for t in [x.reply for x in ts] + [x.query for x in ts] + [x.unrelated for x in ts]])
+    torch.testing.assert_close(lat.mean(), real.mean(0), rtol=1e-5, atol=1e-6)
+    keep = torch.tensor([False, True])
+    assert lat.subset(keep).rows.tolist() == lat.rows[:, keep].tolist()

@@ -1,4 +1,5 @@
 """RheaConfig.latent_injection: how latents enter the generate pass, saved and reloaded with the adapters."""
+import dataclasses
 import json
 
 import pytest
@@ -377,3 +378,79 @@ def test_resize_mem_slots_keeps_trained_slots_and_round_trips(tmp_path):
     for bad in (0, 513, 2.0, True):
         with pytest.raises(RheaConfigError, match="n_mem"):
             model.resize_mem_slots(bad)
+
+
+def test_resize_lora_rank_keeps_the_function_and_round_trips(tmp_path):
+    """resize_lora_rank grows one adapter's rank with the trained directions kept and the new B columns zero:
+    compress and generate outputs are unchanged, alpha/r is kept, the other adapter is untouched, the new
+    directions train (non-zero gradient on the new B columns), and the saved directory loads at the new rank."""
+    model = tiny_rhea(n_mem=3, latent_injection="states")
+    texts = ["one reply", "another reply"]
+    ids = torch.tensor([[5, *[model.mem_token_id] * 3, 6, 7]])
+    with torch.no_grad():
+        lat = model.compress(texts)
+        logits = model(input_ids=ids, latent_embeds=lat[:1]).logits
+    from peft.tuners.lora import LoraLayer
+
+    scales = {n: m.scaling["compress"] for n, m in model.peft_model.named_modules() if isinstance(m, LoraLayer)}
+    assert scales
+    model.resize_lora_rank("compress", 10)
+    assert model.lora_rank("compress") == 10 and model.lora_rank("generate") == 4
+    assert model.peft_model.peft_config["compress"].lora_alpha == 20  # alpha / r kept at 8 / 4
+    for n, m in model.peft_model.named_modules():
+        if n in scales:
+            assert m.scaling["compress"] == scales[n] and m.lora_A["compress"].weight.shape[0] == 10
+            assert m.lora_B["compress"].weight.shape[1] == 10 and not m.lora_B["compress"].weight[:, 4:].any()
+            assert m.lora_A["generate"].weight.shape[0] == 4
+    with torch.no_grad():
+        torch.testing.assert_close(model.compress(texts), lat)
+        torch.testing.assert_close(model(input_ids=ids, latent_embeds=lat[:1]).logits, logits)
+    # the new directions learn: B's new columns get a gradient (A's new rows start from B's zero columns)
+    for p in model.peft_model.parameters():
+        p.requires_grad_(False)
+    bs = [m.lora_B["compress"].weight for n, m in model.peft_model.named_modules() if n in scales]
+    for b in bs:
+        b.requires_grad_(True)
+    model.compress(texts).pow(2).mean().backward()
+    assert any(b.grad[:, 4:].abs().sum() > 0 for b in bs)
+    model.save_pretrained(tmp_path)
+    again = RheaForCausalLM.from_pretrained(tmp_path, base_model=tiny_llama(len(tiny_tokenizer())))
+    assert again.lora_rank("compress") == 10 and again.lora_rank("generate") == 4
+    with torch.no_grad():
+        torch.testing.assert_close(again.compress(texts), lat)
+    model.resize_lora_rank("compress", 10)  # same rank: nothing to do
+    for bad, match in ((3, "only grows"), (0, ">= 1"), (True, ">= 1"), (2.5, ">= 1")):
+        with pytest.raises(RheaConfigError, match=match):
+            model.resize_lora_rank("compress", bad)
+    with pytest.raises(RheaConfigError, match="not one of"):
+        model.resize_lora_rank("decoder", 12)
+
+
+def test_compress_replies_in_chunks():
+    """compress_replies: whole texts = compress(); in pieces, each piece's block equals compressing the piece's text
+    alone, blocks in reading order; an empty text is one block; the config's chunking is the default; bad values fail."""
+    model = tiny_rhea(n_mem=3, latent_injection="states")
+    tok = model.tokenizer
+    texts = ["the cat is blue and the dog is red", "", "paris"]
+    with torch.no_grad():
+        whole = model.compress_replies(texts, chunk_tokens=None)
+        torch.testing.assert_close(torch.stack(whole), model.compress(texts))
+        parts = model.compress_replies(texts, chunk_tokens=3)
+        ids = tok(texts[0], add_special_tokens=False)["input_ids"]
+        pieces = [ids[i:i + 3] for i in range(0, len(ids), 3)]
+        assert [x.shape for x in parts] == [(3 * len(pieces), model.latent_width), (3, model.latent_width), (3, model.latent_width)]
+        alone = torch.cat([model._compress_ids([p]) [0] for p in pieces])
+        torch.testing.assert_close(parts[0], alone, atol=1e-5, rtol=1e-4)  # padding differs: batched vs alone
+        model.config = dataclasses.replace(model.config, compress_chunk_tokens=3)
+        assert [x.shape[0] for x in model.compress_replies(texts)] == [x.shape[0] for x in parts]
+        # a text longer than the context is fine in pieces, refused whole
+        long = " ".join(["cat"] * 600)
+        assert model.compress_replies([long], chunk_tokens=100)[0].shape[0] % 3 == 0
+        with pytest.raises(ValueError, match="exceeds the model's context"):
+            model.compress_replies([long], chunk_tokens=None)
+    for bad in (0, True, 2.5):
+        with pytest.raises(RheaConfigError, match="chunk_tokens"):
+            model.compress_replies(texts, chunk_tokens=bad)
+    for bad in (0, True, "48"):
+        with pytest.raises(RheaConfigError, match="compress_chunk_tokens"):
+            RheaConfig(compress_chunk_tokens=bad)

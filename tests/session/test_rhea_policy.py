@@ -126,3 +126,35 @@ def test_episodic_state_round_trip(tiny_model):
     assert torch.equal(em.score("the cat"), other.score("the cat"))
     with pytest.raises(ValueError, match="inconsistent"):
         other.load_state_dict({"users": ["a"], "assistants": [], "latents": None})
+
+
+def test_replies_compressed_in_chunks_flow_through_scores_plan_and_state():
+    """RheaConfig.compress_chunk_tokens: each reply is stored as ceil(tokens / c) blocks of n_mem rows; turns with
+    uneven rows are scored as max-cosine over their own rows (kernel reference per turn), a latent turn renders
+    all of its rows, and the episodic state round-trips the uneven rows."""
+    from rhea_kernels.reference import turn_scores
+
+    from rhea.testing import tiny_rhea
+
+    model = tiny_rhea(n_mem=2, compress_chunk_tokens=3)
+    tok = model.tokenizer
+    policy = _observed(get_policy("rhea", model=model, tau_low=-1.0, tau_high=1.0, **HCR))
+    lens = [len(tok(t.assistant, add_special_tokens=False)["input_ids"]) for t in CONV]
+    rows = [e.latents.shape[0] for e in policy.episodic.entries]
+    assert rows == [-(-n // 3) * 2 for n in lens] and len(set(rows)) > 1
+    plan = policy.build(CONV, "the cat")
+    assert {d.tier for d in plan.decisions.turns} == {"latent"}
+    with torch.no_grad():
+        vq = model.compress_replies(["the cat"])[0]
+        ref = torch.stack([turn_scores(vq[None], e.latents[None, None].float())[0, 0] for e in policy.episodic.entries])
+    torch.testing.assert_close(torch.tensor([d.score for d in plan.decisions.turns]), ref, rtol=1e-5, atol=1e-5)
+    r = render(plan, tok)
+    assert r.latent_embeds.shape[0] == sum(rows)
+    again = EpisodicMemory(model.compress_replies)
+    again.load_state_dict(policy.episodic.state_dict())
+    assert [e.latents.shape[0] for e in again.entries] == rows
+    assert torch.equal(again.score("the cat"), policy.episodic.score("the cat"))
+    bad = policy.episodic.state_dict()
+    bad["rows"] = bad["rows"][:-1]
+    with pytest.raises(ValueError, match="rows"):
+        again.load_state_dict(bad)

@@ -133,3 +133,29 @@ def test_mean_ci():
     assert ci["mean"] == 1.0 and ci["lo"] == ci["hi"] == 1.0 and ci["n"] == 10
     ci = mean_ci([0.0, 1.0] * 50)
     assert ci["lo"] < 0.5 < ci["hi"] and ci["hi"] - ci["lo"] < 0.25
+
+
+def test_chunked_reconstruction_reads_one_block_per_piece():
+    """With chunk_tokens, each text is compressed in pieces and reconstructed after all of its blocks: the number
+    of placeholders equals the text's latent rows, one piece matches the whole-text path exactly, and greedy
+    decoding runs on uneven rows (the control's text may have another number of pieces)."""
+    from rhea.training.compressor import compress_texts
+
+    model = tiny_rhea()
+    texts = ["the cat is blue and the dog is red and the bird is green", "one two", "paris is the capital of france"]
+    lens = [len(model.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    lat = compress_texts(model, texts, batch_size=2, chunk_tokens=4)
+    assert [x.shape[0] for x in lat] == [-(-n // 4) * model.n_mem for n in lens]
+    with torch.no_grad():
+        acc, counts = teacher_forced_accuracy(model, texts, lat)
+        b = autoencode_batch(model, texts, [x.shape[0] for x in lat])
+        assert [int((row == model.mem_token_id).sum()) for row in b["input_ids"]] == [x.shape[0] for x in lat]
+        big = max(lens)
+        whole = reconstruction_scores(model, texts, batch_size=2)
+        one_piece = reconstruction_scores(model, texts, batch_size=2, chunk_tokens=big)
+        assert one_piece["own"] == pytest.approx(whole["own"]) and one_piece["control"] == pytest.approx(whole["control"])
+        chunked = reconstruction_scores(model, texts, batch_size=2, chunk_tokens=4)
+        assert chunked["n_tokens"] == whole["n_tokens"] and all(0.0 <= x <= 1.0 for x in chunked["own"])
+        for control in (False, True):
+            rows = greedy_reconstruction(model, texts, batch_size=2, control=control, chunk_tokens=4)
+            assert len(rows) == 3 and all(0.0 <= r["prefix_share"] <= 1.0 for r in rows)

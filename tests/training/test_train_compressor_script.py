@@ -301,3 +301,67 @@ def test_init_from_with_another_n_mem_warm_starts_more_slots(script, setup, caps
     i = argv.index("--n-mem")
     script.main(argv[:i] + argv[i + 2:])
     assert RheaForCausalLM.from_pretrained(root / "same" / "out" / "latest", base_model=str(base_dir)).n_mem == 2
+
+
+def test_init_from_with_a_larger_lora_r_grows_the_compress_adapter(script, setup, capsys):
+    """A capacity warm start of the compress LoRA: --init-from a rank-2 directory with --lora-r 6 grows the compress
+    adapter (alpha follows the rank, the generate adapter keeps its rank), starts from the same held-apart
+    reconstruction, and saves a directory that loads at rank 6; a smaller rank or a conflicting alpha is refused."""
+    import shutil
+
+    from rhea.modeling import RheaForCausalLM
+
+    data, base_dir, root = setup
+    script.main(_argv(data, base_dir, root, 2, lr=0.01))
+    shutil.copytree(root / "out" / "latest", root / "init")
+
+    def without(argv, flag):
+        i = argv.index(flag)
+        return argv[:i] + argv[i + 2:]
+
+    argv = without(_argv(data, base_dir, root / "wide", 0, init_from=root / "init"), "--lora-alpha")
+    argv[argv.index("--lora-r") + 1] = "6"
+    script.main(argv)
+    out = capsys.readouterr().out
+    assert "growing it to 6" in out
+    wide = RheaForCausalLM.from_pretrained(root / "wide" / "out" / "latest", base_model=str(base_dir))
+    assert wide.lora_rank("compress") == 6 and wide.lora_rank("generate") == 2
+    assert wide.peft_model.peft_config["compress"].lora_alpha == 12
+    args = json.loads((root / "wide" / "out" / "args.json").read_text())
+    assert (args["lora_r"], args["lora_alpha"]) == (6, 12)
+    first = [json.loads(x) for x in (root / "out" / "curve.jsonl").read_text().splitlines()][-1]
+    grown = [json.loads(x) for x in (root / "wide" / "out" / "curve.jsonl").read_text().splitlines()][0]
+    assert grown["own"] == pytest.approx(first["own"], abs=1e-6) and grown["control"] == pytest.approx(first["control"], abs=1e-6)
+
+    argv = without(_argv(data, base_dir, root / "small", 0, init_from=root / "wide" / "out" / "latest"), "--lora-alpha")
+    with pytest.raises(SystemExit, match="only grow"):
+        script.main(argv)  # --lora-r 2 < 6
+    argv = _argv(data, base_dir, root / "alpha", 0, init_from=root / "init")
+    argv[argv.index("--lora-r") + 1] = "6"
+    with pytest.raises(SystemExit, match="alpha follows"):
+        script.main(argv)  # --lora-alpha 4 with rank 6 would change alpha/r
+
+
+def test_compress_chunk_tokens_trains_on_blocks_and_records_the_chunking(script, setup, capsys):
+    """--compress-chunk-tokens: texts of --chunk-tokens are compressed in pieces, the whole text is reconstructed from
+    all of its blocks, the saved directory records the chunking (so the policy compresses replies the same way),
+    a resume must share it, and combinations that need one block per text are refused before any model loads."""
+    from rhea.modeling import RheaForCausalLM
+
+    data, base_dir, root = setup
+    script.main(_argv(data, base_dir, root, 2, lr=0.01, compress_chunk_tokens=3))
+    model = RheaForCausalLM.from_pretrained(root / "out" / "latest", base_model=str(base_dir))
+    assert model.config.compress_chunk_tokens == 3
+    rows = [x.shape[0] for x in model.compress_replies(["the cat is blue and the dog is red and"])]
+    assert rows[0] > model.n_mem and rows[0] % model.n_mem == 0
+    curve = [json.loads(x) for x in (root / "out" / "curve.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in curve] == [0, 2] and all(0.0 <= r["own"] <= 1.0 for r in curve)
+    assert json.loads((root / "snap" / "state.json").read_text())["settings"]["compress_chunk_tokens"] == 3
+    shutil.rmtree(root / "out" / "checkpoint")
+    with pytest.raises(SystemExit, match="other settings"):
+        script.main(_argv(data, base_dir, root, 4, lr=0.01))  # the snapshot was chunked, this run is not
+    capsys.readouterr()
+    for extra in ({"content_weight": 0.5}, {"qa_share": 0.5}, {"compress_chunk_tokens": 0}):
+        with pytest.raises(SystemExit):
+            script.main(_argv(data, base_dir, root / "bad", 2, **{"compress_chunk_tokens": 3, **extra}))
+        assert "--compress-chunk-tokens" in capsys.readouterr().err
