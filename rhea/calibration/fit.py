@@ -52,7 +52,7 @@ def compress_views(model, texts: Sequence[str], *, batch_size: int = 16) -> list
 def compress_texts(model, texts: Sequence[str], *, batch_size: int = 16) -> torch.Tensor:
     """``[N, rows, hidden]`` fp32 CPU latents of `texts` as they are scored: `compress_views` stacked (a text
     compressed in fewer chunks padded with copies of its own first row, which leaves its max-cosine unchanged)."""
-    from rhea.memory.episodic import stack_rows
+    from rhea.context.latent import stack_rows
 
     return stack_rows(compress_views(model, texts, batch_size=batch_size))
 
@@ -114,7 +114,7 @@ class TripleLatents:
 
 def encode_triples(model, triples: Sequence[Triple], *, batch_size: int = 16) -> TripleLatents:
     """Compress the replies, needing queries and unrelated queries of `triples` (as the policy compresses them)."""
-    from rhea.memory.episodic import stack_rows
+    from rhea.context.latent import stack_rows
 
     if not triples:
         raise CalibrationError("no triples to score")

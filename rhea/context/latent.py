@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -38,3 +39,14 @@ class Latent:
 
     def __repr__(self) -> str:
         return f"Latent(n={self.n_slots}, hidden={self.hidden_size}, source_turn={self.source_turn})"
+
+
+def stack_rows(latents: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``[T, n, d]`` from turns' ``[rows_i, d]`` latents; a turn with fewer rows (a reply compressed in fewer chunks)
+    is padded with copies of its own first row, which leaves its max-cosine score unchanged.
+
+    >>> stack_rows([torch.ones(2, 3), torch.zeros(4, 3)]).shape
+    torch.Size([2, 4, 3])
+    """
+    n = max(x.shape[0] for x in latents)
+    return torch.stack([x if x.shape[0] == n else torch.cat([x, x[:1].expand(n - x.shape[0], -1)]) for x in latents])

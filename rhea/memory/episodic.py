@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 import torch
 
 from rhea.context.conversation import Turn
+from rhea.context.latent import stack_rows
 
 CENTERING_MODES = ("fixed", "running", "none")
 
@@ -21,17 +22,6 @@ class EpisodicEntry:
     user: str
     assistant: str
     latents: torch.Tensor
-
-
-def stack_rows(latents: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``[T, n, d]`` from turns' ``[rows_i, d]`` latents; a turn with fewer rows (a reply compressed in fewer chunks)
-    is padded with copies of its own first row, which leaves its max-cosine score unchanged.
-
-    >>> stack_rows([torch.ones(2, 3), torch.zeros(4, 3)]).shape
-    torch.Size([2, 4, 3])
-    """
-    n = max(x.shape[0] for x in latents)
-    return torch.stack([x if x.shape[0] == n else torch.cat([x, x[:1].expand(n - x.shape[0], -1)]) for x in latents])
 
 
 class EpisodicMemory:
