@@ -40,21 +40,9 @@ def compress_views(model, texts: Sequence[str], *, batch_size: int = 16) -> list
     was_training = model.training
     model.eval()
     try:
-        texts = list(texts)
-        out = []
-        for i in range(0, len(texts), batch_size):
-            out += [model.score_view(x).float().cpu() for x in model.compress_replies(texts[i:i + batch_size])]
-        return out
+        return [model.score_view(x).float().cpu() for x in model.compress_replies(list(texts), batch_size=batch_size)]
     finally:
         model.train(was_training)
-
-
-def compress_texts(model, texts: Sequence[str], *, batch_size: int = 16) -> torch.Tensor:
-    """``[N, rows, hidden]`` fp32 CPU latents of `texts` as they are scored: `compress_views` stacked (a text
-    compressed in fewer chunks padded with copies of its own first row, which leaves its max-cosine unchanged)."""
-    from rhea.context.latent import stack_rows
-
-    return stack_rows(compress_views(model, texts, batch_size=batch_size))
 
 
 def latent_mean(latents: torch.Tensor) -> torch.Tensor:

@@ -862,8 +862,7 @@ class RheaForCausalLM(nn.Module):
         ids = self._tokenize_for_compression(texts)
         if not ids:
             return torch.zeros(0, self.n_mem, self.latent_width, dtype=self.dtype, device=self.device)
-        step = batch_size or len(ids)
-        return torch.cat([self._compress_ids(ids[i : i + step]) for i in range(0, len(ids), step)], dim=0)
+        return self._compress_batches(ids, batch_size)
 
     def compress_replies(self, texts: Sequence[str], *, chunk_tokens: int | None | str = "config",
                          batch_size: int | None = None) -> list[torch.Tensor]:
@@ -890,13 +889,17 @@ class RheaForCausalLM(nn.Module):
         flat = [p for ps in pieces for p in ps]
         if not flat:
             return []
-        step = batch_size or len(flat)
-        blocks = torch.cat([self._compress_ids(flat[i:i + step]) for i in range(0, len(flat), step)], dim=0)
+        blocks = self._compress_batches(flat, batch_size)
         out, at = [], 0
         for ps in pieces:
             out.append(blocks[at:at + len(ps)].reshape(len(ps) * self.n_mem, -1))
             at += len(ps)
         return out
+
+    def _compress_batches(self, ids: list[list[int]], batch_size: int | None) -> torch.Tensor:
+        """``[len(ids), n_mem, latent_width]``: `_compress_ids` over batches of `batch_size` (default: all at once)."""
+        step = batch_size or len(ids)
+        return torch.cat([self._compress_ids(ids[i:i + step]) for i in range(0, len(ids), step)], dim=0)
 
     def _compress_ids(self, ids: list[list[int]]) -> torch.Tensor:
         n, pad = self.n_mem, self.tokenizer.pad_token_id

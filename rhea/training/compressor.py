@@ -230,16 +230,6 @@ def _latent_rows(latents: torch.Tensor | Sequence[torch.Tensor]) -> tuple[torch.
     return torch.cat(list(latents)), [x.shape[0] for x in latents]
 
 
-def compress_texts(model, texts: Sequence[str], *, batch_size: int = 8, chunk_tokens: int | None = None) -> list:
-    """One latent per text (``[rows, width]``), compressed in batches: whole texts, or in pieces of `chunk_tokens`
-    (`RheaForCausalLM.compress_replies`)."""
-    texts = list(texts)
-    out = []
-    for i in range(0, len(texts), batch_size):
-        out += model.compress_replies(texts[i:i + batch_size], chunk_tokens=chunk_tokens)
-    return out
-
-
 @torch.no_grad()
 def teacher_forced_accuracy(model, texts: Sequence[str], latents) -> tuple[list[float], list[int]]:
     """Per text: share of reply tokens the generate pass predicts (argmax) given `latents` and the true prefix.
@@ -268,7 +258,7 @@ def own_and_control(model, replies: Sequence[str], score, *, batch_size: int = 8
     of `batch_size`. Returns (own, control).
     """
     replies = list(replies)
-    latents = compress_texts(model, replies, batch_size=batch_size, chunk_tokens=chunk_tokens)
+    latents = model.compress_replies(replies, chunk_tokens=chunk_tokens, batch_size=batch_size)
     pick = (lambda idx: [latents[j] for j in idx]) if chunk_tokens else (lambda idx: torch.stack([latents[j] for j in idx]))
     perm = control_order(len(replies))
     own, control = [], []
@@ -299,7 +289,7 @@ def greedy_reconstruction(model, texts: Sequence[str], *, batch_size: int = 8, c
                           chunk_tokens: int | None = None) -> list[dict]:
     """Greedy decoding of each text from its latents (or the control's): exact match and matched prefix share."""
     texts = list(texts)
-    latents = compress_texts(model, texts, batch_size=batch_size, chunk_tokens=chunk_tokens)
+    latents = model.compress_replies(texts, chunk_tokens=chunk_tokens, batch_size=batch_size)
     if control:
         latents = [latents[j] for j in control_order(len(texts))]
     rows = []

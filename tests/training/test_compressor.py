@@ -139,12 +139,10 @@ def test_chunked_reconstruction_reads_one_block_per_piece():
     """With chunk_tokens, each text is compressed in pieces and reconstructed after all of its blocks: the number
     of placeholders equals the text's latent rows, one piece matches the whole-text path exactly, and greedy
     decoding runs on uneven rows (the control's text may have another number of pieces)."""
-    from rhea.training.compressor import compress_texts
-
     model = tiny_rhea()
     texts = ["the cat is blue and the dog is red and the bird is green", "one two", "paris is the capital of france"]
     lens = [len(model.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
-    lat = compress_texts(model, texts, batch_size=2, chunk_tokens=4)
+    lat = model.compress_replies(texts, batch_size=2, chunk_tokens=4)
     assert [x.shape[0] for x in lat] == [-(-n // 4) * model.n_mem for n in lens]
     with torch.no_grad():
         acc, counts = teacher_forced_accuracy(model, texts, lat)
