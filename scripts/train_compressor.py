@@ -66,6 +66,11 @@ def parse_args(argv=None):
                    help="compress each training/eval text in pieces of at most N tokens, n_mem latents each, and "
                         "reconstruct the whole text from all of its blocks (RheaConfig.compress_chunk_tokens, recorded in "
                         "the saved directory so the policy compresses replies the same way); default: one block per text"),
+    p.add_argument("--piece-embeddings", type=int, default=None,
+                   help="with --compress-chunk-tokens: P learned offsets added to the <mem> read-out queries by piece "
+                        "index, an order signal between a text's blocks (RheaConfig.compress_piece_embeddings; with "
+                        "--init-from the directory's offsets are kept and grown, new ones copying its last or zero); "
+                        "default: the --init-from directory's count, else 0")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-3,
                    help="peak learning rate; resuming a checkpoint with another --lr continues at it, AdamW moments kept")
@@ -110,6 +115,11 @@ def parse_args(argv=None):
     if args.compress_chunk_tokens is not None and args.qa_share > 0:
         p.error("--qa-share compresses each fact-QA reply as one block; it cannot be combined with "
                 "--compress-chunk-tokens yet")
+    if args.piece_embeddings is not None and args.piece_embeddings < 0:
+        p.error(f"--piece-embeddings {args.piece_embeddings} must be >= 0")
+    if args.piece_embeddings and args.compress_chunk_tokens is None:
+        p.error("--piece-embeddings orders the blocks of a text compressed in pieces; pass --compress-chunk-tokens "
+                "as well (without it every text is one block and only offset 0 would be trained)")
     if args.lora_r is not None and args.lora_r < 1:
         p.error(f"--lora-r {args.lora_r} must be >= 1")
     if not 0.0 <= args.content_weight <= 1.0:
@@ -159,14 +169,21 @@ def build(args):
             raise SystemExit(f"--lora-alpha {args.lora_alpha}: with --init-from the compress adapter's alpha follows its "
                              f"rank (alpha/r kept), which gives {alpha}; leave --lora-alpha out")
         args.lora_alpha = alpha
+        pieces = model.config.compress_piece_embeddings
+        if args.piece_embeddings is not None and args.piece_embeddings != pieces:  # exact: new offsets copy the old last
+            print(f"[compressor] --init-from has {pieces} piece offsets; giving it {args.piece_embeddings}", flush=True)
+            model.resize_piece_embeddings(args.piece_embeddings)
+        args.piece_embeddings = model.config.compress_piece_embeddings
     else:
         args.lora_r = 16 if args.lora_r is None else args.lora_r
         args.lora_alpha = 32 if args.lora_alpha is None else args.lora_alpha
         base, tok = load_base_model(args.base_model)
         targets = args.targets if args.targets == "all-linear" else args.targets.split(",")
         args.n_mem = 8 if args.n_mem is None else args.n_mem
+        args.piece_embeddings = args.piece_embeddings or 0
         rc = RheaConfig(n_mem=args.n_mem, lora_r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=0.0,
-                        target_modules=targets, latent_injection=args.injection)
+                        target_modules=targets, latent_injection=args.injection,
+                        compress_piece_embeddings=args.piece_embeddings)
         model = RheaForCausalLM.from_base(base, tok, rc)
     model.to(device)
     texts = load_reply_texts(args.data)
@@ -254,7 +271,8 @@ def save_checkpoint(out: Path, params: dict, opt, sched, step: int) -> None:
 
 
 #: settings a snapshot must share with the run that resumes it (others, e.g. --threads, may change)
-SNAPSHOT_KEYS = ("base_model", "injection", "n_mem", "lora_r", "lora_alpha", "targets", "chunk_tokens", "compress_chunk_tokens", "batch",
+SNAPSHOT_KEYS = ("base_model", "injection", "n_mem", "lora_r", "lora_alpha", "targets", "chunk_tokens", "compress_chunk_tokens",
+                 "piece_embeddings", "batch",
                  "train_generate", "seed", "self_replies", "qa_share", "babi", "babi_tasks", "content_weight")
 
 
@@ -306,6 +324,7 @@ def load_snapshot(dir_: Path, out: Path, params: dict, args) -> int:
 
     state = json.loads((dir_ / "state.json").read_text())
     defaults = vars(parse_args(["--data", str(args.data)]))  # a key an older snapshot lacks had its default
+    defaults["piece_embeddings"] = 0  # resolved after parsing (None = the --init-from directory's count)
     saved = {k: state["settings"].get(k, defaults[k]) for k in SNAPSHOT_KEYS}
     differ = {k: (v, getattr(args, k)) for k, v in saved.items() if getattr(args, k) != v}
     if differ:

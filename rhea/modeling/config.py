@@ -129,6 +129,11 @@ class RheaConfig:
     #: chunks of this length sees replies of the length it was trained and measured on; None = the whole reply into
     #: one block of `n_mem` (docs/compressor.md, "Whole replies")
     compress_chunk_tokens: int | None = None
+    #: an order signal for a reply compressed in pieces: P learned offsets, one per piece index, added to the `<mem>`
+    #: read-out queries of piece i (piece i >= P uses offset P - 1), so the blocks of one reply differ by where the
+    #: piece sits, not only by its words; 0 = none (every piece compressed as if it were the first; docs/compressor.md,
+    #: "Whole replies"). Only read when replies are compressed in pieces (`compress_chunk_tokens`)
+    compress_piece_embeddings: int = 0
     #: "auto": the latent tier is on only when `fidelity` meets the target (rhea.memory.scoring); "on" / "off" force it
     latent_tier: str = "auto"
     #: the compressor's measured reconstruction fidelity: {"reconstruction_token_acc": float, "control_gap": float,
@@ -200,6 +205,9 @@ class RheaConfig:
                                                     and self.compress_chunk_tokens >= 1),
              f"compress_chunk_tokens={self.compress_chunk_tokens!r} must be None (whole replies) or an int >= 1, "
              "e.g. the --chunk-tokens the compressor was trained with")
+        need(isinstance(self.compress_piece_embeddings, int) and not isinstance(self.compress_piece_embeddings, bool)
+             and self.compress_piece_embeddings >= 0,
+             f"compress_piece_embeddings={self.compress_piece_embeddings!r} must be an int >= 0 (0 = no order signal)")
         need(self.latent_tier in LATENT_TIER_MODES, f"latent_tier={self.latent_tier!r} must be one of {LATENT_TIER_MODES}")
         if self.fidelity is not None:
             f = self.fidelity

@@ -17,7 +17,8 @@ Written by `rhea export {source} --out {out}`.
   `<mem>` position holds one latent vector.
 * `compress/` — the **compress** LoRA adapter (PEFT format) for the same base model.
 * `mem_tokens.safetensors` — `mem_slot_embeds` (the {n_mem} compression read-out slots) and
-  `mem_token_row` (the `<mem>` embedding row).
+  `mem_token_row` (the `<mem>` embedding row); with `compress_piece_embeddings` also `mem_piece_embeds`
+  (one offset per piece index, added to the slots when a reply is compressed in pieces).
 * `latent_injector.safetensors` (when `latent_injection` is not "raw") — the centre/projector that maps
   each latent into the embedding space before it fills a `<mem>` position. With `latent_injection`
   "deep" it also holds `layer_down`/`layer_up`: a term `(y @ layer_down[l].T) @ layer_up[l].T` of

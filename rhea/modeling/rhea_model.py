@@ -190,6 +190,12 @@ class RheaForCausalLM(nn.Module):
         hidden = self.hidden_size
         # Trainable embeddings of the n compression read-out slots (saved by us, not PEFT).
         self.mem_slot_embeds = nn.Parameter(torch.zeros(config.n_mem, hidden, dtype=self.dtype, device=self.device))
+        # Offsets added to those slots by piece index when a reply is compressed in pieces
+        # (RheaConfig.compress_piece_embeddings; None when 0). Zero at start: no change until trained.
+        self.register_parameter("mem_piece_embeds", None)
+        if config.compress_piece_embeddings:
+            self.mem_piece_embeds = nn.Parameter(torch.zeros(config.compress_piece_embeddings, hidden,
+                                                             dtype=self.dtype, device=self.device))
         # How latents enter the generate pass (None = raw hidden states, the pre-option behaviour).
         self.latent_injector = None
         if config.latent_injection != "raw":
@@ -284,10 +290,18 @@ class RheaForCausalLM(nn.Module):
             mem = load_file(str(directory / MEM_WEIGHTS_NAME))
         except Exception as e:  # safetensors raises its own error type on corrupt headers
             raise CheckpointError(f"{directory / MEM_WEIGHTS_NAME} is corrupted or unreadable ({e})") from e
-        for key, shape in (("mem_slot_embeds", (config.n_mem, int(text_cfg.hidden_size))), ("mem_token_row", (int(text_cfg.hidden_size),))):
+        hidden = int(text_cfg.hidden_size)
+        expected = {"mem_slot_embeds": (config.n_mem, hidden), "mem_token_row": (hidden,)}
+        if config.compress_piece_embeddings:
+            expected["mem_piece_embeds"] = (config.compress_piece_embeddings, hidden)
+        for key, shape in expected.items():
             if key not in mem or tuple(mem[key].shape) != shape:
                 got = tuple(mem[key].shape) if key in mem else "missing"
                 raise CheckpointError(f"{directory / MEM_WEIGHTS_NAME}: {key} should have shape {shape}, got {got}")
+        if set(mem) - set(expected):
+            raise CheckpointError(f"{directory / MEM_WEIGHTS_NAME} holds {sorted(set(mem) - set(expected))}, which "
+                                  f"{directory / CONFIG_NAME} does not describe (compress_piece_embeddings="
+                                  f"{config.compress_piece_embeddings}); the two files come from different saves")
         with torch.no_grad():
             base.get_input_embeddings().weight[mem_id] = mem["mem_token_row"].to(base.dtype)
         peft_model = None
@@ -307,6 +321,8 @@ class RheaForCausalLM(nn.Module):
         model = cls(peft_model, tokenizer, config, mem_id)
         with torch.no_grad():
             model.mem_slot_embeds.copy_(mem["mem_slot_embeds"].to(model.mem_slot_embeds.dtype))
+            if model.mem_piece_embeds is not None:
+                model.mem_piece_embeds.copy_(mem["mem_piece_embeds"].to(model.mem_piece_embeds.dtype))
         if model.latent_injector is not None:
             path = directory / INJECTOR_WEIGHTS_NAME
             if not path.is_file():
@@ -337,11 +353,14 @@ class RheaForCausalLM(nn.Module):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.config.save(directory)
+        mem = {
+            "mem_slot_embeds": self.mem_slot_embeds.detach().cpu().contiguous(),
+            "mem_token_row": self.base_model.get_input_embeddings().weight[self.mem_token_id].detach().cpu().contiguous(),
+        }
+        if self.mem_piece_embeds is not None:
+            mem["mem_piece_embeds"] = self.mem_piece_embeds.detach().cpu().contiguous()
         save_file(
-            {
-                "mem_slot_embeds": self.mem_slot_embeds.detach().cpu().contiguous(),
-                "mem_token_row": self.base_model.get_input_embeddings().weight[self.mem_token_id].detach().cpu().contiguous(),
-            },
+            mem,
             str(directory / MEM_WEIGHTS_NAME),
             metadata={"mem_token": MEM_TOKEN, "mem_token_id": str(self.mem_token_id)},
         )
@@ -399,6 +418,30 @@ class RheaForCausalLM(nn.Module):
             return
         rows = self.mem_slot_embeds.detach()[torch.arange(n_mem, device=self.device) % old].clone()
         self.mem_slot_embeds = nn.Parameter(rows, requires_grad=self.mem_slot_embeds.requires_grad)
+        self.config = config
+
+    def resize_piece_embeddings(self, n: int) -> None:
+        """Give the compressor `n` piece-index offsets (``RheaConfig.compress_piece_embeddings``): a warm start
+        that leaves what the model computes unchanged. Offset ``i`` below the old count keeps its trained value;
+        a new one starts as a copy of the old last offset (which piece ``i`` used before), or zero when there was
+        none, so every piece is compressed exactly as before until training moves them. Shrinking drops the
+        offsets of the last piece indices (their pieces then use offset ``n - 1``); ``n = 0`` removes them.
+
+        >>> model.resize_piece_embeddings(8)                          # doctest: +SKIP
+        """
+        config = dataclasses.replace(self.config, compress_piece_embeddings=n)  # RheaConfig validates n
+        old = self.mem_piece_embeds
+        if n == (0 if old is None else old.shape[0]):
+            return
+        if n == 0:
+            self.mem_piece_embeds = None
+        else:
+            rows = torch.zeros(n, self.hidden_size, dtype=self.dtype, device=self.device)
+            if old is not None:
+                keep = min(n, old.shape[0])
+                rows[:keep] = old.detach()[:keep]
+                rows[keep:] = old.detach()[-1]
+            self.mem_piece_embeds = nn.Parameter(rows, requires_grad=self.mem_slot_embeds.requires_grad)
         self.config = config
 
     def lora_rank(self, adapter: str) -> int:
@@ -872,7 +915,9 @@ class RheaForCausalLM(nn.Module):
         block of ``n_mem`` rows, ``list(compress(texts))``. With ``chunk_tokens = c`` its tokens are cut into
         consecutive pieces of at most ``c`` and every piece is compressed alone into ``n_mem`` latents (ICAE's
         use of a compressor on text longer than it was trained on): ``ceil(tokens / c) * n_mem`` rows, the pieces'
-        blocks in reading order (an empty text is one block). All pieces of all texts are compressed in batches
+        blocks in reading order (an empty text is one block). With ``RheaConfig.compress_piece_embeddings`` the
+        read-out queries of piece i carry a learned offset for its index, so the blocks also say where their piece
+        sits (`resize_piece_embeddings`). All pieces of all texts are compressed in batches
         of `batch_size` (default: all at once). Differentiable, as :meth:`compress`.
 
         >>> [x.shape[0] for x in model.compress_replies(["short", "a much longer reply ..."], chunk_tokens=48)]  # doctest: +SKIP
@@ -889,19 +934,24 @@ class RheaForCausalLM(nn.Module):
         flat = [p for ps in pieces for p in ps]
         if not flat:
             return []
-        blocks = self._compress_batches(flat, batch_size)
+        index = [i for ps in pieces for i in range(len(ps))]
+        blocks = self._compress_batches(flat, batch_size, index)
         out, at = [], 0
         for ps in pieces:
             out.append(blocks[at:at + len(ps)].reshape(len(ps) * self.n_mem, -1))
             at += len(ps)
         return out
 
-    def _compress_batches(self, ids: list[list[int]], batch_size: int | None) -> torch.Tensor:
+    def _compress_batches(self, ids: list[list[int]], batch_size: int | None,
+                          piece_index: list[int] | None = None) -> torch.Tensor:
         """``[len(ids), n_mem, latent_width]``: `_compress_ids` over batches of `batch_size` (default: all at once)."""
         step = batch_size or len(ids)
-        return torch.cat([self._compress_ids(ids[i:i + step]) for i in range(0, len(ids), step)], dim=0)
+        return torch.cat([self._compress_ids(ids[i:i + step], None if piece_index is None else piece_index[i:i + step])
+                          for i in range(0, len(ids), step)], dim=0)
 
-    def _compress_ids(self, ids: list[list[int]]) -> torch.Tensor:
+    def _compress_ids(self, ids: list[list[int]], piece_index: list[int] | None = None) -> torch.Tensor:
+        """One left-padded compress pass. With piece offsets (``mem_piece_embeds``) row j's slots get offset
+        ``piece_index[j]`` (clamped to the last; None: offset 0, a whole text being its own first piece)."""
         n, pad = self.n_mem, self.tokenizer.pad_token_id
         width = max(len(t) for t in ids) + n
         input_ids = torch.full((len(ids), width), pad, dtype=torch.long, device=self.device)
@@ -912,6 +962,9 @@ class RheaForCausalLM(nn.Module):
             attention_mask[row, width - len(seq):] = 1
         text_embeds = self.base_model.get_input_embeddings()(input_ids[:, :-n])
         slots = self.mem_slot_embeds.to(text_embeds.dtype).unsqueeze(0).expand(len(ids), -1, -1)
+        if self.mem_piece_embeds is not None:
+            at = torch.tensor(piece_index or [0] * len(ids), device=self.device).clamp(max=self.mem_piece_embeds.shape[0] - 1)
+            slots = slots + self.mem_piece_embeds.to(text_embeds.dtype)[at].unsqueeze(1)
         embeds = torch.cat([text_embeds, slots], dim=1)
         with self.adapter("compress"), self._record_slot_states(n) as per_layer:
             # The decoder alone: no lm_head over the vocabulary, which compression never needs.

@@ -70,6 +70,9 @@ class JointStep(nn.Module):
             # Keep the compress adapter and <mem> slots in the graph (zero gradient) so DDP
             # sees every parameter used in every step, whatever the batch holds.
             total = total + 0.0 * self.model.mem_slot_embeds.sum()
+        pieces = getattr(self.model, "mem_piece_embeds", None)
+        if pieces is not None:  # only the offset of piece 0 is read when replies are compressed whole
+            total = total + 0.0 * pieces.sum()
         for aux in self.aux_losses:
             value = aux(self.model, batch, latents, outputs)
             if value is not None:

@@ -454,3 +454,53 @@ def test_compress_replies_in_chunks():
     for bad in (0, True, "48"):
         with pytest.raises(RheaConfigError, match="compress_chunk_tokens"):
             RheaConfig(compress_chunk_tokens=bad)
+
+
+def test_piece_embeddings_order_the_blocks_of_a_reply(tmp_path):
+    """compress_piece_embeddings: zero offsets change nothing; a trained offset for piece index i changes that
+    piece's block only (the same words at another index compress differently); indices past the last offset use
+    it; a whole text is piece 0; gradients reach the offsets; they save, reload and resize without changing what
+    the model computes; a mem_tokens file that does not match the config is refused."""
+    model = tiny_rhea(n_mem=2, latent_injection="states")
+    text = ["a b c a b c a b c a b c"]  # every 3-token piece of the same words (tiny tokenizer: one token a word)
+    with torch.no_grad():
+        plain = model.compress_replies(text, chunk_tokens=3)[0]
+    model.resize_piece_embeddings(2)
+    assert model.config.compress_piece_embeddings == 2 and model.mem_piece_embeds.shape == (2, model.hidden_size)
+    with torch.no_grad():
+        torch.testing.assert_close(model.compress_replies(text, chunk_tokens=3)[0], plain)  # zero offsets: unchanged
+        model.mem_piece_embeds[1].normal_(generator=torch.Generator().manual_seed(0))
+        ordered = model.compress_replies(text, chunk_tokens=3)[0].reshape(4, 2, -1)
+        blocks = plain.reshape(4, 2, -1)
+        torch.testing.assert_close(ordered[0], blocks[0])  # piece 0 keeps offset 0 (still zero)
+        assert not torch.allclose(ordered[1], blocks[1])   # piece 1: same words, another index
+        torch.testing.assert_close(ordered[2], ordered[1])  # pieces 2, 3 use the last offset
+        torch.testing.assert_close(ordered[3], ordered[1])
+        model.mem_piece_embeds[0].normal_(generator=torch.Generator().manual_seed(1))
+        whole = model.compress(["a b c"])[0]
+        torch.testing.assert_close(whole, model.compress_replies(text, chunk_tokens=3)[0][:2], atol=1e-5, rtol=1e-4)
+    model.compress_replies(text, chunk_tokens=3)[0].pow(2).mean().backward()
+    assert model.mem_piece_embeds.grad is not None and model.mem_piece_embeds.grad.abs().sum() > 0
+    with torch.no_grad():
+        before = model.compress_replies(text, chunk_tokens=3)[0]
+    model.save_pretrained(tmp_path / "m")
+    again = RheaForCausalLM.from_pretrained(tmp_path / "m", base_model=tiny_llama(len(tiny_tokenizer())))
+    assert again.config.compress_piece_embeddings == 2
+    with torch.no_grad():
+        torch.testing.assert_close(again.compress_replies(text, chunk_tokens=3)[0], before)
+        again.resize_piece_embeddings(4)  # new offsets copy the old last one: the same latents
+        torch.testing.assert_close(again.compress_replies(text, chunk_tokens=3)[0], before)
+        again.resize_piece_embeddings(0)
+        assert again.mem_piece_embeds is None and again.config.compress_piece_embeddings == 0
+    for bad in (-1, True, 1.5):
+        with pytest.raises(RheaConfigError, match="compress_piece_embeddings"):
+            model.resize_piece_embeddings(bad)
+    cfg = json.loads((tmp_path / "m" / "rhea_config.json").read_text())
+    cfg["compress_piece_embeddings"] = 0
+    (tmp_path / "m" / "rhea_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="mem_piece_embeds"):
+        RheaForCausalLM.from_pretrained(tmp_path / "m", base_model=tiny_llama(len(tiny_tokenizer())))
+    cfg["compress_piece_embeddings"] = 3
+    (tmp_path / "m" / "rhea_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="mem_piece_embeds should have shape"):
+        RheaForCausalLM.from_pretrained(tmp_path / "m", base_model=tiny_llama(len(tiny_tokenizer())))

@@ -365,3 +365,39 @@ def test_compress_chunk_tokens_trains_on_blocks_and_records_the_chunking(script,
         with pytest.raises(SystemExit):
             script.main(_argv(data, base_dir, root / "bad", 2, **{"compress_chunk_tokens": 3, **extra}))
         assert "--compress-chunk-tokens" in capsys.readouterr().err
+
+
+def test_piece_embeddings_train_an_order_signal_and_warm_start_exactly(script, setup, capsys):
+    """--piece-embeddings: a fresh chunked run trains P piece offsets (saved, in the snapshot, recorded in the
+    config); --init-from a directory without them starts from exactly its reconstruction (offsets zero); an old
+    snapshot (no piece_embeddings key) still resumes a run without them; the flag needs --compress-chunk-tokens."""
+    from rhea.modeling import RheaForCausalLM
+
+    data, base_dir, root = setup
+    script.main(_argv(data, base_dir, root, 2, lr=0.01, compress_chunk_tokens=3, piece_embeddings=3))
+    model = RheaForCausalLM.from_pretrained(root / "out" / "latest", base_model=str(base_dir))
+    assert model.config.compress_piece_embeddings == 3 and model.mem_piece_embeds.abs().sum() > 0
+    assert "mem_piece_embeds" in load_file(str(root / "snap" / "trainable.safetensors"))
+    assert json.loads((root / "snap" / "state.json").read_text())["settings"]["piece_embeddings"] == 3
+
+    script.main(_argv(data, base_dir, root / "plain", 2, lr=0.01, compress_chunk_tokens=3))
+    shutil.copytree(root / "plain" / "out" / "latest", root / "init")
+    state = json.loads((root / "plain" / "snap" / "state.json").read_text())
+    del state["settings"]["piece_embeddings"]  # a snapshot written before the flag existed
+    (root / "plain" / "snap" / "state.json").write_text(json.dumps(state))
+    shutil.rmtree(root / "plain" / "out" / "checkpoint")
+    script.main(_argv(data, base_dir, root / "plain", 4, lr=0.01, compress_chunk_tokens=3))
+    assert "resumed from snapshot" in capsys.readouterr().out
+
+    script.main(_argv(data, base_dir, root / "warm", 0, init_from=root / "init", compress_chunk_tokens=3,
+                      piece_embeddings=4))
+    assert "giving it 4" in capsys.readouterr().out
+    start = [json.loads(x) for x in (root / "warm" / "out" / "curve.jsonl").read_text().splitlines()][0]
+    last = [json.loads(x) for x in (root / "plain" / "out" / "curve.jsonl").read_text().splitlines()
+            if json.loads(x)["step"] == 2][0]
+    assert start["own"] == pytest.approx(last["own"], abs=1e-6)
+    assert RheaForCausalLM.from_pretrained(root / "warm" / "out" / "latest",
+                                           base_model=str(base_dir)).config.compress_piece_embeddings == 4
+    with pytest.raises(SystemExit):
+        script.main(_argv(data, base_dir, root / "bad", 2, piece_embeddings=2))
+    assert "--compress-chunk-tokens" in capsys.readouterr().err
