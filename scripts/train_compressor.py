@@ -62,6 +62,10 @@ def parse_args(argv=None):
                    help="JSONL of the model's own replies (scripts/generate_replies.py), added to the training texts "
                         "only (the held-apart measure stays on real replies); repeatable")
     p.add_argument("--chunk-tokens", type=int, default=48, help="tokens per training text (and per held-apart eval text)")
+    p.add_argument("--chunk-stride", type=int, default=None,
+                   help="start a training text every N tokens of a reply (overlapping windows when N < --chunk-tokens: "
+                        "more distinct training texts from the same replies); default: --chunk-tokens (consecutive "
+                        "pieces). The held-apart texts stay each reply's first --chunk-tokens")
     p.add_argument("--compress-chunk-tokens", type=int, default=None,
                    help="compress each training/eval text in pieces of at most N tokens, n_mem latents each, and "
                         "reconstruct the whole text from all of its blocks (RheaConfig.compress_chunk_tokens, recorded in "
@@ -115,6 +119,8 @@ def parse_args(argv=None):
     if args.compress_chunk_tokens is not None and args.qa_share > 0:
         p.error("--qa-share compresses each fact-QA reply as one block; it cannot be combined with "
                 "--compress-chunk-tokens yet")
+    if args.chunk_stride is not None and args.chunk_stride < 1:
+        p.error(f"--chunk-stride {args.chunk_stride} must be >= 1")
     if args.piece_embeddings is not None and args.piece_embeddings < 0:
         p.error(f"--piece-embeddings {args.piece_embeddings} must be >= 0")
     if args.piece_embeddings and args.compress_chunk_tokens is None:
@@ -192,7 +198,7 @@ def build(args):
     # so all of them may train without touching the held-apart set
     train_src = train_src + [t for path in args.self_replies for t in load_self_replies(path)]
     least = min(8, args.chunk_tokens)  # chunk_texts leaves out pieces shorter than this
-    train = chunk_texts(model.tokenizer, train_src, max_tokens=args.chunk_tokens, min_tokens=least)
+    train = chunk_texts(model.tokenizer, train_src, max_tokens=args.chunk_tokens, min_tokens=least, stride=args.chunk_stride)
     test = chunk_texts(model.tokenizer, test_src, max_tokens=args.chunk_tokens, min_tokens=least, first_only=True)
     if not train or not test:
         raise SystemExit(f"--data {args.data} gives {len(train)} training and {len(test)} held-apart chunks of at least "
@@ -271,7 +277,7 @@ def save_checkpoint(out: Path, params: dict, opt, sched, step: int) -> None:
 
 
 #: settings a snapshot must share with the run that resumes it (others, e.g. --threads, may change)
-SNAPSHOT_KEYS = ("base_model", "injection", "n_mem", "lora_r", "lora_alpha", "targets", "chunk_tokens", "compress_chunk_tokens",
+SNAPSHOT_KEYS = ("base_model", "injection", "n_mem", "lora_r", "lora_alpha", "targets", "chunk_tokens", "chunk_stride", "compress_chunk_tokens",
                  "piece_embeddings", "batch",
                  "train_generate", "seed", "self_replies", "qa_share", "babi", "babi_tasks", "content_weight")
 
@@ -423,7 +429,8 @@ def main(argv=None) -> None:
         model.config.compress_chunk_tokens = args.compress_chunk_tokens  # the policy compresses as trained
         model.config.extra["training"] = {"recipe": "scripts/train_compressor.py", "data": str(args.data),
                                           "self_replies": list(args.self_replies), "optimizer_steps": at,
-                                          "chunk_tokens": args.chunk_tokens, "train_generate": args.train_generate,
+                                          "chunk_tokens": args.chunk_tokens, "chunk_stride": args.chunk_stride,
+                                          "train_generate": args.train_generate,
                                           "qa_share": args.qa_share, "babi": args.babi,
                                           "content_weight": args.content_weight,
                                           "babi_tasks": args.babi_tasks if args.babi else None}

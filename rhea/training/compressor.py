@@ -126,24 +126,27 @@ def load_reply_texts(data_dir: str | os.PathLike) -> list[TextChunk]:
 
 
 def chunk_texts(tokenizer, texts: Sequence[TextChunk], *, max_tokens: int = 48, min_tokens: int = 8,
-                first_only: bool = False) -> list[TextChunk]:
-    """Cut each text into consecutive pieces of `max_tokens` tokens (decoded back to text).
+                first_only: bool = False, stride: int | None = None) -> list[TextChunk]:
+    """Cut each text into pieces of `max_tokens` tokens (decoded back to text), one starting every `stride`
+    tokens (default `max_tokens`: consecutive pieces; a smaller stride gives overlapping windows, more distinct
+    training texts from the same replies).
 
     Pieces shorter than `min_tokens` are left out. ``first_only`` keeps each text's first piece.
     """
-    if max_tokens < 1 or min_tokens < 1:
-        raise TrainingDataError(f"max_tokens={max_tokens} and min_tokens={min_tokens} must be >= 1")
+    stride = max_tokens if stride is None else stride
+    if max_tokens < 1 or min_tokens < 1 or stride < 1:
+        raise TrainingDataError(f"max_tokens={max_tokens}, min_tokens={min_tokens} and stride={stride} must be >= 1")
     out = []
     for t in texts:
         ids = tokenizer(t.text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-        for start in range(0, len(ids), max_tokens):
+        for start in range(0, len(ids), stride):
             piece = ids[start:start + max_tokens]
             if len(piece) < min_tokens:
                 break
             text = tokenizer.decode(piece).strip()
             if text:
                 out.append(TextChunk(f"{t.source}@{start}", text))
-            if first_only:
+            if first_only or start + max_tokens >= len(ids):  # a later window would only repeat this one's tail
                 break
     return out
 

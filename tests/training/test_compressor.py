@@ -51,8 +51,14 @@ def test_chunk_texts_cuts_consecutive_pieces():
     assert [p.source for p in pieces] == ["doc:0:0@0", "doc:0:0@3", "doc:0:0@6"]
     assert len(chunk_texts(model.tokenizer, [text], max_tokens=3, min_tokens=2)) == 2  # the 1-token tail is left out
     assert [p.text for p in chunk_texts(model.tokenizer, [text], max_tokens=3, first_only=True, min_tokens=1)] == ["one two three"]
-    with pytest.raises(TrainingDataError):
-        chunk_texts(model.tokenizer, [text], max_tokens=0)
+    # overlapping windows: one every 2 tokens, none after a window has reached the end
+    windows = chunk_texts(model.tokenizer, [text], max_tokens=3, min_tokens=1, stride=2)
+    assert [p.text for p in windows] == ["one two three", "three four five", "five what when"]
+    assert [p.source for p in windows] == ["doc:0:0@0", "doc:0:0@2", "doc:0:0@4"]
+    assert chunk_texts(model.tokenizer, [text], max_tokens=3, min_tokens=1, stride=3) == pieces
+    for bad in ({"max_tokens": 0}, {"stride": 0}):
+        with pytest.raises(TrainingDataError):
+            chunk_texts(model.tokenizer, [text], **bad)
 
 
 def test_split_is_by_source_deterministic_and_disjoint():

@@ -401,3 +401,30 @@ def test_piece_embeddings_train_an_order_signal_and_warm_start_exactly(script, s
     with pytest.raises(SystemExit):
         script.main(_argv(data, base_dir, root / "bad", 2, piece_embeddings=2))
     assert "--compress-chunk-tokens" in capsys.readouterr().err
+
+
+def test_chunk_stride_adds_overlapping_training_texts_only(script, setup, capsys):
+    """--chunk-stride N < --chunk-tokens: more training texts (overlapping windows), the same held-apart ones;
+    recorded in the snapshot (a resume must share it) and in the saved training record; < 1 is refused."""
+    import re
+
+    data, base_dir, root = setup
+
+    def counts(out):
+        m = re.search(r"(\d+) train chunks, (\d+) held-apart", out)
+        return int(m.group(1)), int(m.group(2))
+
+    script.main(_argv(data, base_dir, root / "a", 0))
+    plain = counts(capsys.readouterr().out)
+    script.main(_argv(data, base_dir, root / "b", 2, chunk_stride=3))
+    strided = counts(capsys.readouterr().out)
+    assert strided[0] > plain[0] and strided[1] == plain[1]
+    assert json.loads((root / "b" / "snap" / "state.json").read_text())["settings"]["chunk_stride"] == 3
+    cfg = json.loads((root / "b" / "out" / "latest" / "rhea_config.json").read_text())
+    assert cfg["extra"]["training"]["chunk_stride"] == 3
+    shutil.rmtree(root / "b" / "out" / "checkpoint")
+    with pytest.raises(SystemExit, match="other settings"):
+        script.main(_argv(data, base_dir, root / "b", 4))
+    with pytest.raises(SystemExit):
+        script.main(_argv(data, base_dir, root / "c", 2, chunk_stride=0))
+    assert "--chunk-stride" in capsys.readouterr().err
