@@ -75,6 +75,9 @@ def parse_args(argv=None):
                         "index, an order signal between a text's blocks (RheaConfig.compress_piece_embeddings; with "
                         "--init-from the directory's offsets are kept and grown, new ones copying its last or zero); "
                         "default: the --init-from directory's count, else 0")
+    p.add_argument("--piece-lr", type=float, default=None,
+                   help="peak learning rate of the piece offsets (--piece-embeddings), which start at zero beside "
+                        "trained weights and move too little at a fine-tuning --lr; default: --lr")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-3,
                    help="peak learning rate; resuming a checkpoint with another --lr continues at it, AdamW moments kept")
@@ -119,6 +122,8 @@ def parse_args(argv=None):
     if args.compress_chunk_tokens is not None and args.qa_share > 0:
         p.error("--qa-share compresses each fact-QA reply as one block; it cannot be combined with "
                 "--compress-chunk-tokens yet")
+    if args.piece_lr is not None and not args.piece_embeddings:
+        p.error("--piece-lr sets the learning rate of the piece offsets; pass --piece-embeddings as well")
     if args.chunk_stride is not None and args.chunk_stride < 1:
         p.error(f"--chunk-stride {args.chunk_stride} must be >= 1")
     if args.piece_embeddings is not None and args.piece_embeddings < 0:
@@ -365,7 +370,12 @@ def main(argv=None) -> None:
     if not resuming and not args.init_from:
         fresh_init(model, train, args.seed)
     params = trainable(model, args.train_generate)
-    opt = torch.optim.AdamW(list(params.values()), lr=args.lr, weight_decay=0.0)
+    # the piece offsets (if any) get their own group: a fresh parameter beside trained ones may need a higher lr
+    lrs = [args.lr] + ([args.piece_lr or args.lr] if "mem_piece_embeds" in params else [])
+    groups = [{"params": [p for n, p in params.items() if n != "mem_piece_embeds"], "lr": lrs[0]}]
+    if len(lrs) > 1:
+        groups.append({"params": [params["mem_piece_embeds"]], "lr": lrs[1]})
+    opt = torch.optim.AdamW(groups, lr=args.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
     step = 0
     if from_snapshot:
@@ -380,12 +390,12 @@ def main(argv=None) -> None:
         sched.load_state_dict(state["sched"])
         step = state["step"]
         torch.set_rng_state(state["torch_rng"].cpu())
-        if not math.isclose(sched.base_lrs[0], args.lr):  # e.g. a lower lr once the curve flattens
+        if not all(math.isclose(a, b) for a, b in zip(sched.base_lrs, lrs)):  # e.g. a lower lr once the curve flattens
             print(f"[compressor] lr {sched.base_lrs[0]:g} -> {args.lr:g} from step {step} (AdamW moments kept)", flush=True)
-            sched.base_lrs = [args.lr] * len(sched.base_lrs)
-            for g in opt.param_groups:
-                g["initial_lr"] = args.lr
-                g["lr"] = args.lr * min(1.0, (step + 1) / max(1, args.warmup))
+            sched.base_lrs = list(lrs)
+            for g, lr in zip(opt.param_groups, lrs):
+                g["initial_lr"] = lr
+                g["lr"] = lr * min(1.0, (step + 1) / max(1, args.warmup))
     (out / "args.json").write_text(json.dumps(vars(args), indent=2))
     print(f"[compressor] {len(train)} train chunks, {len(eval_texts)} held-apart eval chunks, "
           f"{len(qa_train)} fact-QA items ({len(qa_eval)} held apart), "

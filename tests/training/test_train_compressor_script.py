@@ -401,6 +401,14 @@ def test_piece_embeddings_train_an_order_signal_and_warm_start_exactly(script, s
     with pytest.raises(SystemExit):
         script.main(_argv(data, base_dir, root / "bad", 2, piece_embeddings=2))
     assert "--compress-chunk-tokens" in capsys.readouterr().err
+    # --piece-lr: the offsets' own learning rate (fresh parameters beside trained ones)
+    script.main(_argv(data, base_dir, root / "fast", 2, lr=0.01, compress_chunk_tokens=3, piece_embeddings=3,
+                      piece_lr=1.0))
+    fast = RheaForCausalLM.from_pretrained(root / "fast" / "out" / "latest", base_model=str(base_dir))
+    assert fast.mem_piece_embeds.norm() > 10 * model.mem_piece_embeds.norm()
+    with pytest.raises(SystemExit):
+        script.main(_argv(data, base_dir, root / "bad", 2, piece_lr=0.1))
+    assert "--piece-embeddings" in capsys.readouterr().err
 
 
 def test_chunk_stride_adds_overlapping_training_texts_only(script, setup, capsys):
