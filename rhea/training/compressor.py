@@ -234,9 +234,10 @@ def _latent_rows(latents: torch.Tensor | Sequence[torch.Tensor]) -> tuple[torch.
 
 
 @torch.no_grad()
-def teacher_forced_accuracy(model, texts: Sequence[str], latents) -> tuple[list[float], list[int]]:
-    """Per text: share of reply tokens the generate pass predicts (argmax) given `latents` and the true prefix.
-    `latents`: ``[B, n_mem, width]`` or one ``[rows_i, width]`` per text (a text compressed in chunks)."""
+def token_hits(model, texts: Sequence[str], latents) -> list[list[bool]]:
+    """Per text, per reply token (in order, the end-of-turn tokens included): whether the generate pass predicts it
+    (argmax) given `latents` and the true prefix. `latents`: ``[B, n_mem, width]`` or one ``[rows_i, width]`` per
+    text (a text compressed in chunks)."""
     flat, rows = _latent_rows(latents)
     batch = autoencode_batch(model, texts, rows)
     device = model.device
@@ -245,9 +246,14 @@ def teacher_forced_accuracy(model, texts: Sequence[str], latents) -> tuple[list[
     pred = out.logits[:, :-1].argmax(-1).cpu()
     gold = batch["labels"][:, 1:]
     keep = gold != -100
-    correct = ((pred == gold) & keep).sum(-1)
-    counts = keep.sum(-1)
-    return [float(c) / max(1, int(n)) for c, n in zip(correct, counts)], [int(n) for n in counts]
+    return [(pred[r][keep[r]] == gold[r][keep[r]]).tolist() for r in range(len(texts))]
+
+
+def teacher_forced_accuracy(model, texts: Sequence[str], latents) -> tuple[list[float], list[int]]:
+    """Per text: share of reply tokens the generate pass predicts (argmax) given `latents` and the true prefix,
+    and the reply's token count (`token_hits`)."""
+    hits = token_hits(model, texts, latents)
+    return [sum(h) / max(1, len(h)) for h in hits], [len(h) for h in hits]
 
 
 @torch.no_grad()
