@@ -127,6 +127,24 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def inputs_ok(adapters: list[str], data: str) -> bool:
+    """Every adapter is a save_pretrained directory and `data` holds replies; otherwise an error on stderr
+    (checked before any model loads)."""
+    from rhea.errors import RheaError
+    from rhea.training.compressor import load_reply_texts
+
+    for d in adapters:
+        if not (Path(d) / "rhea_config.json").is_file():
+            print(f"error: {d} is not a save_pretrained directory (no rhea_config.json)", file=sys.stderr)
+            return False
+    try:
+        load_reply_texts(data)
+    except RheaError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return False
+    return True
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="data directory in the shared/data layout")
@@ -152,17 +170,7 @@ def main(argv=None) -> int:
     if args.chunk_tokens < 1:
         p.error(f"--chunk-tokens {args.chunk_tokens} must be >= 1")
 
-    from rhea.errors import RheaError
-    from rhea.training.compressor import load_reply_texts
-
-    for d in args.adapters:
-        if not (Path(d) / "rhea_config.json").is_file():
-            print(f"error: {d} is not a save_pretrained directory (no rhea_config.json)", file=sys.stderr)
-            return 2
-    try:
-        load_reply_texts(args.data)
-    except RheaError as e:
-        print(f"error: {e}", file=sys.stderr)
+    if not inputs_ok(args.adapters, args.data):
         return 2
     torch.set_num_threads(args.threads)
     from rhea.modeling import RheaForCausalLM

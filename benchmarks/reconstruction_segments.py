@@ -27,6 +27,9 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.reconstruction import inputs_ok  # noqa: E402
+
 LAYOUTS = ("whole", "pieces", "pieces reversed", "control")
 
 
@@ -125,17 +128,7 @@ def main(argv=None) -> int:
     if args.batch_size < 1 or (args.n is not None and args.n < 2):
         p.error("--batch-size must be >= 1 and --n >= 2 (the control reads another reply's latents)")
 
-    from rhea.errors import RheaError
-    from rhea.training.compressor import load_reply_texts
-
-    for d in args.adapters:
-        if not (Path(d) / "rhea_config.json").is_file():
-            print(f"error: {d} is not a save_pretrained directory (no rhea_config.json)", file=sys.stderr)
-            return 2
-    try:
-        load_reply_texts(args.data)
-    except RheaError as e:
-        print(f"error: {e}", file=sys.stderr)
+    if not inputs_ok(args.adapters, args.data):
         return 2
     torch.set_num_threads(args.threads)
     from rhea.modeling import RheaForCausalLM
