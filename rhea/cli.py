@@ -12,7 +12,7 @@ import sys
 from rhea.errors import RheaError
 
 COMMAND_MODULES = [
-    "rhea.modeling.cli",     # export
+    "rhea.modeling.cli",     # export, shrink
     "rhea.session.cli",      # chat (interactive REPL, --demo)
     "rhea.training.cli",     # train
     "rhea.training.acr.cli",  # train-acr

@@ -505,6 +505,83 @@ class RheaForCausalLM(nn.Module):
         alpha = (cfg.lora_alpha / old) * r if not cfg.use_rslora else cfg.lora_alpha * math.sqrt(r / old)
         cfg.r, cfg.lora_alpha = r, int(alpha) if float(alpha).is_integer() else alpha
 
+    def shrink_lora_rank(self, adapter: str, r: int, *, seed: int = 0) -> dict:
+        """Cut the LoRA rank of `adapter` to `r` by a truncated SVD of each layer's update: the smallest file.
+
+        Each LoRA layer's update ``scale * B A`` is replaced by its best rank-`r` approximation (Eckart-Young):
+        the top `r` singular directions, split evenly between the new ``B`` and ``A``. The scale ``alpha / r`` is
+        kept (``lora_alpha`` is lowered with the rank), so a layer whose update already had rank <= `r` computes
+        exactly what it did. An update with fewer than `r` non-zero singular values (a zero, untrained adapter
+        included) keeps PEFT's fresh-start shape in the spare directions: Kaiming ``A`` rows, zero ``B``
+        columns, so the adapter can still be trained afterwards. Returns what was kept: the share of each
+        layer's squared Frobenius norm (``energy_kept_min`` / ``_mean`` over layers, 1.0 for a zero update)
+        and the largest relative error ``||dW - dW_r|| / ||dW||``. The inverse of :meth:`resize_lora_rank`;
+        measure the shrunk model (``benchmarks/reconstruction.py``) before shipping it.
+
+        >>> model.shrink_lora_rank("compress", 16)                   # doctest: +SKIP
+        {'rank_before': 64, 'rank_after': 16, 'layers': 210, 'energy_kept_min': 0.996, ...}
+        """
+        from peft.tuners.lora import LoraLayer
+
+        old = self.lora_rank(adapter)
+        if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+            raise RheaConfigError(f"rank {r!r} must be an int >= 1")
+        if r > old:
+            raise RheaConfigError(f"the {adapter!r} adapter has rank {old}; shrink_lora_rank only lowers a rank: "
+                                  f"pass r <= {old} (resize_lora_rank grows one)")
+        cfg = self.peft_model.peft_config[adapter]
+        if getattr(cfg, "rank_pattern", None) or getattr(cfg, "alpha_pattern", None):
+            raise RheaConfigError(f"the {adapter!r} adapter sets rank_pattern/alpha_pattern; per-layer ranks are not "
+                                  "shrunk here")
+        if getattr(cfg, "use_dora", False):
+            raise RheaConfigError(f"the {adapter!r} adapter uses DoRA, whose magnitude vector depends on the update's "
+                                  "column norms; a truncated B A would no longer match it")
+        layers = [m for m in self.peft_model.modules() if isinstance(m, LoraLayer) and adapter in m.r]
+        for layer in layers:
+            if adapter not in layer.lora_A or getattr(layer, "merged", False):
+                raise RheaConfigError(f"{type(layer).__name__} holds the {adapter!r} adapter merged or outside "
+                                      "lora_A/lora_B (e.g. an embedding LoRA); unmerge it before shrinking")
+            if layer.lora_B[adapter].bias is not None:
+                raise RheaConfigError(f"the {adapter!r} adapter has a lora_B bias (lora_bias=True); it is not shrunk here")
+        kept, errors = [], []
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for layer in layers:
+                a_old, b_old = layer.lora_A[adapter], layer.lora_B[adapter]
+                scale = float(layer.scaling[adapter])
+                a, b = a_old.weight.detach().double().cpu(), b_old.weight.detach().double().cpu()
+                # B A = Qb (Rb Ra^T) Qa^T: the SVD of the small old x old core gives the update's SVD.
+                qb, rb = torch.linalg.qr(b)
+                qa, ra = torch.linalg.qr(a.T)
+                u, s, vh = torch.linalg.svd(rb @ ra.T, full_matrices=False)
+                total = float((s * s).sum())
+                tail = float((s[r:] * s[r:]).sum())
+                kept.append(1.0 if total == 0.0 else 1.0 - tail / total)
+                errors.append(0.0 if total == 0.0 else math.sqrt(tail / total))
+                k = min(r, s.shape[0])                               # a layer narrower than r has fewer directions
+                root = torch.sqrt(s[:k])                             # B' A' = U_k S_k V_k^T = B A, truncated;
+                new_b = (qb @ u[:, :k]) * root                       # the scale alpha / r is kept as it was
+                new_a = root[:, None] * (vh[:k] @ qa.T)
+                a_new = nn.Linear(a_old.in_features, r, bias=False)
+                nn.init.kaiming_uniform_(a_new.weight, a=math.sqrt(5), generator=g)
+                b_new = nn.Linear(r, b_old.out_features, bias=False)
+                b_new.weight.zero_()
+                live = torch.nonzero(s[:k] > 0).flatten()
+                a_new.weight[live] = new_a[live].to(a_new.weight.dtype)
+                b_new.weight[:, live] = new_b[:, live].to(b_new.weight.dtype)
+                for new, was in ((a_new, a_old), (b_new, b_old)):
+                    new.to(device=was.weight.device, dtype=was.weight.dtype)
+                    new.requires_grad_(was.weight.requires_grad)
+                layer.lora_A[adapter], layer.lora_B[adapter] = a_new, b_new
+                layer.r[adapter] = r
+                layer.lora_alpha[adapter] = scale * (math.sqrt(r) if layer.use_rslora.get(adapter) else r)
+        alpha = (cfg.lora_alpha / old) * r if not cfg.use_rslora else cfg.lora_alpha * math.sqrt(r / old)
+        cfg.r, cfg.lora_alpha = r, int(alpha) if float(alpha).is_integer() else alpha
+        return {"adapter": adapter, "rank_before": old, "rank_after": r, "layers": len(layers),
+                "energy_kept_min": min(kept, default=1.0),
+                "energy_kept_mean": sum(kept) / len(kept) if kept else 1.0,
+                "rel_error_max": max(errors, default=0.0)}
+
     @property
     def latent_width(self) -> int:
         """Width of one latent vector: ``hidden``, or ``n_layers * hidden`` under ``latent_injection="states"``

@@ -37,6 +37,7 @@ EXPECT = {
     "printf": (["trace of turn 1", "instruction block (1):"], []),
     "rhea export": (["exported to runs/export-smollm2"], ["runs/export-smollm2/merged/model.safetensors",
                                                         "runs/export-smollm2/compress/adapter_config.json"]),
+    "rhea shrink": (["-> 4, update kept"], ["runs/shrunk-smollm2/compress/adapter_model.safetensors"]),
     "rhea bench": (["| rhea"], ["runs/ir/summary.md", "runs/ir/tokens_vs_turn.png"]),
     "rhea train --config": (['"optimizer_steps": 2'], ["runs/rhea-example/final/rhea_config.json"]),
     "rhea calibrate": ([], ["runs/calibrated/rhea_config.json"]),
