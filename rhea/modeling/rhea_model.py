@@ -450,6 +450,42 @@ class RheaForCausalLM(nn.Module):
             raise RheaConfigError(f"adapter {adapter!r} is not one of {ADAPTERS}")
         return int(self.peft_model.peft_config[adapter].r)
 
+    def _rank_change(self, adapter: str, r: int, *, grow: bool) -> tuple[int, list]:
+        """Check a rank change of `adapter` to `r` (`grow`: up, else down); return the old rank and its LoRA layers."""
+        from peft.tuners.lora import LoraLayer
+
+        old = self.lora_rank(adapter)
+        if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+            raise RheaConfigError(f"rank {r!r} must be an int >= 1")
+        if grow and r < old:
+            raise RheaConfigError(f"the {adapter!r} adapter has rank {old}; resize_lora_rank only grows a rank "
+                                  f"(shrinking to {r} would drop trained directions; shrink_lora_rank does): pass r >= {old}")
+        if not grow and r > old:
+            raise RheaConfigError(f"the {adapter!r} adapter has rank {old}; shrink_lora_rank only lowers a rank: "
+                                  f"pass r <= {old} (resize_lora_rank grows one)")
+        cfg = self.peft_model.peft_config[adapter]
+        if getattr(cfg, "rank_pattern", None) or getattr(cfg, "alpha_pattern", None):
+            raise RheaConfigError(f"the {adapter!r} adapter sets rank_pattern/alpha_pattern; per-layer ranks are not "
+                                  "changed here")
+        layers = [m for m in self.peft_model.modules() if isinstance(m, LoraLayer) and adapter in m.r]
+        for layer in layers:
+            if adapter not in layer.lora_A or getattr(layer, "merged", False):
+                raise RheaConfigError(f"{type(layer).__name__} holds the {adapter!r} adapter merged or outside "
+                                      "lora_A/lora_B (e.g. an embedding LoRA); unmerge it before changing its rank")
+        return old, layers
+
+    @staticmethod
+    def _set_layer_rank(layer, adapter: str, r: int) -> None:
+        """Record rank `r` on one LoRA layer with its scale ``alpha / r`` (``alpha / sqrt(r)`` under rsLoRA) kept."""
+        layer.r[adapter] = r
+        layer.lora_alpha[adapter] = layer.scaling[adapter] * (math.sqrt(r) if layer.use_rslora.get(adapter) else r)
+
+    def _set_config_rank(self, adapter: str, old: int, r: int) -> None:
+        """Record rank `r` in the adapter's PEFT config, alpha following it so the scale is kept (saved with it)."""
+        cfg = self.peft_model.peft_config[adapter]
+        alpha = (cfg.lora_alpha / old) * r if not cfg.use_rslora else cfg.lora_alpha * math.sqrt(r / old)
+        cfg.r, cfg.lora_alpha = r, int(alpha) if float(alpha).is_integer() else alpha
+
     def resize_lora_rank(self, adapter: str, r: int, *, seed: int = 0) -> None:
         """Grow the LoRA rank of `adapter` to `r` without changing what the model computes: a capacity warm start.
 
@@ -464,25 +500,9 @@ class RheaForCausalLM(nn.Module):
         >>> model.lora_rank("compress")                               # doctest: +SKIP
         64
         """
-        from peft.tuners.lora import LoraLayer
-
-        old = self.lora_rank(adapter)
-        if isinstance(r, bool) or not isinstance(r, int) or r < 1:
-            raise RheaConfigError(f"rank {r!r} must be an int >= 1")
-        if r < old:
-            raise RheaConfigError(f"the {adapter!r} adapter has rank {old}; resize_lora_rank only grows a rank "
-                                  f"(shrinking to {r} would drop trained directions): pass r >= {old}")
-        cfg = self.peft_model.peft_config[adapter]
-        if getattr(cfg, "rank_pattern", None) or getattr(cfg, "alpha_pattern", None):
-            raise RheaConfigError(f"the {adapter!r} adapter sets rank_pattern/alpha_pattern; per-layer ranks are not "
-                                  "resized here")
+        old, layers = self._rank_change(adapter, r, grow=True)
         if r == old:
             return
-        layers = [m for m in self.peft_model.modules() if isinstance(m, LoraLayer) and adapter in m.r]
-        for layer in layers:
-            if adapter not in layer.lora_A or getattr(layer, "merged", False):
-                raise RheaConfigError(f"{type(layer).__name__} holds the {adapter!r} adapter merged or outside "
-                                      "lora_A/lora_B (e.g. an embedding LoRA); unmerge it or resize before merging")
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for layer in layers:
@@ -499,11 +519,8 @@ class RheaForCausalLM(nn.Module):
                     new.to(device=was.weight.device, dtype=was.weight.dtype)
                     new.requires_grad_(was.weight.requires_grad)
                 layer.lora_A[adapter], layer.lora_B[adapter] = a, b
-                layer.r[adapter] = r
-                scale = layer.scaling[adapter]
-                layer.lora_alpha[adapter] = scale * (math.sqrt(r) if layer.use_rslora.get(adapter) else r)
-        alpha = (cfg.lora_alpha / old) * r if not cfg.use_rslora else cfg.lora_alpha * math.sqrt(r / old)
-        cfg.r, cfg.lora_alpha = r, int(alpha) if float(alpha).is_integer() else alpha
+                self._set_layer_rank(layer, adapter, r)
+        self._set_config_rank(adapter, old, r)
 
     def shrink_lora_rank(self, adapter: str, r: int, *, seed: int = 0) -> dict:
         """Cut the LoRA rank of `adapter` to `r` by a truncated SVD of each layer's update: the smallest file.
@@ -521,34 +538,17 @@ class RheaForCausalLM(nn.Module):
         >>> model.shrink_lora_rank("compress", 16)                   # doctest: +SKIP
         {'rank_before': 64, 'rank_after': 16, 'layers': 210, 'energy_kept_min': 0.996, ...}
         """
-        from peft.tuners.lora import LoraLayer
-
-        old = self.lora_rank(adapter)
-        if isinstance(r, bool) or not isinstance(r, int) or r < 1:
-            raise RheaConfigError(f"rank {r!r} must be an int >= 1")
-        if r > old:
-            raise RheaConfigError(f"the {adapter!r} adapter has rank {old}; shrink_lora_rank only lowers a rank: "
-                                  f"pass r <= {old} (resize_lora_rank grows one)")
-        cfg = self.peft_model.peft_config[adapter]
-        if getattr(cfg, "rank_pattern", None) or getattr(cfg, "alpha_pattern", None):
-            raise RheaConfigError(f"the {adapter!r} adapter sets rank_pattern/alpha_pattern; per-layer ranks are not "
-                                  "shrunk here")
-        if getattr(cfg, "use_dora", False):
+        old, layers = self._rank_change(adapter, r, grow=False)
+        if getattr(self.peft_model.peft_config[adapter], "use_dora", False):
             raise RheaConfigError(f"the {adapter!r} adapter uses DoRA, whose magnitude vector depends on the update's "
                                   "column norms; a truncated B A would no longer match it")
-        layers = [m for m in self.peft_model.modules() if isinstance(m, LoraLayer) and adapter in m.r]
-        for layer in layers:
-            if adapter not in layer.lora_A or getattr(layer, "merged", False):
-                raise RheaConfigError(f"{type(layer).__name__} holds the {adapter!r} adapter merged or outside "
-                                      "lora_A/lora_B (e.g. an embedding LoRA); unmerge it before shrinking")
-            if layer.lora_B[adapter].bias is not None:
-                raise RheaConfigError(f"the {adapter!r} adapter has a lora_B bias (lora_bias=True); it is not shrunk here")
+        if any(layer.lora_B[adapter].bias is not None for layer in layers):
+            raise RheaConfigError(f"the {adapter!r} adapter has a lora_B bias (lora_bias=True); it is not shrunk here")
         kept, errors = [], []
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for layer in layers:
                 a_old, b_old = layer.lora_A[adapter], layer.lora_B[adapter]
-                scale = float(layer.scaling[adapter])
                 a, b = a_old.weight.detach().double().cpu(), b_old.weight.detach().double().cpu()
                 # B A = Qb (Rb Ra^T) Qa^T: the SVD of the small old x old core gives the update's SVD.
                 qb, rb = torch.linalg.qr(b)
@@ -573,10 +573,8 @@ class RheaForCausalLM(nn.Module):
                     new.to(device=was.weight.device, dtype=was.weight.dtype)
                     new.requires_grad_(was.weight.requires_grad)
                 layer.lora_A[adapter], layer.lora_B[adapter] = a_new, b_new
-                layer.r[adapter] = r
-                layer.lora_alpha[adapter] = scale * (math.sqrt(r) if layer.use_rslora.get(adapter) else r)
-        alpha = (cfg.lora_alpha / old) * r if not cfg.use_rslora else cfg.lora_alpha * math.sqrt(r / old)
-        cfg.r, cfg.lora_alpha = r, int(alpha) if float(alpha).is_integer() else alpha
+                self._set_layer_rank(layer, adapter, r)
+        self._set_config_rank(adapter, old, r)
         return {"adapter": adapter, "rank_before": old, "rank_after": r, "layers": len(layers),
                 "energy_kept_min": min(kept, default=1.0),
                 "energy_kept_mean": sum(kept) / len(kept) if kept else 1.0,
