@@ -83,6 +83,9 @@ def parse_args(argv=None):
                    help="peak learning rate; resuming a checkpoint with another --lr continues at it, AdamW moments kept")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--max-steps", type=int, default=100000)
+    p.add_argument("--cooldown", type=int, default=0,
+                   help="let the learning rate fall linearly to 0 over the last N steps before --max-steps (a "
+                        "resumed run can add one once its curve flattens); default 0: constant after warm-up")
     p.add_argument("--save-every", type=int, default=20)
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--eval-n", type=int, default=48)
@@ -133,6 +136,9 @@ def parse_args(argv=None):
                 "as well (without it every text is one block and only offset 0 would be trained)")
     if args.lora_r is not None and args.lora_r < 1:
         p.error(f"--lora-r {args.lora_r} must be >= 1")
+    if not 0 <= args.cooldown <= args.max_steps:
+        p.error(f"--cooldown {args.cooldown} must be between 0 and --max-steps {args.max_steps} (the steps over which "
+                "the learning rate falls to 0 before --max-steps)")
     if not 0.0 <= args.content_weight <= 1.0:
         p.error(f"--content-weight {args.content_weight} must be in [0, 1]")
     if args.content_weight > 0 and args.batch - round(args.batch * args.qa_share) < 2:
@@ -265,6 +271,21 @@ def generate_is_identity(model) -> bool:
     return all(not p.any() for n, p in model.peft_model.named_parameters() if ".generate." in n and "lora_B" in n)
 
 
+def lr_factor(step: int, args) -> float:
+    """The learning-rate multiplier at optimizer step `step`: linear warm-up over ``--warmup`` steps, then 1, then
+    (``--cooldown N``) a linear fall to 0 over the last N steps before ``--max-steps``.
+
+    >>> import argparse
+    >>> a = argparse.Namespace(warmup=10, cooldown=100, max_steps=1000)
+    >>> [round(lr_factor(s, a), 3) for s in (0, 9, 500, 900, 950, 999)]
+    [0.1, 1.0, 1.0, 1.0, 0.5, 0.01]
+    """
+    factor = min(1.0, (step + 1) / max(1, args.warmup))
+    if getattr(args, "cooldown", 0):
+        factor *= min(1.0, max(0.0, (args.max_steps - step) / args.cooldown))
+    return factor
+
+
 def save_checkpoint(out: Path, params: dict, opt, sched, step: int) -> None:
     tmp = out / "checkpoint.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -376,7 +397,7 @@ def main(argv=None) -> None:
     if len(lrs) > 1:
         groups.append({"params": [params["mem_piece_embeds"]], "lr": lrs[1]})
     opt = torch.optim.AdamW(groups, lr=args.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, args))
     step = 0
     if from_snapshot:
         step = load_snapshot(snap, out, params, args)
@@ -393,9 +414,9 @@ def main(argv=None) -> None:
         if not all(math.isclose(a, b) for a, b in zip(sched.base_lrs, lrs)):  # e.g. a lower lr once the curve flattens
             print(f"[compressor] lr {sched.base_lrs[0]:g} -> {args.lr:g} from step {step} (AdamW moments kept)", flush=True)
             sched.base_lrs = list(lrs)
-            for g, lr in zip(opt.param_groups, lrs):
-                g["initial_lr"] = lr
-                g["lr"] = lr * min(1.0, (step + 1) / max(1, args.warmup))
+        for g, lr in zip(opt.param_groups, lrs):  # the factor of this command's schedule (--cooldown may be new)
+            g["initial_lr"] = lr
+            g["lr"] = lr * lr_factor(step, args)
     (out / "args.json").write_text(json.dumps(vars(args), indent=2))
     print(f"[compressor] {len(train)} train chunks, {len(eval_texts)} held-apart eval chunks, "
           f"{len(qa_train)} fact-QA items ({len(qa_eval)} held apart), "

@@ -436,3 +436,19 @@ def test_chunk_stride_adds_overlapping_training_texts_only(script, setup, capsys
     with pytest.raises(SystemExit):
         script.main(_argv(data, base_dir, root / "c", 2, chunk_stride=0))
     assert "--chunk-stride" in capsys.readouterr().err
+
+
+def test_cooldown_lowers_the_rate_to_zero_at_max_steps_also_when_added_on_resume(script, setup):
+    import argparse
+
+    a = argparse.Namespace(warmup=2, cooldown=4, max_steps=10)
+    assert [script.lr_factor(s, a) for s in (0, 1, 5, 6, 8, 10)] == [0.5, 1.0, 1.0, 1.0, 0.5, 0.0]
+    data, base_dir, root = setup
+    script.main(_argv(data, base_dir, root, 2, warmup=1, lr=1e-3))
+    state = torch.load(root / "out" / "checkpoint" / "state.pt", weights_only=False)
+    assert state["opt"]["param_groups"][0]["lr"] == pytest.approx(1e-3)
+    script.main(_argv(data, base_dir, root, 4, warmup=1, lr=1e-3, cooldown=2))  # resumed at step 2, cooldown new
+    state = torch.load(root / "out" / "checkpoint" / "state.pt", weights_only=False)
+    assert state["step"] == 4 and state["opt"]["param_groups"][0]["lr"] == pytest.approx(0.0)
+    with pytest.raises(SystemExit):
+        script.parse_args(_argv(data, base_dir, root, 4, cooldown=5))
