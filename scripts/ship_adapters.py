@@ -48,6 +48,33 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def check_inputs(source: Path, data: str) -> str:
+    """The zoo name `source` is shipped for; a SystemExit naming the problem before anything is loaded."""
+    from rhea.modeling.config import RheaConfig
+    from rhea.modeling.zoo import MODEL_ZOO
+
+    if not (source / "rhea_config.json").is_file():
+        raise SystemExit(f"{source} has no rhea_config.json: pass a directory written by save_pretrained")
+    if not Path(data).is_dir():
+        raise SystemExit(f"--data {data} is not a directory (the shared/data layout)")
+    base = RheaConfig.load(source).base_model
+    if base not in MODEL_ZOO:
+        raise SystemExit(f"{source}/rhea_config.json records base_model {base!r}, not a zoo model "
+                         f"({', '.join(sorted(MODEL_ZOO))}): only a zoo model's adapters are shipped")
+    return base
+
+
+def install(work: Path, target: Path) -> None:
+    """Replace `target` by a copy of `work`; the old directory is kept as ``<target>.previous`` until the copy is done."""
+    previous = target.with_name(target.name + ".previous")
+    if previous.exists():
+        shutil.rmtree(previous)
+    if target.exists():
+        target.rename(previous)
+    shutil.copytree(work, target)
+    shutil.rmtree(previous, ignore_errors=True)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     from rhea.cli import main as rhea
@@ -55,13 +82,7 @@ def main(argv=None) -> int:
     from rhea.modeling.shrink import shrink_model
 
     source = Path(args.source)
-    if not (source / "rhea_config.json").is_file():
-        raise SystemExit(f"{source} has no rhea_config.json: pass a directory written by save_pretrained")
-    if not Path(args.data).is_dir():
-        raise SystemExit(f"--data {args.data} is not a directory (the shared/data layout)")
-    base = RheaConfig.load(source).base_model
-    if not base:
-        raise SystemExit(f"{source}/rhea_config.json records no base_model: it cannot be shipped for a zoo model")
+    base = check_inputs(source, args.data)
     work = Path(args.work)
     report = shrink_model(source, work, compress_rank=args.compress_rank, generate_rank=args.generate_rank,
                           dtype=args.dtype)
@@ -81,13 +102,7 @@ def main(argv=None) -> int:
         print(f"[ship] dry run: {work} built and measured, nothing installed")
         return 0
     target = SHIPPED / base
-    previous = target.with_name(base + ".previous")
-    if previous.exists():
-        shutil.rmtree(previous)
-    if target.exists():
-        target.rename(previous)
-    shutil.copytree(work, target)
-    shutil.rmtree(previous, ignore_errors=True)
+    install(work, target)
     print(f"[ship] installed {work} as {target}")
     return 0
 
