@@ -35,16 +35,23 @@ class Step:
 
 
 NAME = "Captain"
-# The policy settings the demo runs (see run_demo): the paper's HCR alone, without the window of recent
-# turns the default adds (a six-turn script would keep every turn raw under it), so each tier shows.
-DEMO_POLICY = {"scorer": "latent", "tier_mode": "threshold", "recent_raw": 0}
+# The policy settings the demo runs (see run_demo): HCR's threshold rule alone (drop under a floor, raw over a
+# ceiling, latents between), without the window of recent turns the default adds (a six-turn script would keep
+# every turn raw under it), so each tier shows. The score is the library's dense one (MiniLM cosine of the query and
+# the turn's text): the shipped compressor is trained to carry a reply, and its own latents rank related turns
+# worse than that (docs/calibration.md). Floor and ceiling are the demo's: with the library's (0.05 / 0.6) the
+# six-turn script keeps every turn, and the follow-up's turn as text.
+# The latent tier is on whatever the compressor's measured fidelity: the demo is there to show it. Under the default
+# (latent_tier="auto") a compressor below the fidelity target keeps such turns as text; the demo prints which applies.
+DEMO_POLICY = {"scorer": "dense", "tier_mode": "threshold", "recent_raw": 0, "dense_floor": 0.5, "dense_high": 0.9,
+               "latent_tier": "on"}
 SCRIPT = (
     Step(f"From now on, call me {NAME}.", "a global instruction: it goes into the instruction block"),
     Step("What is the capital of Japan?", "a fact the last question asks back"),
     Step("How many legs does a spider have?", "an unrelated turn"),
     Step("What do you call me?", "the instruction at work: its own turn is dropped, the block still holds it"),
     Step(f"Stop calling me {NAME}.", "a revocation: the instruction leaves the block"),
-    Step("Which city did you say is the capital of Japan?",
+    Step("Repeat your answer about the capital of Japan.",
          "the related turn is kept and used, the unrelated turns are dropped"),
 )
 INSTRUCTION, FACT, UNRELATED, PROBE, REVOKE, FOLLOW_UP = range(len(SCRIPT))
@@ -59,14 +66,27 @@ def margin(score: float | None, tier: str, tau_low: float | None, tau_high: floa
     0.1
     >>> round(margin(0.1, "drop", 0.4, 0.7), 3)
     0.3
+    >>> round(margin(0.5, "raw", 0.4, 0.7), 3)   # raw in the latent band: the latent tier is off
+    0.1
     """
     if score is None or tau_low is None or tau_high is None:
         return None
     if tier == "drop":
         return tau_low - score
-    if tier == "raw":
-        return score - tau_high
+    if tier == "raw":  # over the ceiling; or, with the latent tier off, in the band it would take
+        return score - tau_high if score >= tau_high else score - tau_low
     return min(score - tau_low, tau_high - score)
+
+
+def demo_thresholds(policy) -> tuple[float | None, float | None, str]:
+    """(floor, ceiling, what is scored) of the threshold rule `policy` applies to its single scorer component:
+    the calibrated tau_low / tau_high for the compressor's latent scores, dense_floor / dense_high for MiniLM's."""
+    components = getattr(policy, "components", ())
+    if components == ("dense",):
+        return policy.rule.dense_floor, policy.rule.dense_high, "the dense score (MiniLM cosine of query and turn)"
+    if components == ("latent",):
+        return policy.tau_low, policy.tau_high, "the compressor's latent scores (thresholds from `rhea calibrate`)"
+    return None, None, "+".join(components)
 
 
 def _answer_words(question: str, reply: str) -> list[str]:
@@ -116,13 +136,19 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 32, echo
     # (docs/quality.md, "Retrieval"); on a six-turn chat a budget keeps everything, so the demo would show nothing.
     chat = ChatSession(model, policy=DEFAULT_POLICY, max_new_tokens=max_new_tokens, policy_kwargs=DEMO_POLICY)
     policy = chat.policy
-    tau_low, tau_high = getattr(policy, "tau_low", None), getattr(policy, "tau_high", None)
+    tau_low, tau_high, scored = demo_thresholds(policy)
     if tau_low is not None:
         latent = (f"kept as {model.n_mem} <mem> latents" if policy.latents_on else
                   f"kept as text too ({policy.latent_tier_reason})")
-        echo(f"HCR as in the paper (scorer=latent, tier_mode=threshold; the default scorer is fused MiniLM + BM25):"
-             f" past turns scoring below tau_low={tau_low:.3f} are dropped, above tau_high={tau_high:.3f} kept as"
-             f" text, in between {latent} (`rhea calibrate` fitted these thresholds)")
+        echo(f"HCR's tier rule (tier_mode=threshold) on {scored}; the library's default is a budget over fused"
+             f" MiniLM + BM25: past turns scoring below {tau_low:.3f} are dropped, above {tau_high:.3f} kept as"
+             f" text, in between {latent}")
+        from rhea.modeling.config import latent_tier_active
+
+        auto_on, auto_reason = latent_tier_active("auto", model.config.fidelity)
+        if policy.latents_on and not auto_on:
+            echo(f"NOTE: the demo turns the latent tier on to show it; by default (latent_tier=auto) those turns stay"
+                 f" text, {auto_reason.split(': ', 1)[-1]}")
     echo("")
 
     turns, blocks = [], []

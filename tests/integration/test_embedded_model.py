@@ -20,12 +20,13 @@ def test_load_compress_generate_with_latents_round_trip(default_model, tmp_path)
     from rhea import RheaForCausalLM
 
     model, tok = default_model
-    assert model.hidden_size == 576 and model.n_mem == 8
+    n = model.n_mem  # the shipped adapters' slot count (rhea_config.json)
+    assert model.hidden_size == 576 and n >= 8
     assert tok.convert_tokens_to_ids("<mem>") == model.mem_token_id
     reply = "Pack light layers, a rain jacket and comfortable walking shoes for the hills."
     with torch.no_grad():
         latents = model.compress([reply, "Sintra and Cascais are easy day trips."])
-    assert latents.shape == (2, 8, 576) and torch.isfinite(latents).all()
+    assert latents.shape == (2, n, model.latent_width) and torch.isfinite(latents).all()
 
     plan = ContextPlan([
         {"role": "user", "content": "What should I pack for Lisbon?"},
@@ -33,9 +34,9 @@ def test_load_compress_generate_with_latents_round_trip(default_model, tmp_path)
         {"role": "user", "content": "Which shoes did you suggest?"},
     ])
     rendered = render(plan, tok)
-    assert int((rendered.input_ids == model.mem_token_id).sum()) == 8
+    assert int((rendered.input_ids == model.mem_token_id).sum()) == n
     gen = generate_from_plan(model, plan, max_new_tokens=8)
-    assert gen.new_tokens >= 1 and gen.latent_slots == 8 and isinstance(gen.text, str)
+    assert gen.new_tokens >= 1 and gen.latent_slots == n and isinstance(gen.text, str)
 
     model.save_pretrained(tmp_path / "rhea")
     loaded = RheaForCausalLM.from_pretrained(tmp_path / "rhea")  # base resolved from the zoo name
