@@ -208,18 +208,20 @@ def main(argv=None) -> int:
     out.with_suffix(".json").write_text(json.dumps(report, indent=2))
     plot(results, out.with_suffix(".png"))
     if args.write_fidelity:
+        from rhea.modeling.card import write_model_card
+        from rhea.modeling.config import RheaConfig
+
         first = args.adapters[0]
-        cfg_path = Path(first) / "rhea_config.json"
-        cfg = json.loads(cfg_path.read_text())
+        cfg = RheaConfig.load(first)
         tf = results[first]["teacher_forced"]
         chunking = results[first]["compress_chunk_tokens"]
         how = "whole" if chunking is None else f"compressed in pieces of {chunking} tokens"
-        cfg["fidelity"] = {"reconstruction_token_acc": round(tf["own"]["mean"], 4), "control_gap": round(tf["gap"]["mean"], 4),
-                           "measured_on": f"benchmarks/reconstruction.py: first {args.chunk_tokens} tokens of held-apart "
-                                          f"real replies (shared/data), {how}, teacher-forced", "n": len(texts)}
-        # the policy must compress replies as they were measured
-        cfg["compress_chunk_tokens"] = chunking
-        cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+        cfg.fidelity = {"reconstruction_token_acc": round(tf["own"]["mean"], 4), "control_gap": round(tf["gap"]["mean"], 4),
+                        "measured_on": f"benchmarks/reconstruction.py: first {args.chunk_tokens} tokens of held-apart "
+                                       f"real replies (shared/data), {how}, teacher-forced", "n": len(texts)}
+        cfg.compress_chunk_tokens = chunking  # the policy must compress replies as they were measured
+        cfg.save(first)  # recomputes extra.active_mode (the latent tier's state) from the new fidelity
+        write_model_card(first)  # the directory's README.md describes the measured model
     return 0
 
 

@@ -96,6 +96,9 @@ def _cmd_calibrate(args) -> int:
         target = args.out
     else:
         model.config.save(args.model)  # only rhea_config.json changes; the weights are untouched
+        from rhea.modeling.card import write_model_card
+
+        write_model_card(args.model)  # and the card that describes it
         target = args.model
     print(json.dumps({"written": os.path.join(target, CONFIG_NAME), "tau_low": model.config.tau_low,
                       "tau_high": model.config.tau_high, **report}, indent=2))

@@ -18,7 +18,7 @@ def test_save_pretrained_writes_a_card_that_describes_the_directory(tmp_path):
     assert card.startswith("---\nbase_model: ") and "# Rhea adapters for" in card
     assert "| compress | 4 | 8 |" in card and "| generate | 4 | 8 |" in card  # tiny_rhea: r4, alpha 8
     assert "4 latent vectors" in card and "latent injection: `projector`" in card
-    assert "**0.612**" in card and "latent tier off" in card and "n = 9" in card
+    assert "**0.6123**" in card and "latent tier off" in card and "n = 9" in card
     assert "`latent_injector.safetensors`" in card and "Not calibrated" in card
     # files the directory lacks are not listed
     assert "latent_injector" not in model_card(RheaConfig(), {}, files={"rhea_config.json"})
