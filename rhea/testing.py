@@ -68,3 +68,12 @@ def tiny_rhea(n_mem: int = 4, seed: int = 0, **config_kwargs):
             up = model.latent_injector.layer_up
             up.copy_(torch.randn(up.shape, generator=gen) * 0.5)
     return model.eval()
+
+
+def save_tiny_base(directory) -> str:
+    """Save a tiny base model and its tokenizer to `directory` (what `load_base_model(path)` reads), for a Rhea
+    directory whose ``base_model`` must name a loadable base; returns the path as a string."""
+    tok = tiny_tokenizer()
+    tiny_llama(len(tok)).save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return str(directory)

@@ -9,7 +9,7 @@ from safetensors import safe_open
 from rhea.errors import RheaConfigError
 from rhea.modeling import RheaForCausalLM
 from rhea.modeling.shrink import cast_safetensors, shrink_model
-from rhea.testing import tiny_llama, tiny_rhea, tiny_tokenizer
+from rhea.testing import save_tiny_base, tiny_llama, tiny_rhea, tiny_tokenizer
 
 TEXTS = ["one reply", "another reply"]
 
@@ -154,8 +154,7 @@ def test_cli_shrink(tmp_path, capsys):
     model = tiny_rhea(n_mem=3)
     _randomize(model, "compress")
     model.save_pretrained(tmp_path / "src")
-    tiny_llama(len(tiny_tokenizer())).save_pretrained(tmp_path / "base")  # the tiny model records no base_model
-    tiny_tokenizer().save_pretrained(tmp_path / "base")
+    save_tiny_base(tmp_path / "base")  # the tiny model records no base_model
     rc = main(["shrink", str(tmp_path / "src"), "--out", str(tmp_path / "out"), "--compress-rank", "2", "--json",
                "--base-model", str(tmp_path / "base")])
     out = capsys.readouterr().out

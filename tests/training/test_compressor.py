@@ -11,7 +11,7 @@ from rhea.training.compressor import (TextChunk, autoencode_batch, autoencode_pr
 from rhea.training.errors import TrainingDataError
 
 
-def _write_data(root):
+def _write_data(root, extra_replies: int = 0):
     (root / "dialogue_corpora").mkdir(parents=True)
     (root / "mt_bench").mkdir()
     (root / "mt_eval").mkdir()
@@ -22,6 +22,10 @@ def _write_data(root):
     (root / "mt_eval" / "raw_mt-bench_extended.jsonl").write_text(
         json.dumps({"conversation": [{"user": "u", "sys": "a dog said no"}, {"user": "v", "sys": ""}]}) + "\n")
     (root / "mt_eval" / "raw_documents.jsonl").write_text(json.dumps({"gen_resp": "one two three four five six"}) + "\n")
+    more = [{"conversation": [{"user": "u", "sys": f"reply number {i} says the cat is blue and the dog is red"}]}
+            for i in range(extra_replies)]
+    with open(root / "mt_eval" / "raw_mt-bench_extended.jsonl", "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in more)
 
 
 def test_load_reply_texts_reads_every_format(tmp_path):

@@ -125,20 +125,13 @@ def test_compressor_curve_compares_runs_shifted_to_their_start(tmp_path):
 
 
 def test_write_fidelity_records_it_recomputes_the_mode_and_rewrites_the_card(bench, tmp_path):
-    from rhea.testing import tiny_llama, tiny_tokenizer
+    from rhea.testing import save_tiny_base
     from tests.training.test_compressor import _write_data
 
     data = tmp_path / "data"
-    _write_data(data)
-    more = [{"conversation": [{"user": "u", "sys": f"reply number {i} says the cat is blue and the dog is red"}]}
-            for i in range(30)]
-    with open(data / "mt_eval" / "raw_mt-bench_extended.jsonl", "a") as f:
-        f.writelines(json.dumps(r) + "\n" for r in more)
-    tok = tiny_tokenizer()
-    tiny_llama(len(tok)).save_pretrained(tmp_path / "base")
-    tok.save_pretrained(tmp_path / "base")
+    _write_data(data, extra_replies=30)
     model = tiny_rhea()
-    model.config.base_model = str(tmp_path / "base")
+    model.config.base_model = save_tiny_base(tmp_path / "base")
     model.save_pretrained(tmp_path / "a")
     assert "No compressor fidelity is recorded" in (tmp_path / "a" / "README.md").read_text()
     assert bench.main(["--data", str(data), "--adapters", str(tmp_path / "a"), "--write-fidelity", "--greedy-n", "0",

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rhea.testing import tiny_llama, tiny_tokenizer
+from rhea.testing import save_tiny_base
 from tests.repo_scripts import load_script
 from tests.training.test_compressor import _write_data
 
@@ -23,15 +23,9 @@ def script():
 @pytest.fixture()
 def setup(tmp_path):
     data = tmp_path / "data"
-    _write_data(data)
-    more = [{"conversation": [{"user": "u", "sys": f"reply number {i} says the cat is blue and the dog is red"}]}
-            for i in range(12)]
-    with open(data / "mt_eval" / "raw_mt-bench_extended.jsonl", "a") as f:
-        f.writelines(json.dumps(r) + "\n" for r in more)
-    tok = tiny_tokenizer()
+    _write_data(data, extra_replies=12)
     base_dir = tmp_path / "base"
-    tiny_llama(len(tok)).save_pretrained(base_dir)
-    tok.save_pretrained(base_dir)
+    save_tiny_base(base_dir)
     return data, base_dir, tmp_path
 
 
