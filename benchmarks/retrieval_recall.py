@@ -166,7 +166,26 @@ class LatentCache:
 
     def __init__(self, path: Path, model_dir: str | None):
         self.path, self.model_dir, self.model = path, model_dir, None
-        self.store: dict[str, torch.Tensor] = torch.load(path) if path.is_file() else {}
+        self.owner = self._owner()
+        saved = torch.load(path) if path.is_file() else {"owner": self.owner, "latents": {}}
+        if saved.get("owner") != self.owner:   # a file from another model (or one written before owners were kept)
+            raise SystemExit(f"--cache {path} holds latents of {saved.get('owner', 'an unrecorded model')!r}, not of "
+                             f"{self.owner!r}; pass another --cache for this model (or delete that file)")
+        self.store: dict[str, torch.Tensor] = saved["latents"]
+
+    def _owner(self) -> str:
+        """Which latents these are: the directory and the hash of its weights and config."""
+        import hashlib
+
+        from rhea.modeling.loading import shipped_adapters
+
+        d = Path(self.model_dir) if self.model_dir is not None else shipped_adapters("smollm2-135m")
+        h = hashlib.sha256()
+        for f in sorted(p for p in d.rglob("*") if p.is_file() and p.suffix in (".safetensors", ".json")
+                        and p.name != "README.md" and "tokenizer" not in p.parts):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+        return f"{d.resolve()}@{h.hexdigest()[:12]}"
 
     def _model(self):
         if self.model is None:
@@ -177,15 +196,10 @@ class LatentCache:
         return self.model
 
     def config(self):
-        if self.model_dir is None:
-            from rhea.modeling.config import RheaConfig
-            from rhea.modeling.loading import load_default_model  # noqa: F401  (path of the shipped adapters)
-            import rhea.modeling.loading as L
-
-            return RheaConfig.load(Path(L.__file__).resolve().parent.parent / "data" / "adapters" / "smollm2-135m")
         from rhea.modeling.config import RheaConfig
+        from rhea.modeling.loading import shipped_adapters
 
-        return RheaConfig.load(self.model_dir)
+        return RheaConfig.load(self.model_dir if self.model_dir is not None else shipped_adapters("smollm2-135m"))
 
     @torch.no_grad()
     def fill(self, texts: list[str], batch: int = 16, log=print) -> None:
@@ -198,7 +212,7 @@ class LatentCache:
             self.store.update(zip(chunk, lat.half()))
             if (i // batch) % 10 == 9 or i + batch >= len(todo):
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                torch.save(self.store, self.path)
+                torch.save({"owner": self.owner, "latents": self.store}, self.path)
                 log(f"  compressed {min(i + batch, len(todo))}/{len(todo)} texts ({time.perf_counter() - t0:.0f} s)")
 
     def __getitem__(self, text: str) -> torch.Tensor:
@@ -279,6 +293,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache", default=str(Path.home() / ".cache" / "rhea" / "bench" / "retrieval_latents.pt"))
     p.add_argument("--out", default="benchmarks/results/retrieval_recall")
+    p.add_argument("--versus", default=None,
+                   help="an earlier run's JSON (same data and seed, another --model): paired R@5 differences per scorer")
     args = p.parse_args()
     data = Path(args.data)
     for sub in ("dialogue_corpora/memochat_topiocqa_test_question.jsonl", "dst_corpora/multiwoz21_dummy_data.json",
@@ -339,13 +355,48 @@ def main() -> None:
         "examples": [{"source": e.q.source, "query": e.q.query, "why": e.q.why, "needed": e.needed,
                       "history_turns": len(e.history)} for e in episodes[:: max(1, len(episodes) // 8)]],
     }
+    if args.versus:
+        summary["versus"] = versus(layouts, Path(args.versus), args.seed)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(summary, indent=2))
     plot(summary, out.with_suffix(".png"), args)
     for layout, lay in layouts.items():
         print_table(layout, lay, args)
+    for layout, cmp in summary.get("versus", {}).get("layouts", {}).items():
+        print(f"== {layout}: R@5 of this model minus {summary['versus']['other']} (paired over questions)")
+        for sc, c in cmp.items():
+            print(f"{sc:>24} {c['this']:.3f} - {c['other']:.3f} = {c['diff']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]"
+                  f" p={c['p']:.3g}")
     print(f"wrote {out.with_suffix('.json')} and .png in {summary['seconds']} s")
+
+
+def versus(layouts: dict, other_path: Path, seed: int, k: int = 5) -> dict:
+    """Paired R@k differences (this run minus `other_path`'s) per layout and latent-reading scorer."""
+    from rhea.eval.stats import paired_comparison
+
+    if not other_path.is_file():
+        raise SystemExit(f"--versus {other_path}: no such file (a JSON written by this benchmark)")
+    other = json.loads(other_path.read_text())
+    out = {}
+    for layout, lay in layouts.items():
+        theirs = other.get("layouts", {}).get(layout, {}).get("ranks")
+        if not theirs:
+            raise SystemExit(f"--versus {other_path} has no per-question ranks for {layout!r}; rerun it with this version")
+        res = {}
+        for sc, ranks in lay["ranks"].items():
+            if "latent" not in sc or sc not in theirs:
+                continue
+            if len(theirs[sc]) != len(ranks):
+                raise SystemExit(f"--versus {other_path}: {len(theirs[sc])} questions against {len(ranks)}; same data and seed?")
+            mine = {str(i): float(r <= k) for i, r in enumerate(ranks)}
+            base = {str(i): float(r <= k) for i, r in enumerate(theirs[sc])}
+            c = paired_comparison(mine, base, seed=seed)
+            res[sc] = {"this": round(float(np.mean(list(mine.values()))), 3),
+                       "other": round(float(np.mean(list(base.values()))), 3),
+                       "diff": round(c.diff, 3), "ci95": [round(c.low, 3), round(c.high, 3)], "p": round(c.p_value, 4)}
+        out[layout] = res
+    return {"other": str(other_path), "k": k, "layouts": out}
 
 
 def print_table(layout: str, lay: dict, args) -> None:
@@ -452,7 +503,8 @@ def evaluate(episodes, corpora, cache, embedder, center, cfg, args, tier_rules, 
             dropped.append(tiers.count("drop") / len(tiers))
         sweep.append({"dense_floor": f, "needed_all_dropped": round(float(np.mean(lost)), 3),
                       "dropped_share_of_turns": round(float(np.mean(dropped)), 3)})
-    return {"results": results, "needed_passes_floor": {k: round(v, 3) for k, v in floors.items()},
+    ranks = {sc: [r["rank"] for r in rows if r["scorer"] == sc] for sc in scorers}  # per question, episode order
+    return {"results": results, "ranks": ranks, "needed_passes_floor": {k: round(v, 3) for k, v in floors.items()},
             "dense_floor_sweep_rrf(dense,bm25)": sweep,
             "history_turns": spread([len(e.history) for e in episodes]),
             "needed_turn_distance": spread([len(e.history) - max(e.needed) for e in episodes])}

@@ -30,6 +30,7 @@ _FILES = (
     (CONFIG_NAME, "every Rhea setting (`RheaConfig`), the measured fidelity, calibration and training record"),
     ("mem_tokens.safetensors", "the `<mem>` read-out queries and the `<mem>` token's embedding row"),
     ("latent_injector.safetensors", "the learned map that writes latents into the generate pass"),
+    ("score_head.safetensors", "the learned retrieval read-out: latents -> the vectors HCR scores"),
     ("tokenizer/", "the base tokenizer with the added `<mem>` token"),
     ("compress/", "the compress LoRA (PEFT): a reply -> `n_mem` latents"),
     ("generate/", "the generate LoRA (PEFT): answers from the hybrid context"),
@@ -53,6 +54,20 @@ def _adapter_rows(adapters: Mapping[str, Mapping[str, Any]]) -> list[str]:
     for name, cfg in adapters.items():
         rows.append(f"| {name} | {cfg.get('r', '?')} | {cfg.get('lora_alpha', '?')} | {_targets(cfg)} |")
     return rows
+
+
+def _score_head_lines(config: RheaConfig, extra: Mapping[str, Any]) -> list[str]:
+    if not config.score_head:
+        return ["* latent scores read the final states as they are (no learned read-out)"]
+    line = (f"* latent scores read a learned head: blocks {config.score_head_layers} -> {config.score_head} dims "
+            "(`scripts/train_score_head.py`)")
+    rec = extra.get("score_head")
+    if isinstance(rec, Mapping) and rec.get("held_apart_after"):
+        before, after = rec.get("held_apart_before", {}), rec["held_apart_after"]
+        n = (rec.get("pairs") or {}).get("held_apart", "?")
+        line += (f"; held-apart question -> reply R@1 {_num(before.get('R@1'))} -> {_num(after.get('R@1'))}, "
+                 f"R@5 {_num(before.get('R@5'))} -> {_num(after.get('R@5'))} ({n} pairs)")
+    return [line]
 
 
 def _fidelity_lines(config: RheaConfig) -> list[str]:
@@ -139,6 +154,7 @@ def model_card(config: RheaConfig, adapters: Mapping[str, Mapping[str, Any]], *,
         + (f" (at most {config.max_raw} raw and {config.max_latent} latent turns, the last {config.recent_raw} raw)"
            if config.tier_mode == "budget" else "")
         + f"; latent thresholds tau_low {_num(config.tau_low)}, tau_high {_num(config.tau_high)}",
+        *_score_head_lines(config, extra),
         "",
         "## Measured",
         "",

@@ -154,6 +154,13 @@ class RheaConfig:
     #: 500xCompressor hands the decoder the compressed tokens' per-layer K/V; the latent is then
     #: ``[n_mem, n_layers * hidden]``, its first ``hidden`` columns the final states used for scoring)
     latent_injection: str = "raw"
+    #: a learned linear read-out for retrieval (`rhea.modeling.score_head`, trained by scripts/train_score_head.py):
+    #: 0 = none (turns are scored on the latents' final states as they are); d > 0 = `score_head_layers` of each
+    #: latent are mapped to d dimensions before the max-cosine scoring (score_head.safetensors holds the map)
+    score_head: int = 0
+    #: the latent blocks the score head reads: 0 = the final states; i >= 1 = under latent_injection="states", the
+    #: slot's state at the input of decoder layer i
+    score_head_layers: list[int] = field(default_factory=lambda: [0])
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -220,6 +227,19 @@ class RheaConfig:
         if self.latent_center is not None:
             need(isinstance(self.latent_center, list) and len(self.latent_center) > 0,
                  "latent_center must be None or a non-empty list of floats (one per hidden unit)")
+        need(isinstance(self.score_head, int) and not isinstance(self.score_head, bool) and self.score_head >= 0,
+             f"score_head={self.score_head!r} must be an int >= 0 (0 = no learned read-out)")
+        layers = self.score_head_layers
+        need(isinstance(layers, list) and len(layers) > 0 and len(set(layers)) == len(layers)
+             and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in layers),
+             f"score_head_layers={layers!r} must be a non-empty list of distinct ints >= 0 (0 = the final states)")
+        need(self.latent_injection == "states" or layers == [0],
+             f"score_head_layers={layers!r} reads per-layer slot states, which only latent_injection='states' "
+             f"stores (this config has {self.latent_injection!r}); use [0], the final states")
+        if self.latent_center is not None and self.score_head:
+            need(len(self.latent_center) == self.score_head,
+                 f"latent_center has {len(self.latent_center)} values but the score head outputs {self.score_head}; "
+                 "run `rhea calibrate` again after training a score head")
 
     # --- (de)serialisation ---------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

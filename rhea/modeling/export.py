@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 from rhea.modeling.rhea_model import INJECTOR_WEIGHTS_NAME, MEM_WEIGHTS_NAME, TOKENIZER_DIR, RheaForCausalLM
+from rhea.modeling.score_head import SCORE_HEAD_WEIGHTS_NAME
 
 _README = """# Exported Rhea model
 
@@ -28,6 +29,9 @@ Written by `rhea export {source} --out {out}`.
   `[n_mem, n_layers * hidden]`: its first `hidden` columns (through the projector) fill the `<mem>`
   position, and column block `l` replaces that position's hidden state at the input of decoder layer
   `l` (1 .. n_layers-1), which needs the same hooks.
+* `score_head.safetensors` (when `score_head` > 0) — the learned retrieval read-out: a linear map
+  (`weight`, `bias`) from the latent blocks `score_head_layers` (block `l` = columns `l*hidden ..
+  (l+1)*hidden`) to the vectors whose max cosine ranks past turns.
 * `rhea_config.json` — the Rhea configuration (n_mem, thresholds, base model).
 
 Load everything back as a trainable Rhea model from the source instead:
@@ -118,8 +122,9 @@ def export_model(source: str | Path, out: str | Path, *, base_model=None) -> Pat
         shutil.copytree(directory / "compress", out / "compress")
         shutil.copy2(directory / MEM_WEIGHTS_NAME, out / MEM_WEIGHTS_NAME)
         shutil.copy2(directory / "rhea_config.json", out / "rhea_config.json")
-        if (directory / INJECTOR_WEIGHTS_NAME).is_file():
-            shutil.copy2(directory / INJECTOR_WEIGHTS_NAME, out / INJECTOR_WEIGHTS_NAME)
+        for name in (INJECTOR_WEIGHTS_NAME, SCORE_HEAD_WEIGHTS_NAME):
+            if (directory / name).is_file():
+                shutil.copy2(directory / name, out / name)
     peft_model = model.peft_model
     peft_model.base_model.set_adapter("generate")  # so deleting compress leaves a clean active adapter
     peft_model.delete_adapter("compress")

@@ -25,6 +25,7 @@ from torch import nn
 from rhea.constants import MEM_TOKEN
 from rhea.errors import CheckpointError, InvalidTextError, LatentMismatchError, RheaConfigError
 from rhea.modeling.config import CONFIG_NAME, RheaConfig
+from rhea.modeling.score_head import SCORE_HEAD_WEIGHTS_NAME, ScoreHead
 
 ADAPTERS = ("compress", "generate")
 MEM_WEIGHTS_NAME = "mem_tokens.safetensors"
@@ -203,6 +204,15 @@ class RheaForCausalLM(nn.Module):
                                                   _embedding_norm(self.base_model, config.base_vocab_size),
                                                   dtype=self.dtype, device=self.device,
                                                   n_layers=len(self._decoder_layers()) if config.latent_injection == "deep" else 0)
+        # A learned retrieval read-out over the latents (RheaConfig.score_head; None = score the final states).
+        self.score_head = None
+        if config.score_head:
+            blocks = self.latent_width // hidden
+            bad = [i for i in config.score_head_layers if i >= blocks]
+            if bad:
+                raise RheaConfigError(f"score_head_layers {bad} do not exist: a latent of this model holds {blocks} "
+                                      f"block(s) (0 = the final states; 1 .. {blocks - 1} the per-layer slot states)")
+            self.score_head = ScoreHead(hidden, config.score_head, config.score_head_layers, device=self.device)
         self.peft_model.set_requires_grad(list(ADAPTERS), True)
         self.anchor_attention_registered = False
         #: `generate` decodes through weights with the generate LoRA folded in (see `merged`) instead of
@@ -339,6 +349,8 @@ class RheaForCausalLM(nn.Module):
                                       f"latent_injection={config.latent_injection!r} at hidden size {model.hidden_size}")
             with torch.no_grad():
                 model.latent_injector.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()})
+        if model.score_head is not None:
+            model.load_score_head(directory / SCORE_HEAD_WEIGHTS_NAME)
         model._apply_anchor_config()
         return model.eval()
 
@@ -367,6 +379,12 @@ class RheaForCausalLM(nn.Module):
         if self.latent_injector is not None:
             save_file(self.latent_injector.state(), str(directory / INJECTOR_WEIGHTS_NAME),
                       metadata={"latent_injection": self.config.latent_injection})
+        if self.score_head is not None:
+            save_file(self.score_head.state(), str(directory / SCORE_HEAD_WEIGHTS_NAME),
+                      metadata={"score_head": str(self.config.score_head),
+                                "score_head_layers": ",".join(map(str, self.config.score_head_layers))})
+        elif (directory / SCORE_HEAD_WEIGHTS_NAME).exists():
+            (directory / SCORE_HEAD_WEIGHTS_NAME).unlink()   # a head from an earlier save would no longer be described
         self.tokenizer.save_pretrained(directory / TOKENIZER_DIR)
         # Non-default adapter names go to subfolders; the <mem> rows are ours, never PEFT's
         # (save_embedding_layers="auto" could write the whole resized embedding matrix).
@@ -588,9 +606,49 @@ class RheaForCausalLM(nn.Module):
             return self.hidden_size * len(self._decoder_layers())
         return self.hidden_size
 
+    @property
+    def score_width(self) -> int:
+        """Width of the vectors retrieval scores (`score_view`): ``RheaConfig.score_head``, else ``hidden``."""
+        return self.config.score_head or self.hidden_size
+
+    def set_score_head(self, head: ScoreHead | None) -> None:
+        """Install a trained `ScoreHead` (or remove it with None) and record it in the config. A centre fitted for the
+        old read-out no longer applies: it is cleared (``rhea calibrate`` fits one for the new read-out)."""
+        if head is not None and (head.hidden != self.hidden_size or max(head.layers) >= self.latent_width // self.hidden_size):
+            raise RheaConfigError(f"score head for hidden {head.hidden}, blocks {list(head.layers)} does not fit this "
+                                  f"model (hidden {self.hidden_size}, {self.latent_width // self.hidden_size} blocks)")
+        self.score_head = None if head is None else head.to(self.device)
+        cfg = dataclasses.replace(self.config, score_head=0 if head is None else head.dim,
+                                  score_head_layers=[0] if head is None else list(head.layers), latent_center=None)
+        self.config = cfg
+
+    def load_score_head(self, path: str | os.PathLike) -> None:
+        """Load ``score_head.safetensors`` into the head the config describes (`CheckpointError` when missing/mismatched)."""
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        if not path.is_file():
+            raise CheckpointError(f"rhea_config.json sets score_head={self.config.score_head} but {path} is missing; "
+                                  "copy it from the directory the head was trained into, or set score_head to 0")
+        try:
+            state = load_file(str(path))
+        except Exception as e:
+            raise CheckpointError(f"{path} is corrupted or unreadable ({e})") from e
+        expected = self.score_head.proj.state_dict()
+        bad = sorted(k for k in expected if k not in state or tuple(state[k].shape) != tuple(expected[k].shape))
+        if bad or set(state) - set(expected):
+            raise CheckpointError(f"{path}: tensors {bad or sorted(set(state) - set(expected))} do not match score_head="
+                                  f"{self.config.score_head} over blocks {self.config.score_head_layers} of hidden "
+                                  f"{self.hidden_size}")
+        with torch.no_grad():
+            self.score_head.proj.load_state_dict({k: v.float() for k, v in state.items()})
+
     def score_view(self, latents: torch.Tensor) -> torch.Tensor:
-        """The part of `latents` (``[..., latent_width]``) that retrieval scores: the final hidden states
-        (contiguous, as the turn-scoring kernels read them)."""
+        """What retrieval scores of `latents` (``[..., latent_width]``): the trained `ScoreHead`'s output when the
+        config has one (``RheaConfig.score_head``), else the final hidden states (contiguous, as the turn-scoring
+        kernels read them)."""
+        if self.score_head is not None:
+            return self.score_head(latents)
         if latents.shape[-1] == self.hidden_size:
             return latents
         return latents[..., : self.hidden_size].contiguous()
