@@ -8,8 +8,9 @@ from rhea.modeling.config import RheaConfig, latent_tier_active
 
 SHIP = Path(rhea.__file__).resolve().parent / "data" / "adapters" / "smollm2-135m"
 
-#: the package carries the shipped directory (tokenizer included); r16 on every linear layer in fp16 is ~14 MB
-MAX_BYTES = 15_000_000
+#: the package carries the shipped directory (tokenizer included); r16 on every linear layer in fp16 is ~14 MB, and
+#: since session 26 the retrieval read-out (score_head.safetensors, 2 x 576 -> 256 in fp16) 0.6 MB more
+MAX_BYTES = 16_000_000
 
 
 @pytest.mark.skipif(not (SHIP / "rhea_config.json").is_file(), reason="no default adapters shipped")
