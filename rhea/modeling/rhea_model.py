@@ -618,9 +618,9 @@ class RheaForCausalLM(nn.Module):
             raise RheaConfigError(f"score head for hidden {head.hidden}, blocks {list(head.layers)} does not fit this "
                                   f"model (hidden {self.hidden_size}, {self.latent_width // self.hidden_size} blocks)")
         self.score_head = None if head is None else head.to(self.device)
-        cfg = dataclasses.replace(self.config, score_head=0 if head is None else head.dim,
-                                  score_head_layers=[0] if head is None else list(head.layers), latent_center=None)
-        self.config = cfg
+        self.config = dataclasses.replace(self.config, score_head=0 if head is None else head.dim,
+                                          score_head_layers=[0] if head is None else list(head.layers),
+                                          latent_center=None)
 
     def load_score_head(self, path: str | os.PathLike) -> None:
         """Load ``score_head.safetensors`` into the head the config describes (`CheckpointError` when missing/mismatched)."""

@@ -22,6 +22,18 @@ from torch import nn
 SCORE_HEAD_WEIGHTS_NAME = "score_head.safetensors"
 
 
+def gather_blocks(latents: torch.Tensor, hidden: int, layers: Sequence[int]) -> torch.Tensor:
+    """Blocks `layers` of `hidden` columns each of ``[..., width]`` latents, side by side, in fp32."""
+    blocks = latents.shape[-1] // hidden
+    bad = [i for i in layers if i >= blocks]
+    if latents.shape[-1] % hidden or bad:
+        raise ValueError(f"latents of width {latents.shape[-1]} hold {blocks} blocks of {hidden}; the score head "
+                         f"reads blocks {list(layers)} (RheaConfig.score_head_layers)")
+    if tuple(layers) == tuple(range(len(layers))):
+        return latents[..., : hidden * len(layers)].float()
+    return torch.cat([latents[..., i * hidden:(i + 1) * hidden] for i in layers], dim=-1).float()
+
+
 class ScoreHead(nn.Module):
     """``W · concat(latent blocks at `layers`) + b``; kept in fp32 whatever the model's dtype (it is small).
 
@@ -40,14 +52,7 @@ class ScoreHead(nn.Module):
 
     def gather(self, latents: torch.Tensor) -> torch.Tensor:
         """The blocks the head reads, side by side: ``[..., len(layers) * hidden]`` (fp32)."""
-        blocks = latents.shape[-1] // self.hidden
-        bad = [i for i in self.layers if i >= blocks]
-        if latents.shape[-1] % self.hidden or bad:
-            raise ValueError(f"latents of width {latents.shape[-1]} hold {blocks} blocks of {self.hidden}; the score head "
-                             f"reads blocks {list(self.layers)} (RheaConfig.score_head_layers)")
-        if self.layers == tuple(range(len(self.layers))):
-            return latents[..., : self.in_features].float()
-        return torch.cat([latents[..., i * self.hidden:(i + 1) * self.hidden] for i in self.layers], dim=-1).float()
+        return gather_blocks(latents, self.hidden, self.layers)
 
     def forward(self, latents: torch.Tensor) -> torch.Tensor:
         """``[..., dim]`` fp32 (a model cast to bf16 casts the head too; the scores stay fp32)."""

@@ -23,13 +23,14 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
 from rhea.training.errors import TrainingDataError
+from rhea.training.losses import max_cosine  # the HCR score, differentiable (also the contrastive loss's)
 
 #: (file under the data folder, reader) for the public conversations that give (question, reply) pairs
 PAIR_SOURCES = (
@@ -50,10 +51,12 @@ class QueryReply:
 
 
 def _jsonl(path: Path) -> list[dict]:
+    from rhea.training.compressor import _records
+
     try:
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return _records(path)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise TrainingDataError(f"{path} is not valid JSONL ({e})") from e
+        raise TrainingDataError(f"{path} is not valid JSON/JSONL ({e})") from e
 
 
 def _ok(*texts) -> bool:
@@ -75,11 +78,7 @@ def load_query_reply_pairs(data_dir: str | os.PathLike) -> list[QueryReply]:
     for name in found:
         path = root / name
         if name.startswith("dialogue_corpora/ultrachat"):
-            try:
-                convs = json.loads(path.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise TrainingDataError(f"{path} is not valid JSON ({e})") from e
-            for c, conv in enumerate(convs if isinstance(convs, list) else []):
+            for c, conv in enumerate(_jsonl(path)):
                 msgs = conv.get("messages", []) if isinstance(conv, dict) else []
                 for i in range(len(msgs) - 1):
                     a, b = msgs[i], msgs[i + 1]
@@ -152,9 +151,8 @@ def latent_blocks(model, texts: Sequence[str], layers: Sequence[int], *, batch_s
                   log: Callable[[str], None] | None = None) -> torch.Tensor:
     """``[len(texts), n_mem, len(layers) * hidden]`` fp32 CPU: the blocks of each text's latents a head over
     `layers` reads (compress adapter, eval mode; a text as the policy compresses a reply, `compress_replies`)."""
-    from rhea.modeling.score_head import ScoreHead
+    from rhea.modeling.score_head import gather_blocks
 
-    picker = ScoreHead(model.hidden_size, 1, layers)
     was = model.training
     model.eval()
     out, t0 = [], time.perf_counter()
@@ -165,20 +163,12 @@ def latent_blocks(model, texts: Sequence[str], layers: Sequence[int], *, batch_s
             if len(rows) != 1:
                 raise TrainingDataError("the score head trains on one block of n_mem latents per text; this model "
                                         "compresses replies in pieces (compress_chunk_tokens): set it to None first")
-            out.append(picker.gather(torch.stack(lat)).cpu())
+            out.append(gather_blocks(torch.stack(lat), model.hidden_size, layers).cpu())
             if log and ((i // batch_size) % 20 == 19 or i + batch_size >= len(texts)):
                 log(f"  compressed {min(i + batch_size, len(texts))}/{len(texts)} texts ({time.perf_counter() - t0:.0f} s)")
     finally:
         model.train(was)
     return torch.cat(out) if out else torch.zeros(0, model.n_mem, len(layers) * model.hidden_size)
-
-
-def max_cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``[Na, Nb]``: the max over slot pairs of the cosine of a[i]'s and b[j]'s slots (``[N, n, d]`` each); the
-    HCR turn score, differentiable."""
-    f = torch.nn.functional
-    a, b = f.normalize(a, dim=-1), f.normalize(b, dim=-1)
-    return torch.einsum("ind,jmd->ijnm", a, b).flatten(2).amax(-1)
 
 
 def recall_at(scores: torch.Tensor, ks: Sequence[int] = (1, 5)) -> dict[str, float]:
@@ -209,7 +199,7 @@ class HeadReport:
     seconds: float
 
     def to_dict(self) -> dict:
-        return dict(vars(self))
+        return asdict(self)
 
 
 def train_score_head(hidden: int, q_train: torch.Tensor, r_train: torch.Tensor, *, dim: int, layers: Sequence[int],
