@@ -10,7 +10,8 @@
 #   bash scripts/gpu_compressor.sh join DIR DEST              # here: the returned parts -> DEST/trainable.safetensors
 #
 # STAGED (default /root/stage) is where pieces gather on the machine; RUNS (default /root/runs) holds the runs;
-# DEVICE (default cuda; bf16 there, fp32 elsewhere) lets the same commands be tried on the CPU.
+# DEVICE (default cuda; TF32 there, or bf16 autocast with PRECISION=bf16; fp32 elsewhere) lets the same commands be
+# tried on the CPU.
 # Wheels in .whl/ (gguf, which the GPU image lacks and `assemble` needs) are installed first by every call.
 # `train` writes the run under $RUNS/RUN with its snapshot in $RUNS/RUN.snapshot and, when $OUT is set, copies the
 # snapshot there split into parts (a device call returns files of at most 16 MiB; Qwen2.5-Coder-1.5B's is 42 MB).
@@ -49,13 +50,22 @@ train)
     name=${1:?train NAME RUN MINUTES ARGS...}; run=${2:?RUN}; minutes=${3:?MINUTES}; shift 3
     mkdir -p "$RUNS"
     device=${DEVICE:-cuda}
+    # PRECISION (cuda only): tf32 (default: fp32 weights and activations, TF32 tensor-core products) or bf16
+    # (autocast; session 27's Qwen2.5-Coder-1.5B run at lr 5e-4, batch 32 went to NaN before step 150 under it)
     precision=()
-    [[ $device == cuda* ]] && precision=(--bf16)
+    if [[ $device == cuda* ]]; then
+        case "${PRECISION:-tf32}" in
+        tf32) precision=(--tf32);;
+        bf16) precision=(--bf16);;
+        *) echo "gpu_compressor.sh: PRECISION=$PRECISION is not tf32 or bf16" >&2; exit 2;;
+        esac
+    fi
     $PY scripts/train_compressor.py --base-model "$name" --out "$RUNS/$run" --device "$device" "${precision[@]}" \
         --snapshot-dir "$RUNS/$run.snapshot" --max-minutes "$minutes" "$@"
     if [ -n "${OUT:-}" ] && [ -d "$RUNS/$run.snapshot" ]; then
         snap=$RUNS/$run.snapshot
         for f in state.json curve.jsonl; do if [ -f "$snap/$f" ]; then cp "$snap/$f" "$OUT/"; fi; done
+        if [ -f "$RUNS/$run/log.jsonl" ]; then cp "$RUNS/$run/log.jsonl" "$OUT/"; fi   # per-step loss and gradient norm
         split -b "$PART_BYTES" -d -a 2 "$snap/trainable.safetensors" "$OUT/trainable.part-"
         sha256sum "$snap/trainable.safetensors" | cut -d' ' -f1 > "$OUT/trainable.sha256"
         ls -l "$OUT"

@@ -33,11 +33,13 @@ import random
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
 
 from rhea.training.factqa import DEFAULT_BABI_TASKS
+from rhea.training.guard import SkipCounter, guarded_update
 
 
 def parse_args(argv=None):
@@ -96,6 +98,12 @@ def parse_args(argv=None):
     p.add_argument("--bf16", action="store_true",
                    help="bf16 autocast (on a CPU only where it has native bf16, e.g. AVX512-BF16/AMX: on an AVX2-only "
                         "AMD EPYC a step took 400 s instead of 6 s)")
+    p.add_argument("--tf32", action="store_true",
+                   help="TF32 matrix products on a CUDA GPU (fp32 weights and activations, 10-bit mantissa inputs to "
+                        "the tensor cores); the GPU recipe's precision since bf16 autocast sent a Qwen run to NaN")
+    p.add_argument("--max-skipped", type=int, default=10,
+                   help="stop with NonFiniteTrainingError after this many steps in a row with a non-finite loss or "
+                        "gradient norm (each is skipped, the weights untouched); 0 = never stop")
     p.add_argument("--device", default="auto", help="auto (a CUDA GPU if torch sees one, else the CPU), cpu, cuda, cuda:N")
     p.add_argument("--max-minutes", type=float, default=None,
                    help="stop cleanly after this many minutes of training (checkpoint and snapshot written), e.g. to "
@@ -136,6 +144,8 @@ def parse_args(argv=None):
                 "as well (without it every text is one block and only offset 0 would be trained)")
     if args.lora_r is not None and args.lora_r < 1:
         p.error(f"--lora-r {args.lora_r} must be >= 1")
+    if args.max_skipped < 0:
+        p.error(f"--max-skipped {args.max_skipped} must be >= 0 (0: never stop)")
     if not 0 <= args.cooldown <= args.max_steps:
         p.error(f"--cooldown {args.cooldown} must be between 0 and --max-steps {args.max_steps} (the steps over which "
                 "the learning rate falls to 0 before --max-steps)")
@@ -427,6 +437,7 @@ def main(argv=None) -> None:
 
     curve_path = out / "curve.jsonl"
     need_raw = not (curve_path.is_file() and '"qa_raw"' in curve_path.read_text())
+    skips = SkipCounter(args.max_skipped)  # updates skipped for a non-finite loss or gradient (this command's)
 
     def evaluate(at: int, loss: float | None) -> None:
         nonlocal need_raw
@@ -436,7 +447,7 @@ def main(argv=None) -> None:
         own, ctl = mean_ci(s["own"]), mean_ci(s["control"])
         gap = mean_ci([a - b for a, b in zip(s["own"], s["control"])])
         row = {"step": at, "loss": loss, "own": own["mean"], "control": ctl["mean"], "gap": gap["mean"],
-               "gap_lo": gap["lo"], "gap_hi": gap["hi"], "n": own["n"]}
+               "gap_lo": gap["lo"], "gap_hi": gap["hi"], "n": own["n"], "skipped_steps": skips.total}
         if qa_eval:
             q = factqa_scores(model, qa_eval, raw=need_raw)
             qa_gap = mean_ci([float(a["exact"]) - float(b["exact"]) for a, b in zip(q["own"], q["control"])])
@@ -479,6 +490,9 @@ def main(argv=None) -> None:
     decoder = model.peft_model.disable_adapter if plain_decoder else contextlib.nullcontext
     device_type = model.device.type
     autocast = torch.autocast(device_type, dtype=torch.bfloat16, enabled=args.bf16)
+    if args.tf32 and device_type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes else None
     while step < args.max_steps:
         if deadline is not None and time.monotonic() >= deadline:
@@ -509,23 +523,30 @@ def main(argv=None) -> None:
                                      labels=b["labels"].to(model.device)).loss * (len(texts) / args.batch)
             if qa:
                 loss = loss + factqa_loss(model, qa, decoder=decoder) * (len(qa) / args.batch)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
+        outcome = guarded_update(loss, list(params.values()), opt, max_norm=1.0)
+        with warnings.catch_warnings():  # a skipped update still advances the schedule: it follows `step`
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+            sched.step()
         step += 1
-        window.append(float(loss.detach()))
+        entry = {"step": step, "loss": round(outcome.loss, 4), "grad_norm": round(outcome.grad_norm, 4)}
+        if outcome.applied:
+            window.append(outcome.loss)
+        else:
+            entry["skipped"] = True
+            print(f"[compressor] step {step}: non-finite loss {outcome.loss} / gradient norm {outcome.grad_norm}; "
+                  f"update skipped ({skips.total + 1} so far)", flush=True)
         now = time.perf_counter()
+        entry["s"] = round(now - t_last, 2)
         with open(out / "log.jsonl", "a") as f:
-            f.write(json.dumps({"step": step, "loss": round(window[-1], 4), "s": round(now - t_last, 2)}) + "\n")
+            f.write(json.dumps(entry) + "\n")
+        skips.record(outcome, step, hint="Lower --lr, or drop --bf16 (fp32; --tf32 on a GPU).")
         t_last = now
         if step % args.save_every == 0:
             save_checkpoint(out, params, opt, sched, step)
         if snap is not None and step % args.snapshot_every == 0:
             save_snapshot(snap, out, params, step, args)
         if step % args.eval_every == 0:
-            evaluate(step, sum(window) / len(window))
+            evaluate(step, sum(window) / len(window) if window else None)
             window = []
             t_last = time.perf_counter()
     save_checkpoint(out, params, opt, sched, step)

@@ -8,3 +8,7 @@ class TrainingDataError(RheaError, ValueError):
 
 class TrainConfigError(RheaConfigError):
     """A training config has an unknown key or a value out of range."""
+
+
+class NonFiniteTrainingError(RheaError, FloatingPointError):
+    """Training produced a non-finite loss or gradient norm for too many steps in a row."""

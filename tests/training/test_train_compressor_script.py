@@ -1,6 +1,7 @@
 """scripts/train_compressor.py: a run cut off with only its committable snapshot left (no OUT/checkpoint)
 continues from the snapshot's step and weights; a snapshot of other settings is refused."""
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -446,3 +447,36 @@ def test_cooldown_lowers_the_rate_to_zero_at_max_steps_also_when_added_on_resume
     assert state["step"] == 4 and state["opt"]["param_groups"][0]["lr"] == pytest.approx(0.0)
     with pytest.raises(SystemExit):
         script.parse_args(_argv(data, base_dir, root, 4, cooldown=5))
+
+
+def test_a_non_finite_step_is_skipped_logged_and_counted(script, setup, monkeypatch):
+    data, base_dir, root = setup
+    real = script.guarded_update
+    calls = []
+
+    def nan_at_second(loss, params, opt, max_norm=1.0):
+        calls.append(1)
+        return real(loss * float("nan") if len(calls) == 2 else loss, params, opt, max_norm=max_norm)
+
+    monkeypatch.setattr(script, "guarded_update", nan_at_second)
+    script.main(_argv(data, base_dir, root, 4))
+    log = [json.loads(line) for line in (root / "out" / "log.jsonl").read_text().splitlines()]
+    assert [r.get("skipped", False) for r in log] == [False, True, False, False]
+    assert all(math.isfinite(r["grad_norm"]) for r in log if not r.get("skipped"))
+    curve = [json.loads(line) for line in (root / "snap" / "curve.jsonl").read_text().splitlines()]
+    assert [r["skipped_steps"] for r in curve] == [0, 1, 1]
+    weights = load_file(str(root / "snap" / "trainable.safetensors"))
+    assert all(torch.isfinite(w.float()).all() for w in weights.values())
+
+
+def test_a_diverged_run_stops_with_a_named_error_and_finite_weights(script, setup, monkeypatch):
+    from rhea.training.errors import NonFiniteTrainingError
+
+    data, base_dir, root = setup
+    real = script.guarded_update
+    monkeypatch.setattr(script, "guarded_update",
+                        lambda loss, params, opt, max_norm=1.0: real(loss * float("nan"), params, opt, max_norm))
+    with pytest.raises(NonFiniteTrainingError, match="2 steps in a row up to step 2.*--bf16"):
+        script.main(_argv(data, base_dir, root, 6, max_skipped=2))
+    with pytest.raises(SystemExit):
+        script.parse_args(_argv(data, base_dir, root, 6, max_skipped=-1))
