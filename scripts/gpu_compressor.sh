@@ -7,6 +7,8 @@
 #   bash scripts/gpu_compressor.sh assemble                   # concatenate, check SHA-256, convert into $RHEA_CACHE
 #   bash scripts/gpu_compressor.sh train NAME RUN MINUTES ARGS...   # scripts/train_compressor.py for MINUTES, then
 #                                                             # its snapshot into $OUT in parts of <= 15 MiB
+#   bash scripts/gpu_compressor.sh seed RUN SNAPSHOT_DIR      # a carried (parked) snapshot -> $RUNS/RUN.snapshot, which
+#                                                             # the next `train NAME RUN ...` resumes
 #   bash scripts/gpu_compressor.sh join DIR DEST              # here: the returned parts -> DEST/trainable.safetensors
 #
 # STAGED (default /root/stage) is where pieces gather on the machine; RUNS (default /root/runs) holds the runs;
@@ -16,13 +18,13 @@
 # `train` writes the run under $RUNS/RUN with its snapshot in $RUNS/RUN.snapshot and, when $OUT is set, copies the
 # snapshot there split into parts (a device call returns files of at most 16 MiB; Qwen2.5-Coder-1.5B's is 42 MB).
 set -euo pipefail
-cmd=${1:?usage: gpu_compressor.sh piece STAGE_DIR | assemble | train NAME RUN MINUTES ARGS... | join DIR DEST}
+cmd=${1:?usage: gpu_compressor.sh piece STAGE_DIR | assemble | train NAME RUN MINUTES ARGS... | seed RUN SNAPSHOT_DIR | join DIR DEST}
 shift
 STAGED=${STAGED:-/root/stage}
 RUNS=${RUNS:-/root/runs}
 PY=${PYTHON:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-if [ "$cmd" != join ] && ls .whl/*.whl >/dev/null 2>&1; then
+if [ "$cmd" != join ] && [ "$cmd" != seed ] && ls .whl/*.whl >/dev/null 2>&1; then
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
     export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
@@ -71,6 +73,19 @@ train)
         ls -l "$OUT"
     fi
     ;;
+seed)
+    run=${1:?seed RUN SNAPSHOT_DIR (a parked snapshot, carried with this call)}
+    src=${2:?seed RUN SNAPSHOT_DIR (a parked snapshot, carried with this call)}
+    for f in trainable.safetensors state.json; do
+        [ -f "$src/$f" ] || { echo "gpu_compressor.sh: $src/$f is not here: carry the whole snapshot folder" >&2; exit 2; }
+    done
+    if [ -e "$RUNS/$run/checkpoint" ]; then
+        echo "gpu_compressor.sh: $RUNS/$run already has a checkpoint, which train would resume instead of the seed" >&2; exit 2
+    fi
+    mkdir -p "$RUNS/$run.snapshot"
+    for f in trainable.safetensors state.json curve.jsonl; do if [ -f "$src/$f" ]; then cp "$src/$f" "$RUNS/$run.snapshot/"; fi; done
+    echo "seeded $RUNS/$run.snapshot from $src: the next 'train ... $run ...' resumes it (same settings)"
+    ;;
 join)
     dir=${1:?join DIR DEST (DIR: the files_at folder of the last train call, read-only; DEST: a snapshot folder)}
     dest=${2:?join DIR DEST: DEST is where the snapshot goes (files_at is read-only)}
@@ -88,5 +103,5 @@ join)
     echo "joined into $dest/trainable.safetensors (SHA-256 $got): a snapshot folder for --snapshot-dir, or park it"
     ;;
 *)
-    echo "gpu_compressor.sh: unknown subcommand '$cmd' (piece, assemble, train, join)" >&2; exit 2;;
+    echo "gpu_compressor.sh: unknown subcommand '$cmd' (piece, assemble, train, seed, join)" >&2; exit 2;;
 esac

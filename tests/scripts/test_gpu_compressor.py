@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(tmp_path, *args, **env):
-    full = dict(os.environ, PYTHON="true", STAGED=str(tmp_path / "staged"), RUNS=str(tmp_path / "runs"), **env)
+    full = {**os.environ, "PYTHON": "true", "STAGED": str(tmp_path / "staged"), "RUNS": str(tmp_path / "runs"), **env}
     return subprocess.run(["bash", str(ROOT / "scripts" / "gpu_compressor.sh"), *map(str, args)], cwd=ROOT,
                           env=full, capture_output=True, text=True, timeout=120)
 
@@ -65,3 +65,38 @@ def test_bad_subcommands_and_missing_arguments_are_named(tmp_path):
     assert res.returncode != 0 and "DEST" in res.stderr
     res = _run(tmp_path, "join", tmp_path, tmp_path / "d")
     assert res.returncode == 2 and "no trainable.part-*" in res.stderr
+
+
+def test_seed_puts_a_carried_snapshot_where_train_resumes_it(tmp_path):
+    src = tmp_path / "parked"
+    src.mkdir()
+    res = _run(tmp_path, "seed", "qa", src)
+    assert res.returncode == 2 and "trainable.safetensors is not here" in res.stderr
+    (src / "trainable.safetensors").write_bytes(b"w" * 100)
+    (src / "state.json").write_text('{"step": 374}')
+    (src / "curve.jsonl").write_text('{"step": 0}\n')
+    res = _run(tmp_path, "seed", "qa", src)
+    assert res.returncode == 0, res.stderr
+    seeded = tmp_path / "runs" / "qa.snapshot"
+    assert (seeded / "trainable.safetensors").read_bytes() == b"w" * 100
+    assert (seeded / "state.json").read_text() == '{"step": 374}' and (seeded / "curve.jsonl").is_file()
+    # a run with its own checkpoint would resume that, not the seed: refused
+    (tmp_path / "runs" / "qa" / "checkpoint").mkdir(parents=True)
+    res = _run(tmp_path, "seed", "qa", src)
+    assert res.returncode == 2 and "already has a checkpoint" in res.stderr
+
+
+def test_train_precision_defaults_to_tf32_on_cuda_and_is_checked(tmp_path):
+    log = tmp_path / "argv"
+    fake = tmp_path / "fakepy"
+    fake.write_text(f'#!/usr/bin/env bash\necho "$@" >> {log}\n')
+    fake.chmod(0o755)
+    assert _run(tmp_path, "train", "smollm2-135m", "r", "1", PYTHON=str(fake)).returncode == 0
+    assert _run(tmp_path, "train", "smollm2-135m", "r", "1", PYTHON=str(fake), PRECISION="bf16").returncode == 0
+    assert _run(tmp_path, "train", "smollm2-135m", "r", "1", PYTHON=str(fake), DEVICE="cpu").returncode == 0
+    lines = [line for line in log.read_text().splitlines() if "train_compressor.py" in line]
+    assert "--tf32" in lines[0] and "--bf16" not in lines[0]
+    assert "--bf16" in lines[1] and "--tf32" not in lines[1]
+    assert "--tf32" not in lines[2] and "--bf16" not in lines[2]
+    res = _run(tmp_path, "train", "smollm2-135m", "r", "1", PYTHON=str(fake), PRECISION="fp16")
+    assert res.returncode == 2 and "PRECISION=fp16 is not tf32 or bf16" in res.stderr
