@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="item: each item's own question (the issue's measure; default); cloze: the fact-QA training "
                         "stage's question over the reply's sentence with the fact blanked out (a diagnostic)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu",
+                   help="where the model runs: cpu (default), cuda, cuda:N or auto (checked before any model loads)")
     p.add_argument("--out", required=True, help="output stem: <out>.json, <out>.png, <out>.rows.jsonl")
     p.add_argument("--summarise-only", action="store_true", help="no model: summarise <out>.rows.jsonl")
     p.add_argument("--versus", default=None,
@@ -156,10 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.summarise_only:
         import torch
 
-        from rhea.modeling.loading import load_rhea_model
+        from rhea.modeling.loading import load_rhea_model, resolve_device
         from rhea.modeling.zoo import check_model_path
 
         check_model_path(args.model)
+        device = resolve_device(args.device)  # a DeviceError naming what torch sees, before any weights load
         torch.set_num_threads(args.threads)
         conditions = conditions + (["latent_fresh"] if args.fresh else [])
         done = {(r["id"], r["condition"]) for r in rows}
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(items)} items x {len(conditions)} conditions; {len(todo)} answers to generate "
               f"({len(rows)} rows already in {rows_path})", flush=True)
         if todo:
-            model = load_rhea_model(args.model).eval()
+            model = load_rhea_model(args.model, device=device).eval()
             fresh = None
             if args.fresh:
                 from rhea.modeling import RheaForCausalLM
@@ -175,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 base, tok = load_base_model(args.model if not Path(args.model).is_dir()
                                             else model.config.base_model_name_or_path, dtype=model.dtype)
-                fresh = RheaForCausalLM.from_base(base, tok).eval()
+                fresh = RheaForCausalLM.from_base(base, tok).to(device).eval()
             t0 = time.perf_counter()
             with rows_path.open("a") as f:
                 for k, (it, c) in enumerate(todo):
@@ -217,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
               "question_form": generated_by.get("question_form", args.question_form),
               "mode": generated_by.get("mode", args.mode),
               "threads": generated_by.get("threads", args.threads),
+              "device": generated_by.get("device", args.device),
               "seconds_this_run": round(seconds, 1),
               "command": this_command,
               **({"summarised_by": summarised_by} if summarised_by else {}),

@@ -7,6 +7,8 @@
 #   bash scripts/gpu_compressor.sh assemble                   # concatenate, check SHA-256, convert into $RHEA_CACHE
 #   bash scripts/gpu_compressor.sh train NAME RUN MINUTES ARGS...   # scripts/train_compressor.py for MINUTES, then
 #                                                             # its snapshot into $OUT in parts of <= 15 MiB
+#   bash scripts/gpu_compressor.sh measure RUN [ARGS...]      # teacher-forced fact recall of $RUNS/RUN/latest on the
+#                                                             # device -> $OUT/fact_recall_RUN.tar.gz (one file back)
 #   bash scripts/gpu_compressor.sh seed RUN SNAPSHOT_DIR      # a carried (parked) snapshot -> $RUNS/RUN.snapshot, which
 #                                                             # the next `train NAME RUN ...` resumes
 #   bash scripts/gpu_compressor.sh join DIR DEST              # here: the returned parts -> DEST/trainable.safetensors
@@ -18,7 +20,7 @@
 # `train` writes the run under $RUNS/RUN with its snapshot in $RUNS/RUN.snapshot and, when $OUT is set, copies the
 # snapshot there split into parts (a device call returns files of at most 16 MiB; Qwen2.5-Coder-1.5B's is 42 MB).
 set -euo pipefail
-cmd=${1:?usage: gpu_compressor.sh piece STAGE_DIR | assemble | train NAME RUN MINUTES ARGS... | seed RUN SNAPSHOT_DIR | join DIR DEST}
+cmd=${1:?usage: gpu_compressor.sh piece STAGE_DIR | assemble | train NAME RUN MINUTES ARGS... | measure RUN [ARGS...] | seed RUN SNAPSHOT_DIR | join DIR DEST}
 shift
 STAGED=${STAGED:-/root/stage}
 RUNS=${RUNS:-/root/runs}
@@ -73,6 +75,20 @@ train)
         ls -l "$OUT"
     fi
     ;;
+measure)
+    # teacher-forced fact recall (benchmarks/fact_recall.py) on the run's latest adapters, on the device, in the same
+    # call as the training: latent vs another reply's latents (the number to watch), dropped and raw. One file back.
+    run=${1:?measure RUN [fact_recall.py ARGS...]}; shift
+    model=$RUNS/$run/latest
+    [ -d "$model" ] || { echo "gpu_compressor.sh: $model is not here: train the run first (in this machine's life)" >&2; exit 2; }
+    tmp=$(mktemp -d)
+    $PY benchmarks/fact_recall.py --model "$model" --device "${DEVICE:-cuda}" --mode teacher-forced \
+        --conditions latent,latent_other,dropped,raw --threads 4 --out "$tmp/fact_recall_$run" "$@"
+    dest=${OUT:-$RUNS}
+    tar czf "$dest/fact_recall_$run.tar.gz" -C "$tmp" .
+    rm -rf "$tmp"
+    echo "fact recall of $run: $dest/fact_recall_$run.tar.gz"
+    ;;
 seed)
     run=${1:?seed RUN SNAPSHOT_DIR (a parked snapshot, carried with this call)}
     src=${2:?seed RUN SNAPSHOT_DIR (a parked snapshot, carried with this call)}
@@ -103,5 +119,5 @@ join)
     echo "joined into $dest/trainable.safetensors (SHA-256 $got): a snapshot folder for --snapshot-dir, or park it"
     ;;
 *)
-    echo "gpu_compressor.sh: unknown subcommand '$cmd' (piece, assemble, train, seed, join)" >&2; exit 2;;
+    echo "gpu_compressor.sh: unknown subcommand '$cmd' (piece, assemble, train, measure, seed, join)" >&2; exit 2;;
 esac

@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 
 from rhea.errors import RheaError
 from rhea.eval import fact_recall as fr
@@ -204,7 +205,8 @@ def test_benchmark_end_to_end_on_a_tiny_model_and_resumes(tmp_path, capsys, monk
 
     loaded = []
     monkeypatch.setattr(zoo, "check_model_path", lambda name: None)
-    monkeypatch.setattr(loading, "load_rhea_model", lambda name: loaded.append(name) or tiny_rhea())
+    monkeypatch.setattr(loading, "load_rhea_model",
+                        lambda name, device=None: loaded.append((name, str(device))) or tiny_rhea())
     data = _write(tmp_path / "set.jsonl", [_item(id="a"), _item(id="b", kind="number"), _item(id="c", kind="date")])
     out = tmp_path / "res" / "fr"
     argv = ["--model", "tiny", "--data", str(data), "--max-new-tokens", "2", "--out", str(out)]
@@ -216,7 +218,8 @@ def test_benchmark_end_to_end_on_a_tiny_model_and_resumes(tmp_path, capsys, monk
     n_rows = len((tmp_path / "res" / "fr.rows.jsonl").read_text().splitlines())
     assert n_rows == 9
     assert _bench().main(argv) == 0  # resumes: nothing left to answer, no model loaded
-    assert loaded == ["tiny"]
+    assert loaded == [("tiny", "cpu")]  # --device cpu by default
+    assert res["device"] == "cpu"
     assert "0 answers to generate" in capsys.readouterr().out
     assert len((tmp_path / "res" / "fr.rows.jsonl").read_text().splitlines()) == n_rows
     # summarising the rows again keeps the command that generated them
@@ -238,6 +241,11 @@ def test_benchmark_validates_before_loading(tmp_path):
         _bench().main(["--model", "no-such-model", "--out", str(tmp_path / "o")])
     with pytest.raises(RheaError, match="--conditions"):
         _bench().main(["--model", "nope", "--conditions", "raw,sideways", "--out", str(tmp_path / "o")])
+    if not torch.cuda.is_available():  # a device the machine lacks: named, before any weights load
+        from rhea.errors import DeviceError
+
+        with pytest.raises(DeviceError, match="cuda"):
+            _bench().main(["--model", "smollm2-135m", "--device", "cuda:0", "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o.json").exists()
 
 
@@ -264,7 +272,7 @@ def test_benchmark_cloze_form_records_it_and_refuses_to_mix_forms(tmp_path, monk
     from rhea.testing import tiny_rhea
 
     monkeypatch.setattr(zoo, "check_model_path", lambda name: None)
-    monkeypatch.setattr(loading, "load_rhea_model", lambda name: tiny_rhea())
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name, device=None: tiny_rhea())
     data = _write(tmp_path / "set.jsonl", [_item(id="a"), _item(id="b", kind="number")])
     out = tmp_path / "fr"
     argv = ["--model", "tiny", "--data", str(data), "--max-new-tokens", "2", "--out", str(out), "--conditions", "latent"]
@@ -316,7 +324,7 @@ def test_benchmark_teacher_forced_mode_summarises_log_probabilities(tmp_path, mo
     from rhea.testing import tiny_rhea
 
     monkeypatch.setattr(zoo, "check_model_path", lambda name: None)
-    monkeypatch.setattr(loading, "load_rhea_model", lambda name: tiny_rhea())
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name, device=None: tiny_rhea())
     data = _write(tmp_path / "set.jsonl", [_item(id="a"), _item(id="b", kind="number"), _item(id="c", kind="date")])
     out = tmp_path / "tf"
     argv = ["--model", "tiny", "--data", str(data), "--out", str(out), "--mode", "teacher-forced",
@@ -406,7 +414,7 @@ def test_benchmark_reconstruct_mode_reports_fact_and_other_tokens(tmp_path, monk
     from rhea.testing import tiny_rhea
 
     monkeypatch.setattr(zoo, "check_model_path", lambda name: None)
-    monkeypatch.setattr(loading, "load_rhea_model", lambda name: tiny_rhea())
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name, device=None: tiny_rhea())
     data = _write(tmp_path / "set.jsonl", [_item(id="a"), _item(id="b", kind="number"), _item(id="c", kind="date")])
     out = tmp_path / "recon"
     assert _bench().main(["--model", "tiny", "--data", str(data), "--out", str(out), "--mode", "reconstruct"]) == 0

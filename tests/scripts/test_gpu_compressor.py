@@ -100,3 +100,28 @@ def test_train_precision_defaults_to_tf32_on_cuda_and_is_checked(tmp_path):
     assert "--tf32" not in lines[2] and "--bf16" not in lines[2]
     res = _run(tmp_path, "train", "smollm2-135m", "r", "1", PYTHON=str(fake), PRECISION="fp16")
     assert res.returncode == 2 and "PRECISION=fp16 is not tf32 or bf16" in res.stderr
+
+
+def test_measure_runs_teacher_forced_fact_recall_and_returns_one_file(tmp_path):
+    import tarfile
+
+    log = tmp_path / "argv"
+    fake = tmp_path / "fakepy"  # writes the three outputs fact_recall.py would, at the --out stem
+    fake.write_text(f'#!/usr/bin/env bash\necho "$@" >> {log}\n'
+                    'prev=""; for a in "$@"; do if [ "$prev" = --out ]; then stem=$a; fi; prev=$a; done\n'
+                    'echo "{}" > "$stem.json"; echo x > "$stem.png"; echo "{}" > "$stem.rows.jsonl"\n')
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    res = _run(tmp_path, "measure", "qa", PYTHON=str(fake), OUT=str(out))
+    assert res.returncode == 2 and "train the run first" in res.stderr
+    (tmp_path / "runs" / "qa" / "latest").mkdir(parents=True)
+    res = _run(tmp_path, "measure", "qa", "--limit", "24", PYTHON=str(fake), OUT=str(out))
+    assert res.returncode == 0, res.stderr
+    argv = log.read_text().splitlines()[-1]
+    assert "benchmarks/fact_recall.py" in argv and "--device cuda" in argv and "--mode teacher-forced" in argv
+    assert "latent,latent_other,dropped,raw" in argv and argv.endswith("--limit 24")
+    assert [p.name for p in out.iterdir()] == ["fact_recall_qa.tar.gz"]
+    with tarfile.open(out / "fact_recall_qa.tar.gz") as t:
+        names = {n.lstrip("./") for n in t.getnames()} - {""}
+    assert names == {"fact_recall_qa.json", "fact_recall_qa.png", "fact_recall_qa.rows.jsonl"}
