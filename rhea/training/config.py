@@ -6,7 +6,7 @@
 >>> TrainConfig.from_dict({"optim": {"learning_rate": 1e-5}})
 Traceback (most recent call last):
 ...
-rhea.training.errors.TrainConfigError: unknown key(s) ['learning_rate'] in section 'optim'; known keys: ['epochs', 'grad_accum', 'lr', 'max_grad_norm', 'max_steps', 'warmup_ratio', 'weight_decay']
+rhea.training.errors.TrainConfigError: unknown key(s) ['learning_rate'] in section 'optim'; known keys: ['epochs', 'grad_accum', 'lr', 'max_grad_norm', 'max_nonfinite_steps', 'max_steps', 'warmup_ratio', 'weight_decay']
 """
 from __future__ import annotations
 
@@ -75,6 +75,9 @@ class OptimSection:
     max_steps: int | None = None
     #: gradient clipping by global norm (None = off)
     max_grad_norm: float | None = 1.0
+    #: an optimizer step whose gradient norm is not finite is skipped (weights and AdamW state untouched; under fp16
+    #: the loss scaler does this instead); this many in a row stop the run with NonFiniteTrainingError (0 = never)
+    max_nonfinite_steps: int = 10
 
 
 @dataclass
@@ -141,6 +144,9 @@ class TrainConfig:
         need(o.lr > 0, f"optim.lr={o.lr} must be > 0")
         need(0 <= o.warmup_ratio < 1, f"optim.warmup_ratio={o.warmup_ratio} must be in [0, 1)")
         need(isinstance(o.grad_accum, int) and o.grad_accum >= 1, f"optim.grad_accum={o.grad_accum!r} must be an int >= 1")
+        need(isinstance(o.max_nonfinite_steps, int) and not isinstance(o.max_nonfinite_steps, bool)
+             and o.max_nonfinite_steps >= 0,
+             f"optim.max_nonfinite_steps={o.max_nonfinite_steps!r} must be an int >= 0 (0: never stop)")
         need(isinstance(o.epochs, int) and o.epochs >= 1, f"optim.epochs={o.epochs!r} must be an int >= 1")
         need(o.max_steps is None or o.max_steps >= 1, f"optim.max_steps={o.max_steps} must be None or >= 1")
         need(r.mixed_precision in ("no", "bf16", "fp16"), f"run.mixed_precision={r.mixed_precision!r} must be 'no', 'bf16' or 'fp16'")

@@ -20,6 +20,7 @@ import math
 import os
 import shutil
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -31,6 +32,7 @@ from rhea.training.config import TrainConfig
 from rhea.training.data import SampleSet, TierMix, build_conversation_samples, build_trajectory_samples, collate
 from rhea.training.errors import TrainConfigError
 from rhea.training.formats import load_conversations, load_trajectories
+from rhea.training.guard import SkipCounter, UpdateOutcome
 from rhea.training.losses import AuxiliaryLoss, ContrastiveRetrievalLoss, autoencode_loss
 from rhea.training.recompute import enable_activation_checkpointing
 from rhea.training.step import JointStep
@@ -294,6 +296,7 @@ class Trainer:
 
         bar = tqdm(total=total_steps, initial=global_step, disable=not acc.is_local_main_process, desc="rhea train")
         window: dict[str, list[float]] = {}
+        skips = SkipCounter(o.max_nonfinite_steps)
         done = global_step >= total_steps
         for epoch in range(start_epoch, o.epochs):
             if done:
@@ -315,13 +318,25 @@ class Trainer:
                     window.setdefault(k, []).append(float(v.detach()))
                 if not boundary:
                     continue
-                if o.max_grad_norm:
-                    acc.clip_grad_norm_(params, o.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
+                # the global norm (clipped only with max_grad_norm); a non-finite one skips the update (rhea.training.guard)
+                norm = acc.clip_grad_norm_(params, o.max_grad_norm or float("inf"))
+                norm = None if norm is None else float(norm)  # None: DeepSpeed clips inside its own step
+                applied = norm is None or math.isfinite(norm) or acc.mixed_precision == "fp16"  # fp16: the scaler skips
+                if applied:
+                    optimizer.step()
+                with warnings.catch_warnings():  # a skipped update still advances the schedule: it follows the step
+                    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+                    scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
                 global_step += 1
                 record = self._log_step(global_step, epoch, window, scheduler.get_last_lr()[0], t0)
+                record["grad_norm"] = norm
+                if not applied:
+                    record["skipped"] = True
+                    acc.print(f"[rhea train] step {global_step}: gradient norm {norm}; update skipped")
+                skips.record(UpdateOutcome(applied, record.get("loss/lm", float("nan")), norm if norm is not None
+                                           else float("nan")), global_step,
+                             hint="Lower optim.lr, or train with run.mixed_precision 'no'.")
                 window = {}
                 history.append(record)
                 if acc.is_main_process:

@@ -83,6 +83,66 @@ def test_autoencode_aux_loss_is_logged(tmp_path, tiny_model):
     assert result.history[0]["loss/autoencode"] > 0
 
 
+def _infinite_norm_at(monkeypatch, steps):
+    """Make the accelerator report a non-finite gradient norm at the given optimizer steps (1-based)."""
+    import accelerate
+
+    real = accelerate.Accelerator.clip_grad_norm_
+    calls = []
+
+    def clip(self, params, max_norm, norm_type=2):
+        calls.append(1)
+        norm = real(self, params, max_norm, norm_type)
+        return torch.tensor(float("inf")) if steps == "all" or len(calls) in steps else norm
+
+    monkeypatch.setattr(accelerate.Accelerator, "clip_grad_norm_", clip)
+
+
+def test_a_step_with_a_non_finite_gradient_is_skipped_and_logged(tmp_path, tiny_model, monkeypatch):
+    from rhea.training import SampleSet
+
+    one = _samples(tiny_model).samples[-1]
+    _infinite_norm_at(monkeypatch, {2})
+    trainer = Trainer(_config(tmp_path, grad_accum=1, lr=3e-2, max_steps=3), model=tiny_model,
+                      samples=SampleSet([one] * 5, []))
+    result = trainer.train()
+    assert [h.get("skipped", False) for h in result.history] == [False, True, False]
+    assert all(h["grad_norm"] is not None and h["grad_norm"] > 0 for h in result.history)
+    assert result.history[1]["grad_norm"] == float("inf")
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("skipped", False) for r in rows] == [False, True, False]
+    assert all(torch.isfinite(p).all() for p in tiny_model.parameters())
+
+
+def test_a_skipped_step_leaves_weights_and_optimizer_state_untouched(tmp_path, monkeypatch):
+    from rhea.testing import tiny_rhea
+    from rhea.training import SampleSet
+
+    def trained(max_steps, skip):
+        model = tiny_rhea()
+        one = _samples(model).samples[-1]
+        if skip:
+            _infinite_norm_at(monkeypatch, skip)
+        Trainer(_config(tmp_path / f"{max_steps}{sorted(skip)}", grad_accum=1, lr=3e-2, max_steps=max_steps),
+                model=model, samples=SampleSet([one] * 5, [])).train()
+        monkeypatch.undo()
+        return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    one_step, skipped_last = trained(1, set()), trained(2, {2})
+    assert all(torch.equal(one_step[n], skipped_last[n]) for n in one_step)
+
+
+def test_too_many_non_finite_steps_in_a_row_stop_the_run(tmp_path, tiny_model, monkeypatch):
+    from rhea.training.errors import NonFiniteTrainingError
+
+    _infinite_norm_at(monkeypatch, "all")
+    with pytest.raises(NonFiniteTrainingError, match="3 steps in a row up to step 3.*optim.lr"):
+        Trainer(_config(tmp_path, grad_accum=1, max_nonfinite_steps=3), model=tiny_model,
+                samples=_samples(tiny_model)).train()
+    with pytest.raises(TrainConfigError, match="max_nonfinite_steps=-1"):
+        TrainConfig.from_dict({"optim": {"max_nonfinite_steps": -1}})
+
+
 def test_config_rejects_unknown_keys_and_bad_values(tmp_path):
     with pytest.raises(TrainConfigError, match=r"unknown key\(s\) \['lr_max'\] in section 'optim'"):
         TrainConfig.from_dict({"optim": {"lr_max": 1}})
