@@ -8,8 +8,10 @@ The script shows, turn by turn,
 * the instruction at work: asked "what do you call me?", the model answers from the block
   although the instruction's own turn was dropped from the history;
 * a revocation taking it out of the block;
-* a related turn (the model's own earlier answer) kept, raw or as `<mem>` latents, and used
-  by the follow-up that asks for it back, while the unrelated turns are dropped;
+* a related turn (a title the model made up, which nothing else in the conversation holds) kept as
+  `<mem>` latents and used by the follow-up that asks for it back, while the unrelated turns are
+  dropped; the same follow-up asked without any history (the control) shows the model cannot
+  answer it from what it knows;
 * the tokens fed to the model against the full history.
 
 The 135M model follows few instructions; "call me X" is one it visibly does, and the check is
@@ -47,12 +49,12 @@ DEMO_POLICY = {"scorer": "dense", "tier_mode": "threshold", "recent_raw": 0, "de
                "latent_tier": "on"}
 SCRIPT = (
     Step(f"From now on, call me {NAME}.", "a global instruction: it goes into the instruction block"),
-    Step("What is the capital of Japan?", "a fact the last question asks back"),
+    Step("Make up a title for my mystery novel.", "the model invents something only this turn holds"),
     Step("How many legs does a spider have?", "an unrelated turn"),
     Step("What do you call me?", "the instruction at work: its own turn is dropped, the block still holds it"),
     Step(f"Stop calling me {NAME}.", "a revocation: the instruction leaves the block"),
-    Step("Repeat your answer about the capital of Japan.",
-         "the related turn is kept and used, the unrelated turns are dropped"),
+    Step("Repeat the title you made up for my novel.",
+         "the related turn is kept as latents and used, the unrelated turns are dropped"),
 )
 INSTRUCTION, FACT, UNRELATED, PROBE, REVOKE, FOLLOW_UP = range(len(SCRIPT))
 #: a decision closer than this to a threshold is flagged: it could flip on another machine
@@ -98,7 +100,12 @@ def _answer_words(question: str, reply: str) -> list[str]:
     """
     asked = {w.lower() for w in re.findall(r"[A-Za-z]+", question)}
     words = re.findall(r"\b[A-Z][a-z]+\b", reply)
-    return [w for w in dict.fromkeys(words) if w.lower() not in asked and w not in ("The", "It", "I", "A", "In")]
+    return [w for w in dict.fromkeys(words) if w.lower() not in asked and w not in _NOT_CONTENT]
+
+
+#: capitalised words that start sentences rather than name anything
+_NOT_CONTENT = frozenset({"The", "It", "I", "A", "An", "In", "But", "And", "So", "This", "That", "Yes", "No", "As",
+                          "Here", "There", "If", "You", "Your", "My", "We", "They", "He", "She", "Of", "On", "At"})
 
 
 def _load(model_name: str, device: str):
@@ -167,7 +174,7 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 32, echo
         echo(f"[{i}] you>  {step.user}        ({step.shows})")
         echo(f"    rhea> {reply}")
         for action, text in turns[-1]["im_events"]:
-            echo(f"    instruction block: {'+ added' if action == 'add' else '- ' + action + 'd'} {text!r}")
+            echo(f"    instruction block: {_EVENT_WORDS.get(action, action)} {text!r}")
         echo("    instruction block now: " + (" | ".join(blocks[-1]) if blocks[-1] else "(empty)"))
         if decisions:
             echo("    past turns: " + "  ".join(
@@ -176,7 +183,13 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 32, echo
              f"full history; {turns[-1]['seconds']:.1f}s")
         echo("")
 
-    checks = _checks(turns)
+    # The control: the follow-up with no history at all (same model, policy and settings). What the follow-up
+    # repeats and the control does not say came from the kept turn, not from what the model knows.
+    control = ChatSession(model, policy=DEFAULT_POLICY, max_new_tokens=max_new_tokens,
+                          policy_kwargs=DEMO_POLICY).send(SCRIPT[FOLLOW_UP].user)
+    echo(f"[control] the same follow-up with no history: {control}")
+    echo("")
+    checks = _checks(turns, control)
     echo("what the demo showed:")
     for c in checks:
         echo(f"  [{'yes' if c['ok'] else 'NO '}] {c['what']}: {c['detail']}")
@@ -191,7 +204,7 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 32, echo
     total = time.perf_counter() - t_start
     echo(f"\ndemo finished in {total:.1f}s ({total - load_s:.1f}s after loading)")
     return {"model": model_name, "load_s": load_s, "seconds": total, "tau_low": tau_low, "tau_high": tau_high,
-            "turns": turns, "checks": {c["name"]: c for c in checks}}
+            "turns": turns, "control_reply": control, "checks": {c["name"]: c for c in checks}}
 
 
 def _tier(turn: dict, past: int) -> dict:
@@ -203,10 +216,16 @@ def _fmt(d: dict) -> str:
     return f"#{d['turn']} {d['tier']} ({score}" + (f", margin {d['margin']:.3f})" if d["margin"] is not None else ")")
 
 
-def _checks(turns: list[dict]) -> list[dict]:
+_EVENT_WORDS = {"add": "+ added", "revoke": "- revoked", "replace": "~ replaced", "duplicate": "= duplicate of",
+                "conflict-kept": "! conflict, kept", "revoke-unmatched": "? revocation matched nothing:",
+                "one-off-ignored": "(one-off request, not kept):"}
+
+
+def _checks(turns: list[dict], control: str) -> list[dict]:
     instruction = SCRIPT[INSTRUCTION].user
     probe, follow = turns[PROBE], turns[FOLLOW_UP]
     words = _answer_words(SCRIPT[FACT].user, turns[FACT]["reply"])
+    repeated = [w for w in words if w in follow["reply"]]
     kept = _tier(follow, FACT)
     dropped = [d for d in follow["decisions"] if d["turn"] != FACT]  # every other past turn is unrelated to it
     fed = sum(t["tokens"] for t in turns)
@@ -224,6 +243,9 @@ def _checks(turns: list[dict]) -> list[dict]:
          f"turn {FOLLOW_UP} kept {_fmt(kept)}, whose reply was {turns[FACT]['reply']!r}"),
         ("related_used", "related turn used", bool(words) and any(w in follow["reply"] for w in words),
          f"turn {FOLLOW_UP} replied {follow['reply']!r}; the kept reply's answer: {', '.join(words) or '(none found)'}"),
+        ("only_from_the_turn", "answer came from the kept turn", bool(repeated) and not any(w in control for w in repeated),
+         f"without any history the same follow-up gets {control!r}, which holds none of "
+         f"{', '.join(repeated) or '(nothing repeated)'}"),
         ("unrelated_dropped", "unrelated turns dropped", all(d["tier"] == "drop" for d in dropped),
          f"turn {FOLLOW_UP}: " + ", ".join(_fmt(d) for d in dropped)),
         ("tokens_saved", "tokens saved", fed < full,

@@ -46,7 +46,11 @@ def test_the_related_turn_is_kept_and_used_and_the_unrelated_ones_dropped(demo):
     assert all(d["tier"] == "drop" for t, d in follow.items() if t != FACT)
     words = _answer_words(SCRIPT[FACT].user, out["turns"][FACT]["reply"])
     assert words, "the related turn's reply holds the fact the follow-up asks for"
-    assert any(w in out["turns"][FOLLOW_UP]["reply"] for w in words)
+    repeated = [w for w in words if w in out["turns"][FOLLOW_UP]["reply"]]
+    assert repeated
+    # the control (the same follow-up with no history) says none of it: it came from the latents, not the model
+    assert not any(w in out["control_reply"] for w in repeated), (repeated, out["control_reply"])
+    assert out["checks"]["only_from_the_turn"]["ok"]
     # no decision the checks rely on hangs on a hair (the margins are printed too)
     relied = [follow[FACT]] + [d for t, d in follow.items() if t != FACT]
     assert all(d["margin"] is None or d["margin"] > 0.02 for d in relied), relied
@@ -58,4 +62,4 @@ def test_tokens_are_saved_and_every_check_passes(demo):
     full = sum(t["full_history_tokens"] for t in out["turns"])
     assert fed < full
     assert all(c["ok"] for c in out["checks"].values()), [c for c in out["checks"].values() if not c["ok"]]
-    assert "trace of turn 5" in text and "[NO ]" not in text
+    assert "trace of turn 5" in text and "[NO ]" not in text and "[control]" in text
