@@ -154,6 +154,19 @@ def ceiling_mask(components: Mapping[str, torch.Tensor], rule: TierRule) -> torc
     return out
 
 
+def describe_thresholds(names, rule: TierRule) -> str:
+    """The floors and ceilings threshold mode applies to the components `names`, as a decision's reason states them.
+
+    >>> describe_thresholds(["dense"], TierRule(mode="threshold", dense_floor=0.5, dense_high=0.9))
+    'dense floor 0.5, ceiling 0.9'
+    >>> describe_thresholds(["latent", "bm25"], TierRule(mode="threshold", tau_low=0.3, tau_high=0.6))
+    'tau_low=0.3, tau_high=0.6; bm25 > 0'
+    """
+    parts = {"latent": f"tau_low={rule.tau_low}, tau_high={rule.tau_high}", "bm25": "bm25 > 0",
+             "dense": f"dense floor {rule.dense_floor}, ceiling {rule.dense_high}"}
+    return "; ".join(parts[n] for n in names if n in parts)
+
+
 def assign_tiers(score: torch.Tensor, components: Mapping[str, torch.Tensor], rule: TierRule) -> list[str]:
     """``"raw" | "latent" | "drop"`` for every turn under `rule` (see the module docstring)."""
     n = score.numel()

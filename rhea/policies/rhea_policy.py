@@ -28,8 +28,8 @@ from rhea.errors import RheaConfigError, require_text
 from rhea.memory.episodic import EpisodicMemory
 from rhea.memory.instructional import InstructionalMemory
 from rhea.memory.recognizer import InstructionRecognizer
-from rhea.memory.scoring import (COMPONENTS, FUSIONS, TierRule, assign_tiers, components_of, default_embedder, fuse,
-                                 latent_tier_active, rank_order)
+from rhea.memory.scoring import (COMPONENTS, FUSIONS, TierRule, assign_tiers, components_of, default_embedder,
+                                 describe_thresholds, fuse, latent_tier_active, rank_order)
 from rhea.modeling.config import check_thresholds
 from rhea.policies.assemble import assemble_plan
 from rhea.policies.base import ContextPolicy
@@ -236,7 +236,7 @@ class RheaPolicy(ContextPolicy):
                                     f"{fused}{what}; rank {rank[i]}/{n} ({self.rule.mode}"
                                     + (f", max_raw={self.rule.max_raw}, max_latent="
                                        f"{self.rule.max_latent if self.latents_on else 0}" if self.rule.mode == "budget"
-                                       else f", tau_low={self.tau_low}, tau_high={self.tau_high}")
+                                       else ", " + describe_thresholds(comps, self.rule))
                                     + (f", last {self.rule.recent_raw} turns raw" if self.rule.recent_raw else "") + ")"
                                     + ("; recent" if i >= n - self.rule.recent_raw else ""),
                                     components=parts))
