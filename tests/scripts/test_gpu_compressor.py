@@ -109,6 +109,7 @@ def test_measure_runs_teacher_forced_fact_recall_and_returns_one_file(tmp_path):
     fake = tmp_path / "fakepy"  # writes the three outputs fact_recall.py would, at the --out stem
     fake.write_text(f'#!/usr/bin/env bash\necho "$@" >> {log}\n'
                     'prev=""; for a in "$@"; do if [ "$prev" = --out ]; then stem=$a; fi; prev=$a; done\n'
+                    '[ -n "$stem" ] || exit 0\n'  # e.g. the pip install of carried wheels: writes nothing
                     'echo "{}" > "$stem.json"; echo x > "$stem.png"; echo "{}" > "$stem.rows.jsonl"\n')
     fake.chmod(0o755)
     out = tmp_path / "out"
