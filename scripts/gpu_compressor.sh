@@ -7,6 +7,8 @@
 #   bash scripts/gpu_compressor.sh assemble                   # concatenate, check SHA-256, convert into $RHEA_CACHE
 #   bash scripts/gpu_compressor.sh train NAME RUN MINUTES ARGS...   # scripts/train_compressor.py for MINUTES, then
 #                                                             # its snapshot into $OUT in parts of <= 15 MiB
+#   bash scripts/gpu_compressor.sh finish STAGE_DIR NAME RUN STOP_AT_S ARGS...   # the last call: piece, assemble,
+#                                                             # train until STOP_AT_S seconds into the call, measure
 #   bash scripts/gpu_compressor.sh measure RUN [ARGS...]      # teacher-forced fact recall of $RUNS/RUN/latest on the
 #                                                             # device -> $OUT/fact_recall_RUN.tar.gz (one file back)
 #   bash scripts/gpu_compressor.sh seed RUN SNAPSHOT_DIR      # a carried (parked) snapshot -> $RUNS/RUN.snapshot, which
@@ -20,13 +22,13 @@
 # `train` writes the run under $RUNS/RUN with its snapshot in $RUNS/RUN.snapshot and, when $OUT is set, copies the
 # snapshot there split into parts (a device call returns files of at most 16 MiB; Qwen2.5-Coder-1.5B's is 42 MB).
 set -euo pipefail
-cmd=${1:?usage: gpu_compressor.sh piece STAGE_DIR | assemble | train NAME RUN MINUTES ARGS... | measure RUN [ARGS...] | seed RUN SNAPSHOT_DIR | join DIR DEST}
+cmd=${1:?usage: gpu_compressor.sh piece STAGE_DIR | assemble | train NAME RUN MINUTES ARGS... | finish STAGE_DIR NAME RUN STOP_AT_S ARGS... | measure RUN [ARGS...] | seed RUN SNAPSHOT_DIR | join DIR DEST}
 shift
 STAGED=${STAGED:-/root/stage}
 RUNS=${RUNS:-/root/runs}
 PY=${PYTHON:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-if [ "$cmd" != join ] && [ "$cmd" != seed ] && ls .whl/*.whl >/dev/null 2>&1; then
+if [ "$cmd" != join ] && [ "$cmd" != seed ] && [ "$cmd" != finish ] && ls .whl/*.whl >/dev/null 2>&1; then
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
     export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
@@ -75,6 +77,23 @@ train)
         ls -l "$OUT"
     fi
     ;;
+finish)
+    # the last call of a staging: the last piece(s), assemble, train until STOP_AT seconds into this call, measure.
+    # Everything a drawn session's final call does, so its device command is one short line.
+    src=${1:?finish STAGE_DIR NAME RUN STOP_AT_S ARGS...}; name=${2:?NAME}; run=${3:?RUN}
+    stop_at=${4:?finish STAGE_DIR NAME RUN STOP_AT_S ARGS... (STOP_AT_S: seconds into this call at which training stops)}
+    shift 4
+    [[ $stop_at =~ ^[0-9]+$ ]] || { echo "gpu_compressor.sh: STOP_AT_S=$stop_at must be whole seconds" >&2; exit 2; }
+    bash "$0" piece "$src" | tail -3
+    bash "$0" assemble | tail -4
+    minutes=$(awk -v s="$SECONDS" -v t="$stop_at" 'BEGIN { m = int((t - s) / 60 * 100) / 100; if (m < 0.5) m = 0.5; printf "%.2f", m }')
+    echo "gpu_compressor.sh finish: training $minutes min from ${SECONDS}s into the call"
+    rc=0
+    bash "$0" train "$name" "$run" "$minutes" "$@" || rc=$?
+    bash "$0" measure "$run" || echo "gpu_compressor.sh finish: measure failed; the snapshot's parts are in \$OUT already" >&2
+    echo "gpu_compressor.sh finish: done at ${SECONDS}s"
+    exit $rc
+    ;;
 measure)
     # teacher-forced fact recall (benchmarks/fact_recall.py) on the run's latest adapters, on the device, in the same
     # call as the training: latent vs another reply's latents (the number to watch), dropped and raw. One file back.
@@ -119,5 +138,5 @@ join)
     echo "joined into $dest/trainable.safetensors (SHA-256 $got): a snapshot folder for --snapshot-dir, or park it"
     ;;
 *)
-    echo "gpu_compressor.sh: unknown subcommand '$cmd' (piece, assemble, train, measure, seed, join)" >&2; exit 2;;
+    echo "gpu_compressor.sh: unknown subcommand '$cmd' (piece, assemble, train, finish, measure, seed, join)" >&2; exit 2;;
 esac

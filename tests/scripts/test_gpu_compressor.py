@@ -126,3 +126,30 @@ def test_measure_runs_teacher_forced_fact_recall_and_returns_one_file(tmp_path):
     with tarfile.open(out / "fact_recall_qa.tar.gz") as t:
         names = {n.lstrip("./") for n in t.getnames()} - {""}
     assert names == {"fact_recall_qa.json", "fact_recall_qa.png", "fact_recall_qa.rows.jsonl"}
+
+
+def test_finish_runs_the_last_call_in_order_and_measures_even_if_training_left_nothing(tmp_path):
+    log = tmp_path / "argv"
+    fake = tmp_path / "fakepy"
+    fake.write_text(f'#!/usr/bin/env bash\necho "$@" >> {log}\n')
+    fake.chmod(0o755)
+    src = tmp_path / "stage"
+    src.mkdir()
+    (src / "manifest.json").write_text("{}")
+    (src / "piece-018.bin").write_bytes(b"p")
+    out = tmp_path / "out"
+    out.mkdir()
+    res = _run(tmp_path, "finish", src, "qwen2.5-coder-1.5b", "qa", "430", "--batch", "32", PYTHON=str(fake), OUT=str(out))
+    assert res.returncode == 0, res.stderr  # training's status, not measure's
+    calls = [line for line in log.read_text().splitlines() if not line.startswith("-m pip")]
+    assert [c.split()[0] for c in calls] == ["scripts/stage_model.py"] * 3 + ["scripts/train_compressor.py"]
+    assert "assemble" in calls[2] and "--convert" in calls[2]
+    minutes = float(calls[3].split("--max-minutes ")[1].split()[0])
+    assert 7.0 < minutes <= 430 / 60 and calls[3].endswith("--batch 32") and "--tf32" in calls[3]
+    assert (tmp_path / "staged" / "piece-018.bin").read_bytes() == b"p"
+    assert "measure failed" in res.stderr  # the fake trained nothing: no latest/ to measure, the call goes on
+    (tmp_path / "runs" / "qa" / "latest").mkdir(parents=True)
+    assert _run(tmp_path, "finish", src, "n", "qa", "430", PYTHON=str(fake), OUT=str(out)).returncode == 0
+    assert "benchmarks/fact_recall.py" in log.read_text().splitlines()[-1]
+    res = _run(tmp_path, "finish", src, "n", "qa", "7m", PYTHON=str(fake))
+    assert res.returncode == 2 and "whole seconds" in res.stderr
