@@ -30,8 +30,8 @@ from pathlib import Path
 from rhea.errors import RheaConfigError
 from rhea.eval.checkpoint import read_rows  # a line cut by a killed run is redone
 from rhea.eval.fact_recall import (CONDITIONS, KINDS, MODES, QUESTION_FORMS, RECONSTRUCT_CONDITIONS, answer_item,
-                                   cloze_form, compare_runs, complete_rows, interleave_kinds, load_items, other_items,
-                                   reconstruct_item, score_item, summarise)
+                                   compare_runs, complete_rows, interleave_kinds, load_items, other_items,
+                                   question_form, reconstruct_item, score_item, summarise)
 
 
 def _ci(lo, hi) -> str:
@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                         "on the tokens that spell the fact and on the rest (--conditions latent,latent_other)")
     p.add_argument("--question-form", choices=QUESTION_FORMS, default="item",
                    help="item: each item's own question (the issue's measure; default); cloze: the fact-QA training "
-                        "stage's question over the reply's sentence with the fact blanked out (a diagnostic)")
+                        "stage's question over the reply's sentence with the fact blanked out; repeat: the reply asked back "
+                        "word for word, what a reconstruction compressor serves (both diagnostics)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="cpu",
                    help="where the model runs: cpu (default), cuda, cuda:N or auto (checked before any model loads)")
@@ -113,8 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     items = interleave_kinds(load_items(args.data))  # validated before any model is loaded
-    if args.question_form == "cloze":
-        items = [cloze_form(it) for it in items]
+    items = [question_form(it, args.question_form) for it in items]
     # latent_other's partners come from the whole set, so --limit does not change which reply stands in
     partner = other_items(items) if len(items) > 1 else {it.id: None for it in items}
     if args.limit is not None:

@@ -141,8 +141,29 @@ def load_items(path: str | Path | None = None) -> list[FactItem]:
 #: how the follow-up is asked: "item" (the item's own natural question, the issue's measure) or "cloze" (the
 #: fact-QA training stage's question form, `rhea.eval.cloze.CLOZE_QUESTION`, over the reply's own sentence
 #: with the fact blanked out: a diagnostic that separates "the latents hold the fact" from "the model transfers
-#: the trained question form to a natural question"; not the issue's criterion)
-QUESTION_FORMS = ("item", "cloze")
+#: the trained question form to a natural question"; not the issue's criterion) or "repeat" (`REPEAT_QUESTION`:
+#: the reply asked back word for word, what a reconstruction compressor is trained to serve and what
+#: `rhea chat --demo` shows; scored, like the others, by whether the fact is in the answer; a diagnostic too)
+QUESTION_FORMS = ("item", "cloze", "repeat")
+#: the "repeat" form's question: the earlier reply asked back by the user message it answered
+REPEAT_QUESTION = 'Repeat word for word what you answered when I asked: "{user}"'
+
+
+def repeat_form(item: FactItem) -> FactItem:
+    """`item` with its question replaced by a request to repeat the reply that holds the fact.
+
+    >>> it = FactItem("n", "number", "How much water?", "It uses 9.5 litres.", "Hi?", "Hello.", "How many?", ("9.5",))
+    >>> repeat_form(it).question
+    'Repeat word for word what you answered when I asked: "How much water?"'
+    """
+    return dataclasses.replace(item, question=REPEAT_QUESTION.format(user=item.user))
+
+
+def question_form(item: FactItem, form: str) -> FactItem:
+    """`item` asked in `form` (one of `QUESTION_FORMS`)."""
+    if form not in QUESTION_FORMS:
+        raise FactRecallDataError(f"question form {form!r} is not one of {list(QUESTION_FORMS)}")
+    return cloze_form(item) if form == "cloze" else repeat_form(item) if form == "repeat" else item
 
 
 def _answer_span(item: FactItem) -> tuple[int, int]:

@@ -426,3 +426,14 @@ def test_benchmark_reconstruct_mode_reports_fact_and_other_tokens(tmp_path, monk
     with pytest.raises(RheaError, match="with --mode reconstruct"):
         _bench().main(["--model", "tiny", "--data", str(data), "--out", str(tmp_path / "x"), "--mode", "reconstruct",
                        "--conditions", "raw,latent"])
+
+
+def test_repeat_form_asks_the_reply_back_by_its_user_message():
+    it = fr.load_items()[0]
+    q = fr.question_form(it, "repeat").question
+    assert q.startswith("Repeat word for word") and it.user in q
+    # no shipped item's user message gives its answer away
+    assert not any(fr.is_correct(fr.repeat_form(x).question, x.answers) for x in fr.load_items())
+    assert fr.question_form(it, "item") is it and "____" in fr.question_form(it, "cloze").question
+    with pytest.raises(fr.FactRecallDataError, match="question form 'sideways'"):
+        fr.question_form(it, "sideways")
