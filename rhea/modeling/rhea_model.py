@@ -997,9 +997,14 @@ class RheaForCausalLM(nn.Module):
                 h.remove()
 
     def _check_deep_recompute(self) -> None:
-        if (self.latent_injector is not None and self.latent_injector.mode in ("deep", "states") and self.training
-                and getattr(self.base_model, "is_activation_checkpointing",
-                            getattr(self.base_model, "is_gradient_checkpointing", False))):
+        if not (self.latent_injector is not None and self.latent_injector.mode in ("deep", "states") and self.training):
+            return
+        # the new name first; the deprecated one only where it is the only one (a getattr default is evaluated
+        # eagerly, and reading the old name warns on every training forward)
+        checkpointing = getattr(self.base_model, "is_activation_checkpointing", None)
+        if checkpointing is None:
+            checkpointing = getattr(self.base_model, "is_gradient_checkpointing", False)
+        if checkpointing:
             raise RheaConfigError(
                 f"latent_injection={self.latent_injector.mode!r} writes the latents into each layer with hooks that are gone when "
                 "activation checkpointing recomputes a layer in backward; turn gradient_checkpointing off")
