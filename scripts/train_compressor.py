@@ -33,13 +33,12 @@ import random
 import shutil
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import torch
 
 from rhea.training.factqa import DEFAULT_BABI_TASKS
-from rhea.training.guard import SkipCounter, guarded_update
+from rhea.training.guard import SkipCounter, advance_schedule, guarded_update
 
 
 def parse_args(argv=None):
@@ -524,9 +523,7 @@ def main(argv=None) -> None:
             if qa:
                 loss = loss + factqa_loss(model, qa, decoder=decoder) * (len(qa) / args.batch)
         outcome = guarded_update(loss, list(params.values()), opt, max_norm=1.0)
-        with warnings.catch_warnings():  # a skipped update still advances the schedule: it follows `step`
-            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
-            sched.step()
+        advance_schedule(sched)
         step += 1
         entry = {"step": step, "loss": round(outcome.loss, 4), "grad_norm": round(outcome.grad_norm, 4)}
         if outcome.applied:

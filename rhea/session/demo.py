@@ -241,7 +241,7 @@ def _checks(turns: list[dict], control: str) -> list[dict]:
          else f"block after turn {REVOKE}: {turns[REVOKE]['instructions']}"),
         ("related_kept", "related turn kept", kept["tier"] in ("raw", "latent"),
          f"turn {FOLLOW_UP} kept {_fmt(kept)}, whose reply was {turns[FACT]['reply']!r}"),
-        ("related_used", "related turn used", bool(words) and any(w in follow["reply"] for w in words),
+        ("related_used", "related turn used", bool(repeated),
          f"turn {FOLLOW_UP} replied {follow['reply']!r}; the kept reply's answer: {', '.join(words) or '(none found)'}"),
         ("only_from_the_turn", "answer came from the kept turn", bool(repeated) and not any(w in control for w in repeated),
          f"without any history the same follow-up gets {control!r}, which holds none of "

@@ -11,6 +11,7 @@ since then the run has diverged rather than met one bad batch.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -68,3 +69,11 @@ class SkipCounter:
                 f"{self.in_a_row} steps in a row up to step {step} gave a non-finite loss or gradient norm "
                 f"(last: loss {outcome.loss}, gradient norm {outcome.grad_norm}); the weights were left as they "
                 f"were before the first of them. {hint or 'Lower the learning rate or train in fp32.'}")
+
+
+def advance_schedule(scheduler) -> None:
+    """Step a learning-rate schedule also after a skipped update (it follows the step count, not the updates),
+    without torch's warning that the optimizer has not stepped yet (true when the first update was skipped)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+        scheduler.step()

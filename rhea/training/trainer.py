@@ -20,7 +20,6 @@ import math
 import os
 import shutil
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -32,7 +31,7 @@ from rhea.training.config import TrainConfig
 from rhea.training.data import SampleSet, TierMix, build_conversation_samples, build_trajectory_samples, collate
 from rhea.training.errors import TrainConfigError
 from rhea.training.formats import load_conversations, load_trajectories
-from rhea.training.guard import SkipCounter, UpdateOutcome
+from rhea.training.guard import SkipCounter, UpdateOutcome, advance_schedule
 from rhea.training.losses import AuxiliaryLoss, ContrastiveRetrievalLoss, autoencode_loss
 from rhea.training.recompute import enable_activation_checkpointing
 from rhea.training.step import JointStep
@@ -324,9 +323,7 @@ class Trainer:
                 applied = norm is None or math.isfinite(norm) or acc.mixed_precision == "fp16"  # fp16: the scaler skips
                 if applied:
                     optimizer.step()
-                with warnings.catch_warnings():  # a skipped update still advances the schedule: it follows the step
-                    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
-                    scheduler.step()
+                advance_schedule(scheduler)
                 optimizer.zero_grad(set_to_none=True)
                 global_step += 1
                 record = self._log_step(global_step, epoch, window, scheduler.get_last_lr()[0], t0)
@@ -334,9 +331,8 @@ class Trainer:
                 if not applied:
                     record["skipped"] = True
                     acc.print(f"[rhea train] step {global_step}: gradient norm {norm}; update skipped")
-                skips.record(UpdateOutcome(applied, record.get("loss/lm", float("nan")), norm if norm is not None
-                                           else float("nan")), global_step,
-                             hint="Lower optim.lr, or train with run.mixed_precision 'no'.")
+                outcome = UpdateOutcome(applied, record.get("loss/lm", math.nan), math.nan if norm is None else norm)
+                skips.record(outcome, global_step, hint="Lower optim.lr, or train with run.mixed_precision 'no'.")
                 window = {}
                 history.append(record)
                 if acc.is_main_process:
