@@ -335,6 +335,10 @@ def main() -> None:
         for raw in sorted({2 * args.max_raw - w, 2 * args.max_raw}):
             tier_rules[f"budget {raw} raw + last {w}, no latent tier"] = TierRule(
                 "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, raw, 0, False, recent_raw=w)
+        # the library's default once the latent tier is on (RheaConfig: max_raw 10, max_latent 8, recent_raw 3)
+        tier_rules[f"budget {2 * args.max_raw} raw + {args.max_latent} latent + last {w}"] = TierRule(
+            "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, 2 * args.max_raw, args.max_latent,
+            True, recent_raw=w)
     comp_of = {"latent": ("latent",), "bm25": ("bm25",), "dense": ("dense",), "recency": (),
                "latent (raw cosine)": (), "latent (running centre)": ()}
     comp_of.update({k: v[1] for k, v in FUSED.items()})
