@@ -276,7 +276,7 @@ def spread(x) -> dict:
             "p10": float(np.quantile(x, 0.1)), "p90": float(np.quantile(x, 0.9)), "max": int(x.max())}
 
 
-def main() -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="the shared data folder (holds dialogue_corpora/ and dst_corpora/)")
     p.add_argument("--model", default=None, help="Rhea directory whose latents are scored (default: the shipped adapters)")
@@ -290,12 +290,19 @@ def main() -> None:
     p.add_argument("--dense-high", type=float, default=0.6)
     p.add_argument("--recent-raw", type=int, nargs="*", default=[2, 3],
                    help="tier rules that also keep the last W turns raw (RheaConfig.recent_raw), one per W")
+    p.add_argument("--latent-budgets", type=int, nargs="*", default=[],
+                   help="also the rules 'budget 2*max_raw raw + M latent + last W' for each M (W from --recent-raw): "
+                        "what a larger latent budget buys in needed turns kept")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache", default=str(Path.home() / ".cache" / "rhea" / "bench" / "retrieval_latents.pt"))
     p.add_argument("--out", default="benchmarks/results/retrieval_recall")
     p.add_argument("--versus", default=None,
                    help="an earlier run's JSON (same data and seed, another --model): paired R@5 differences per scorer")
-    args = p.parse_args()
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
     data = Path(args.data)
     for sub in ("dialogue_corpora/memochat_topiocqa_test_question.jsonl", "dst_corpora/multiwoz21_dummy_data.json",
                 "dst_corpora/sgd_dummy_data.json"):
@@ -316,29 +323,7 @@ def main() -> None:
     from rhea.backends.embedding import MiniLMEmbedder
 
     embedder = MiniLMEmbedder()
-    tier_rules = {
-        "threshold": TierRule("threshold", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high,
-                              args.max_raw, args.max_latent, latents=True),
-        "threshold, no latent tier": TierRule("threshold", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high,
-                                              args.max_raw, args.max_latent, latents=False),
-        f"budget {args.max_raw} raw + {args.max_latent} latent": TierRule(
-            "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, args.max_raw, args.max_latent, True),
-        f"budget {args.max_raw} raw, no latent tier": TierRule(
-            "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, args.max_raw, args.max_latent, False),
-        f"budget {2 * args.max_raw} raw, no latent tier": TierRule(
-            "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, 2 * args.max_raw, 0, False),
-    }
-    for w in args.recent_raw:  # the last w turns raw on top (RheaConfig.recent_raw), at the same and at a larger total
-        tier_rules[f"threshold + last {w}, no latent tier"] = TierRule(
-            "threshold", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, args.max_raw, args.max_latent,
-            False, recent_raw=w)
-        for raw in sorted({2 * args.max_raw - w, 2 * args.max_raw}):
-            tier_rules[f"budget {raw} raw + last {w}, no latent tier"] = TierRule(
-                "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, raw, 0, False, recent_raw=w)
-        # the library's default once the latent tier is on (RheaConfig: max_raw 10, max_latent 8, recent_raw 3)
-        tier_rules[f"budget {2 * args.max_raw} raw + {args.max_latent} latent + last {w}"] = TierRule(
-            "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, 2 * args.max_raw, args.max_latent,
-            True, recent_raw=w)
+    tier_rules = build_tier_rules(cfg, args)
     comp_of = {"latent": ("latent",), "bm25": ("bm25",), "dense": ("dense",), "recency": (),
                "latent (raw cosine)": (), "latent (running centre)": ()}
     comp_of.update({k: v[1] for k, v in FUSED.items()})
@@ -420,6 +405,40 @@ def print_table(layout: str, lay: dict, args) -> None:
 
 
 
+
+
+def build_tier_rules(cfg, args) -> dict:
+    """The tier rules every scorer is evaluated under, by name: the threshold and budget rules with and without the
+    latent tier, each --recent-raw window on top, the library's default once the latent tier is on, and one rule per
+    --latent-budgets M."""
+    tier_rules = {
+        "threshold": TierRule("threshold", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high,
+                              args.max_raw, args.max_latent, latents=True),
+        "threshold, no latent tier": TierRule("threshold", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high,
+                                              args.max_raw, args.max_latent, latents=False),
+        f"budget {args.max_raw} raw + {args.max_latent} latent": TierRule(
+            "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, args.max_raw, args.max_latent, True),
+        f"budget {args.max_raw} raw, no latent tier": TierRule(
+            "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, args.max_raw, args.max_latent, False),
+        f"budget {2 * args.max_raw} raw, no latent tier": TierRule(
+            "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, 2 * args.max_raw, 0, False),
+    }
+    for w in args.recent_raw:  # the last w turns raw on top (RheaConfig.recent_raw), at the same and at a larger total
+        tier_rules[f"threshold + last {w}, no latent tier"] = TierRule(
+            "threshold", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, args.max_raw, args.max_latent,
+            False, recent_raw=w)
+        for raw in sorted({2 * args.max_raw - w, 2 * args.max_raw}):
+            tier_rules[f"budget {raw} raw + last {w}, no latent tier"] = TierRule(
+                "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, raw, 0, False, recent_raw=w)
+        # the library's default once the latent tier is on (RheaConfig: max_raw 10, max_latent 8, recent_raw 3)
+        tier_rules[f"budget {2 * args.max_raw} raw + {args.max_latent} latent + last {w}"] = TierRule(
+            "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, 2 * args.max_raw, args.max_latent,
+            True, recent_raw=w)
+        for m in args.latent_budgets:
+            tier_rules[f"budget {2 * args.max_raw} raw + {m} latent + last {w}"] = TierRule(
+                "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, 2 * args.max_raw, m,
+                True, recent_raw=w)
+    return tier_rules
 
 def evaluate(episodes, corpora, cache, embedder, center, cfg, args, tier_rules, comp_of) -> dict:
     """Recall, tiers and floor statistics of every scorer over `episodes`."""

@@ -107,6 +107,10 @@ def parse_args(argv=None):
     p.add_argument("--max-minutes", type=float, default=None,
                    help="stop cleanly after this many minutes of training (checkpoint and snapshot written), e.g. to "
                         "fit a time-limited call on a lent GPU; the same command continues")
+    p.add_argument("--rebatch", action="store_true",
+                   help="resume a --snapshot-dir written at another --batch (a CPU run at batch 4 continued on a GPU at "
+                        "32, or back): its weights and step count carry over, later steps take --batch items each, and "
+                        "the snapshot's state.json lists the batch of every stretch (batch_history)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--content-weight", type=float, default=0.0,
@@ -347,6 +351,7 @@ def save_snapshot(dir_: Path, out: Path, params: dict, step: int, args) -> None:
     save_file({n: p.detach().to(torch.bfloat16).contiguous().cpu() for n, p in params.items()},
               str(tmp / "trainable.safetensors"))
     state = {"step": step, "settings": {k: getattr(args, k) for k in SNAPSHOT_KEYS},
+             "batch_history": batch_history(out, args),
              "note": "bf16 trainable weights of scripts/train_compressor.py; optimizer moments not kept"}
     (tmp / "state.json").write_text(json.dumps(state, indent=2) + "\n")
     if (out / "curve.jsonl").is_file():
@@ -367,10 +372,13 @@ def load_snapshot(dir_: Path, out: Path, params: dict, args) -> int:
     defaults = vars(parse_args(["--data", str(args.data)]))  # a key an older snapshot lacks had its default
     defaults["piece_embeddings"] = 0  # resolved after parsing (None = the --init-from directory's count)
     saved = {k: state["settings"].get(k, defaults[k]) for k in SNAPSHOT_KEYS}
-    differ = {k: (v, getattr(args, k)) for k, v in saved.items() if getattr(args, k) != v}
+    differ = {k: (v, getattr(args, k)) for k, v in saved.items() if not _same_setting(k, v, getattr(args, k))}
+    if args.rebatch:
+        differ.pop("batch", None)
     if differ:
         raise SystemExit(f"snapshot {dir_} was trained with other settings (snapshot, now): {differ}; "
-                         "pass the snapshot's settings or another --snapshot-dir")
+                         "pass the snapshot's settings or another --snapshot-dir"
+                         + ("; --rebatch continues it at this --batch" if "batch" in differ else ""))
     weights = load_file(str(dir_ / "trainable.safetensors"))
     if set(weights) != set(params):
         raise SystemExit(f"snapshot {dir_} holds {len(weights)} tensors, this model trains {len(params)}; "
@@ -380,7 +388,27 @@ def load_snapshot(dir_: Path, out: Path, params: dict, args) -> int:
             params[n].copy_(v.to(params[n].dtype))
     if (dir_ / "curve.jsonl").is_file() and not (out / "curve.jsonl").is_file():
         shutil.copyfile(dir_ / "curve.jsonl", out / "curve.jsonl")
+    history = state.get("batch_history") or [[0, saved["batch"]]]
+    if history[-1][1] != args.batch:
+        history.append([int(state["step"]), args.batch])
+        print(f"[compressor] --rebatch: the snapshot trained at batch {saved['batch']} to step {state['step']}; "
+              f"steps after it take {args.batch} items", flush=True)
+    (out / "batch_history.json").write_text(json.dumps(history) + "\n")
     return int(state["step"])
+
+
+def _same_setting(key: str, saved, now) -> bool:
+    """Whether a snapshot's setting matches this run's: the bAbI folder by its name (the same data staged at another
+    path, e.g. on a lent GPU), the rest exactly."""
+    if key == "babi" and saved and now:
+        return Path(saved).name == Path(now).name
+    return saved == now
+
+
+def batch_history(out: Path, args) -> list:
+    """[[first step, batch], ...] of this run's lineage (one stretch unless a snapshot was resumed with --rebatch)."""
+    f = out / "batch_history.json"
+    return json.loads(f.read_text()) if f.is_file() else [[0, args.batch]]
 
 
 def main(argv=None) -> None:

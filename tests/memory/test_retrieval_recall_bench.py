@@ -46,3 +46,17 @@ def test_latent_cache_refuses_another_models_file(tmp_path):
     path.unlink()
     cache = RR.LatentCache(path, str(model))
     assert cache.owner.startswith(str(model.resolve())) and cache.store == {}
+
+
+def test_latent_budgets_add_one_default_shaped_rule_each():
+    """--latent-budgets M: the default's shape (2 x max_raw raw, the last W raw) with M latent turns, per window."""
+    from rhea.modeling.config import RheaConfig
+
+    args = RR.parse_args(["--data", "x", "--recent-raw", "3", "--latent-budgets", "14", "24"])
+    rules = RR.build_tier_rules(RheaConfig(), args)
+    assert "budget 10 raw + 8 latent + last 3" in rules  # the library default is still measured
+    for m in (14, 24):
+        rule = rules[f"budget 10 raw + {m} latent + last 3"]
+        assert (rule.mode, rule.max_raw, rule.max_latent, rule.recent_raw, rule.latents) == ("budget", 10, m, 3, True)
+    plain = RR.build_tier_rules(RheaConfig(), RR.parse_args(["--data", "x", "--recent-raw", "3"]))
+    assert set(rules) - set(plain) == {"budget 10 raw + 14 latent + last 3", "budget 10 raw + 24 latent + last 3"}

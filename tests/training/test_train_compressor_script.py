@@ -480,3 +480,35 @@ def test_a_diverged_run_stops_with_a_named_error_and_finite_weights(script, setu
         script.main(_argv(data, base_dir, root, 6, max_skipped=2))
     with pytest.raises(SystemExit):
         script.parse_args(_argv(data, base_dir, root, 6, max_skipped=-1))
+
+
+def test_rebatch_continues_a_snapshot_at_another_batch_and_records_each_stretch(script, setup, capsys):
+    """A snapshot written at batch 2 (a CPU run) resumes at batch 3 (a GPU run) only with --rebatch: its step and
+    weights carry over, later steps take 3 items, and state.json lists both stretches. The bAbI folder is compared
+    by name, so the same data staged at another path resumes too."""
+    data, base_dir, root = setup
+    script.main(_argv(data, base_dir, root, 2))
+    shutil.rmtree(root / "out")
+    with pytest.raises(SystemExit, match="other settings.*batch.*--rebatch continues it"):
+        script.main(_argv(data, base_dir, root, 4, batch=3))
+    capsys.readouterr()
+    argv = _argv(data, base_dir, root, 4, batch=3) + ["--rebatch"]
+    script.main(argv)
+    out = capsys.readouterr().out
+    assert "resumed from snapshot" in out and "--rebatch" in out
+    state = json.loads((root / "snap" / "state.json").read_text())
+    assert state["step"] == 4 and state["settings"]["batch"] == 3
+    assert state["batch_history"] == [[0, 2], [2, 3]]
+    steps = [json.loads(line)["step"] for line in (root / "out" / "log.jsonl").read_text().splitlines()]
+    assert steps == [3, 4]
+    # the lineage goes on at batch 3 from its own snapshot without the flag, and keeps its history
+    shutil.rmtree(root / "out")
+    script.main(_argv(data, base_dir, root, 6, batch=3))
+    assert json.loads((root / "snap" / "state.json").read_text())["batch_history"] == [[0, 2], [2, 3]]
+
+
+def test_babi_folder_is_compared_by_name(script):
+    assert script._same_setting("babi", "/work/shared/data/babi_en_1k", ".gpu_data/babi_en_1k")
+    assert not script._same_setting("babi", "/data/babi_en_1k", "/data/babi_en_10k")
+    assert not script._same_setting("babi", None, "/data/babi_en_1k")
+    assert not script._same_setting("batch", 4, 32)
