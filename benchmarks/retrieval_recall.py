@@ -405,40 +405,31 @@ def print_table(layout: str, lay: dict, args) -> None:
 
 
 
-
-
 def build_tier_rules(cfg, args) -> dict:
     """The tier rules every scorer is evaluated under, by name: the threshold and budget rules with and without the
     latent tier, each --recent-raw window on top, the library's default once the latent tier is on, and one rule per
     --latent-budgets M."""
+    def rule(mode: str, raw: int, latent: int, latents: bool, recent: int = 0) -> TierRule:
+        return TierRule(mode, cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, raw, latent, latents,
+                        recent_raw=recent)
+
+    raw, latent, wide = args.max_raw, args.max_latent, 2 * args.max_raw
     tier_rules = {
-        "threshold": TierRule("threshold", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high,
-                              args.max_raw, args.max_latent, latents=True),
-        "threshold, no latent tier": TierRule("threshold", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high,
-                                              args.max_raw, args.max_latent, latents=False),
-        f"budget {args.max_raw} raw + {args.max_latent} latent": TierRule(
-            "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, args.max_raw, args.max_latent, True),
-        f"budget {args.max_raw} raw, no latent tier": TierRule(
-            "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, args.max_raw, args.max_latent, False),
-        f"budget {2 * args.max_raw} raw, no latent tier": TierRule(
-            "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, 2 * args.max_raw, 0, False),
+        "threshold": rule("threshold", raw, latent, True),
+        "threshold, no latent tier": rule("threshold", raw, latent, False),
+        f"budget {raw} raw + {latent} latent": rule("budget", raw, latent, True),
+        f"budget {raw} raw, no latent tier": rule("budget", raw, latent, False),
+        f"budget {wide} raw, no latent tier": rule("budget", wide, 0, False),
     }
     for w in args.recent_raw:  # the last w turns raw on top (RheaConfig.recent_raw), at the same and at a larger total
-        tier_rules[f"threshold + last {w}, no latent tier"] = TierRule(
-            "threshold", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, args.max_raw, args.max_latent,
-            False, recent_raw=w)
-        for raw in sorted({2 * args.max_raw - w, 2 * args.max_raw}):
-            tier_rules[f"budget {raw} raw + last {w}, no latent tier"] = TierRule(
-                "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, raw, 0, False, recent_raw=w)
+        tier_rules[f"threshold + last {w}, no latent tier"] = rule("threshold", raw, latent, False, w)
+        for r in sorted({wide - w, wide}):
+            tier_rules[f"budget {r} raw + last {w}, no latent tier"] = rule("budget", r, 0, False, w)
         # the library's default once the latent tier is on (RheaConfig: max_raw 10, max_latent 8, recent_raw 3)
-        tier_rules[f"budget {2 * args.max_raw} raw + {args.max_latent} latent + last {w}"] = TierRule(
-            "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, 2 * args.max_raw, args.max_latent,
-            True, recent_raw=w)
-        for m in args.latent_budgets:
-            tier_rules[f"budget {2 * args.max_raw} raw + {m} latent + last {w}"] = TierRule(
-                "budget", cfg.tau_low, cfg.tau_high, args.dense_floor, args.dense_high, 2 * args.max_raw, m,
-                True, recent_raw=w)
+        for m in [latent, *args.latent_budgets]:
+            tier_rules[f"budget {wide} raw + {m} latent + last {w}"] = rule("budget", wide, m, True, w)
     return tier_rules
+
 
 def evaluate(episodes, corpora, cache, embedder, center, cfg, args, tier_rules, comp_of) -> dict:
     """Recall, tiers and floor statistics of every scorer over `episodes`."""
