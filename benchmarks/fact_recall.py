@@ -109,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="output stem: <out>.json, <out>.png, <out>.rows.jsonl")
     p.add_argument("--summarise-only", action="store_true", help="no model: summarise <out>.rows.jsonl")
     p.add_argument("--versus", default=None,
-                   help="teacher-forced: another run's output stem on the same items (e.g. an earlier checkpoint); "
-                        "records the paired change of latent and of latent - latent_other from it to this run")
+                   help="another run's output stem on the same items and in the same --mode (e.g. an earlier "
+                        "checkpoint); records the paired change of latent and of latent - latent_other from it to "
+                        "this run (answer log-probability when teacher-forced, share answered right otherwise)")
     args = p.parse_args(argv)
 
     items = interleave_kinds(load_items(args.data))  # validated before any model is loaded
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"{name:22s} log-prob diff {s['mean_logprob_diff']:+.3f}{_ci(*s['ci'])}  p = {s['p']:.2g}")
     for name, s in (result.get("versus") or {}).items():
-        if name != "run":
+        if name not in ("run", "measure"):
             print(f"change from {args.versus}: {name:26s} {s['change']:+.3f}{_ci(*s['ci'])}  p = {s['p']:.2g}")
     for name, s in summary["paired"].items():
         if s:

@@ -459,27 +459,47 @@ def logprob_stats(rows: Sequence[Mapping[str, Any]], conds: Sequence[str]) -> di
     return out
 
 
+def _measure_key(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """What a run's rows score per item: ``answer_logprob`` (teacher-forced), ``correct`` (generated), else None."""
+    if rows and all("answer_logprob" in r for r in rows):
+        return "answer_logprob"
+    if rows and all("correct" in r and "answer_logprob" not in r for r in rows):
+        return "correct"
+    return None
+
+
 def compare_runs(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]) -> dict:
-    """Teacher-forced rows of two runs on the same items (e.g. two checkpoints): the paired change, after minus
-    before, of the latent condition's answer log-probability and of latent - latent_other (what the latents hold
-    of their own reply), with 95% bootstrap intervals and sign-flip p-values over the items both answered."""
+    """Rows of two runs on the same items (e.g. two checkpoints): the paired change, after minus before, of the
+    latent condition and of latent - latent_other (what the latents hold of their own reply), with 95% bootstrap
+    intervals and sign-flip p-values over the items both answered. Teacher-forced rows compare the answer's mean
+    log-probability, generated rows whether the answer was right (0/1, so a change is a share of the items);
+    ``measure`` says which. Two runs of different modes are refused (`FactRecallDataError`)."""
     from rhea.eval.stats import paired_comparison
 
+    key_before, key_after = _measure_key(before), _measure_key(after)
+    if key_before != key_after:
+        raise FactRecallDataError(f"the two runs score items differently ({key_before} vs {key_after}): compare a "
+                                  "teacher-forced run with a teacher-forced one, a generated run with a generated one")
+    key = key_after or "answer_logprob"
+
+    def per_item(rows, condition):
+        return {r["id"]: float(r[key]) for r in rows if r["condition"] == condition}
+
     def own_minus_other(rows):
-        lat, other = _logprobs(rows, "latent"), _logprobs(rows, "latent_other")
+        lat, other = per_item(rows, "latent"), per_item(rows, "latent_other")
         return {i: lat[i] - other[i] for i in lat if i in other}
 
-    out = {}
-    for name, measure in (("latent", lambda rows: _logprobs(rows, "latent")),
+    out: dict[str, Any] = {}
+    for name, measure in (("latent", lambda rows: per_item(rows, "latent")),
                           ("latent_minus_latent_other", own_minus_other)):
         a, b = measure(before), measure(after)
         if any(i in a for i in b):
             cmp = paired_comparison(b, a)
             out[name] = {"n": cmp.n, "change": cmp.diff, "ci": [cmp.low, cmp.high], "p": cmp.p_value}
     if not out:
-        raise FactRecallDataError("the two runs share no teacher-forced latent rows of the same items; compare runs "
-                                  "made with --mode teacher-forced and --conditions ...,latent,latent_other")
-    return out
+        raise FactRecallDataError("the two runs share no latent rows of the same items; compare runs made with "
+                                  "the same --mode and --conditions ...,latent (and latent_other for the control)")
+    return {"measure": key, **out}
 
 
 def criterion(acc: Mapping[str, Mapping[str, Any]]) -> dict:

@@ -361,8 +361,22 @@ def test_compare_runs_pairs_items_and_measures_the_change():
     assert out["latent"]["n"] == 4 and out["latent"]["change"] == pytest.approx(0.875)
     assert out["latent_minus_latent_other"]["change"] == pytest.approx(1.0)  # +0.875 latent, -0.125 other
     assert out["latent"]["ci"][0] <= 0.875 <= out["latent"]["ci"][1] and 0 < out["latent"]["p"] <= 1
+    assert out["measure"] == "answer_logprob"
     with pytest.raises(fr.FactRecallDataError, match="share no"):
         fr.compare_runs(before, [{"id": "x", "condition": "raw", "answer_logprob": -1.0}])
+
+
+def test_compare_runs_on_generated_rows_pairs_right_answers_and_refuses_mixed_modes():
+    """Greedy runs (no log-probabilities) compare whether each item was answered right; a greedy run is not
+    compared with a teacher-forced one (session 30: --versus on two generated runs raised KeyError)."""
+    def rows(correct):
+        return [{"id": str(i), "condition": "latent", "correct": c} for i, c in enumerate(correct)]
+
+    out = fr.compare_runs(rows([False, False, True, False]), rows([True, True, True, False]))
+    assert out["measure"] == "correct" and out["latent"]["n"] == 4 and out["latent"]["change"] == pytest.approx(0.5)
+    assert "latent_minus_latent_other" not in out
+    with pytest.raises(fr.FactRecallDataError, match="differently"):
+        fr.compare_runs(rows([True]), [{"id": "0", "condition": "latent", "answer_logprob": -1.0}])
 
 
 def test_reconstruct_item_scores_the_fact_tokens_apart_from_the_rest():
