@@ -1,4 +1,4 @@
-"""The adapters shipped for the embedded model: trained, calibrated, measured, fp16 and small (no model load)."""
+"""The adapters shipped for the zoo models: trained, calibrated, measured, fp16 and small (no model load)."""
 from pathlib import Path
 
 import pytest
@@ -6,19 +6,24 @@ import pytest
 import rhea
 from rhea.modeling.config import RheaConfig, latent_tier_active
 
-SHIP = Path(rhea.__file__).resolve().parent / "data" / "adapters" / "smollm2-135m"
+ADAPTERS = Path(rhea.__file__).resolve().parent / "data" / "adapters"
 
-#: the package carries the shipped directory (tokenizer included); r16 on every linear layer in fp16 is ~14 MB, and
-#: since session 26 the retrieval read-out (score_head.safetensors, 2 x 576 -> 256 in fp16) 0.6 MB more
-MAX_BYTES = 16_000_000
+#: what the package may carry per model (tokenizer included). SmolLM2-135M: r16 on every linear layer in fp16 is
+#: ~14 MB, and since session 26 the retrieval read-out (score_head.safetensors, 2 x 576 -> 256 in fp16) 0.6 MB more.
+#: Qwen2.5-Coder-1.5B (session 30): the compress LoRA on every linear layer of 28 layers x 1536 in fp16, the
+#: `states` projector (1536 x 1536) and Qwen's 11.4 MB tokenizer.json.
+MAX_BYTES = {"smollm2-135m": 16_000_000, "qwen2.5-coder-1.5b": 56_000_000}
 
 
-@pytest.mark.skipif(not (SHIP / "rhea_config.json").is_file(), reason="no default adapters shipped")
-def test_shipped_adapters_are_trained_calibrated_measured_fp16_and_small():
+@pytest.mark.parametrize("name", sorted(MAX_BYTES))
+def test_shipped_adapters_are_trained_calibrated_measured_fp16_and_small(name):
     from safetensors import safe_open
 
-    cfg = RheaConfig.load(SHIP)
-    assert cfg.extra["adapters_trained"] is True and cfg.base_model == "smollm2-135m"
+    ship = ADAPTERS / name
+    if not (ship / "rhea_config.json").is_file():
+        pytest.skip(f"no adapters shipped for {name}")
+    cfg = RheaConfig.load(ship)
+    assert cfg.extra["adapters_trained"] is True and cfg.base_model == name
     # `rhea calibrate` ran on these weights: thresholds fitted, the fit (met or not) recorded
     cal = cfg.extra["calibration"]
     assert isinstance(cal[cal["centering"]]["targets_met"], bool) and (cfg.tau_low, cfg.tau_high) != (0.5, 0.8)
@@ -28,8 +33,14 @@ def test_shipped_adapters_are_trained_calibrated_measured_fp16_and_small():
     assert {"reconstruction_token_acc", "control_gap", "measured_on"} <= set(cfg.fidelity)
     on, reason = latent_tier_active(cfg.latent_tier, cfg.fidelity)
     assert ("meets the target" in reason) == on
-    files = list(SHIP.rglob("*.safetensors"))
-    assert files and sum(f.stat().st_size for f in SHIP.rglob("*") if f.is_file()) < MAX_BYTES
+    files = list(ship.rglob("*.safetensors"))
+    assert files and sum(f.stat().st_size for f in ship.rglob("*") if f.is_file()) < MAX_BYTES[name]
     for f in files:
         with safe_open(str(f), "pt") as st:
             assert all(str(st.get_slice(k).get_dtype()) in ("F16",) for k in st.keys()), f
+
+
+def test_every_shipped_directory_is_checked():
+    """A directory added under rhea/data/adapters without a size budget above would go unchecked."""
+    shipped = {p.name for p in ADAPTERS.iterdir() if (p / "rhea_config.json").is_file()} if ADAPTERS.is_dir() else set()
+    assert shipped <= set(MAX_BYTES), sorted(shipped - set(MAX_BYTES))
