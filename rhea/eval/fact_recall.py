@@ -424,8 +424,9 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict:
     return out
 
 
-def _logprobs(rows: Sequence[Mapping[str, Any]], condition: str) -> dict[str, float]:
-    return {r["id"]: r["answer_logprob"] for r in rows if r["condition"] == condition}
+def _logprobs(rows: Sequence[Mapping[str, Any]], condition: str, key: str = "answer_logprob") -> dict[str, float]:
+    """Item id -> the row's `key` (its answer log-probability unless named) for `condition`'s rows."""
+    return {r["id"]: float(r[key]) for r in rows if r["condition"] == condition}
 
 
 def logprob_stats(rows: Sequence[Mapping[str, Any]], conds: Sequence[str]) -> dict:
@@ -482,15 +483,12 @@ def compare_runs(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[st
                                   "teacher-forced run with a teacher-forced one, a generated run with a generated one")
     key = key_after or "answer_logprob"
 
-    def per_item(rows, condition):
-        return {r["id"]: float(r[key]) for r in rows if r["condition"] == condition}
-
     def own_minus_other(rows):
-        lat, other = per_item(rows, "latent"), per_item(rows, "latent_other")
+        lat, other = _logprobs(rows, "latent", key), _logprobs(rows, "latent_other", key)
         return {i: lat[i] - other[i] for i in lat if i in other}
 
     out: dict[str, Any] = {}
-    for name, measure in (("latent", lambda rows: per_item(rows, "latent")),
+    for name, measure in (("latent", lambda rows: _logprobs(rows, "latent", key)),
                           ("latent_minus_latent_other", own_minus_other)):
         a, b = measure(before), measure(after)
         if any(i in a for i in b):

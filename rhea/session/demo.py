@@ -221,25 +221,21 @@ _EVENT_WORDS = {"add": "+ added", "revoke": "- revoked", "replace": "~ replaced"
                 "one-off-ignored": "(one-off request, not kept):"}
 
 
-def _mostly_unguessed(repeated: list[str], control: str) -> bool:
+def _unguessed(repeated: list[str], control: str) -> tuple[bool, str]:
     """Whether most of the kept reply's words the follow-up repeats are ones the no-history control does not say
-    (a title's "Whispers" can be guessed; "Whispers of Shadows: A Tale of Secrets" cannot).
+    (a title's "Whispers" can be guessed; "Whispers of Shadows: A Tale of Secrets" cannot), and the check's detail.
 
-    >>> _mostly_unguessed(["Whispers", "Shadows", "Tale", "Secrets"], '"Whispers of the Wind"')
+    >>> _unguessed(["Whispers", "Shadows", "Tale", "Secrets"], '"Whispers of the Wind"')[0]
     True
-    >>> _mostly_unguessed(["Whispers", "Wind"], '"Whispers of the Wind"'), _mostly_unguessed([], "anything")
+    >>> _unguessed(["Whispers", "Wind"], '"Whispers of the Wind"')[0], _unguessed([], "anything")[0]
     (False, False)
     """
-    unguessed = [w for w in repeated if w not in control]
-    return len(unguessed) * 2 > len(repeated)
-
-
-def _unguessed_detail(repeated: list[str], control: str) -> str:
-    unguessed = [w for w in repeated if w not in control]
     guessed = [w for w in repeated if w in control]
-    return (f"without any history the same follow-up gets {control!r}: of the repeated "
-            f"{', '.join(repeated) or '(nothing repeated)'}, it says "
-            + (f"{', '.join(guessed)} but not {', '.join(unguessed) or 'the rest'}" if guessed else "none"))
+    unguessed = [w for w in repeated if w not in control]
+    detail = (f"without any history the same follow-up gets {control!r}: of the repeated "
+              f"{', '.join(repeated) or '(nothing repeated)'}, it says "
+              + (f"{', '.join(guessed)} but not {', '.join(unguessed) or 'the rest'}" if guessed else "none"))
+    return len(unguessed) * 2 > len(repeated), detail
 
 
 def _checks(turns: list[dict], control: str) -> list[dict]:
@@ -264,8 +260,7 @@ def _checks(turns: list[dict], control: str) -> list[dict]:
          f"turn {FOLLOW_UP} kept {_fmt(kept)}, whose reply was {turns[FACT]['reply']!r}"),
         ("related_used", "related turn used", bool(repeated),
          f"turn {FOLLOW_UP} replied {follow['reply']!r}; the kept reply's answer: {', '.join(words) or '(none found)'}"),
-        ("only_from_the_turn", "answer came from the kept turn", _mostly_unguessed(repeated, control),
-         _unguessed_detail(repeated, control)),
+        ("only_from_the_turn", "answer came from the kept turn", *_unguessed(repeated, control)),
         ("unrelated_dropped", "unrelated turns dropped", all(d["tier"] == "drop" for d in dropped),
          f"turn {FOLLOW_UP}: " + ", ".join(_fmt(d) for d in dropped)),
         ("tokens_saved", "tokens saved", fed < full,

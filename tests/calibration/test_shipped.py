@@ -20,8 +20,6 @@ def test_shipped_adapters_are_trained_calibrated_measured_fp16_and_small(name):
     from safetensors import safe_open
 
     ship = ADAPTERS / name
-    if not (ship / "rhea_config.json").is_file():
-        pytest.skip(f"no adapters shipped for {name}")
     cfg = RheaConfig.load(ship)
     assert cfg.extra["adapters_trained"] is True and cfg.base_model == name
     # `rhea calibrate` ran on these weights: thresholds fitted, the fit (met or not) recorded
@@ -40,7 +38,8 @@ def test_shipped_adapters_are_trained_calibrated_measured_fp16_and_small(name):
             assert all(str(st.get_slice(k).get_dtype()) in ("F16",) for k in st.keys()), f
 
 
-def test_every_shipped_directory_is_checked():
-    """A directory added under rhea/data/adapters without a size budget above would go unchecked."""
-    shipped = {p.name for p in ADAPTERS.iterdir() if (p / "rhea_config.json").is_file()} if ADAPTERS.is_dir() else set()
-    assert shipped <= set(MAX_BYTES), sorted(shipped - set(MAX_BYTES))
+def test_every_zoo_model_ships_adapters_and_every_shipped_directory_is_checked():
+    """Both zoo models ship adapters (since session 30), and a directory added under rhea/data/adapters without a
+    size budget above would go unchecked."""
+    shipped = {p.name for p in ADAPTERS.iterdir() if (p / "rhea_config.json").is_file()}
+    assert shipped == set(MAX_BYTES), sorted(shipped ^ set(MAX_BYTES))
