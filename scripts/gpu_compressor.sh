@@ -9,6 +9,8 @@
 #                                                             # its snapshot into $OUT in parts of <= 15 MiB
 #   bash scripts/gpu_compressor.sh finish STAGE_DIR NAME RUN STOP_AT_S ARGS...   # the last call: piece, assemble,
 #                                                             # train until STOP_AT_S seconds into the call, measure
+#                                                             # (MEASURE_ARGS: extra fact_recall.py arguments, e.g.
+#                                                             # "--mode generate --conditions latent --max-new-tokens 40")
 #   bash scripts/gpu_compressor.sh measure RUN [ARGS...]      # teacher-forced fact recall of $RUNS/RUN/latest on the
 #                                                             # device -> $OUT/fact_recall_RUN.tar.gz (one file back)
 #   bash scripts/gpu_compressor.sh seed RUN SNAPSHOT_DIR      # a carried (parked) snapshot -> $RUNS/RUN.snapshot, which
@@ -90,7 +92,8 @@ finish)
     echo "gpu_compressor.sh finish: training $minutes min from ${SECONDS}s into the call"
     rc=0
     bash "$0" train "$name" "$run" "$minutes" "$@" || rc=$?
-    bash "$0" measure "$run" || echo "gpu_compressor.sh finish: measure failed; the snapshot's parts are in \$OUT already" >&2
+    # shellcheck disable=SC2086  # MEASURE_ARGS: extra fact_recall.py arguments, split on spaces on purpose
+    bash "$0" measure "$run" ${MEASURE_ARGS:-} || echo "gpu_compressor.sh finish: measure failed; the snapshot's parts are in \$OUT already" >&2
     echo "gpu_compressor.sh finish: done at ${SECONDS}s"
     exit $rc
     ;;
