@@ -72,6 +72,21 @@ def _blank_quote(m: re.Match) -> str:
     return quote if len(quote) <= 3 else quote[0] + "x" * (len(quote) - 3) + quote[-2:]
 
 
+def _sentences(text: str) -> list[str]:
+    """Verbatim sentences of `text`, found on a copy with quoted spans blanked (same length), so the periods
+    inside "'My answer is yes.', 'No.'" do not end a sentence; a quote's last mark is kept, so "... 'My answer
+    is maybe.' From now on, ..." still does."""
+    masked = QUOTED.sub(_blank_quote, text)
+    starts = [0] + [m.end() for m in _SENTENCE_END.finditer(masked)]
+    return [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
+
+
+def _cued(sentence: str) -> bool:
+    """The sentence carries its own standing-instruction cue (a recognizer rule of kind "add")."""
+    rule = match_rules(sentence)
+    return bool(rule) and rule[0] == "add"
+
+
 def split_directives(text: str) -> list[str]:
     """Split a message that gives several standing instructions into one part per instruction.
 
@@ -87,13 +102,8 @@ def split_directives(text: str) -> list[str]:
     >>> split_directives("I'm in Lisbon. From now on, answer in Portuguese.")
     ["I'm in Lisbon. From now on, answer in Portuguese."]
     """
-    # Find sentence boundaries on a copy with quoted spans blanked (same length), so the
-    # periods inside "'My answer is yes.', 'No.'" do not end a sentence; a quote's last mark
-    # is kept, so "... 'My answer is maybe.' From now on, ..." still does.
-    masked = QUOTED.sub(_blank_quote, text)
-    starts = [0] + [m.end() for m in _SENTENCE_END.finditer(masked)]
-    sentences = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
-    cued = [i for i, sent in enumerate(sentences) if (rule := match_rules(sent)) and rule[0] == "add"]
+    sentences = _sentences(text)
+    cued = [i for i, sent in enumerate(sentences) if _cued(sent)]
     if len(cued) < 2:
         return [text.strip()]
     bounds = [0] + cued[1:] + [len(sentences)]
@@ -299,6 +309,38 @@ class InstructionalMemory:
         if best == 0:
             return [], "nothing"
         return [e for s, e in scored if s == best], f"content words {sorted(words)}"
+
+    def retired_turns(self) -> dict[int, str]:
+        """Turns whose user message was nothing but standing instructions, all of them since revoked or
+        replaced, each with why: {turn: reason}.
+
+        Such a turn only restates a rule the user has taken back; kept in the context (as text or as
+        latents) it would bring the rule back, so `RheaPolicy` drops it. A message that also says
+        something else ("I'm in Lisbon. From now on, answer in Portuguese.": a sentence without its own
+        cue) is never retired, whatever happens to its instruction.
+
+        >>> im = InstructionalMemory()
+        >>> _ = im.add("From now on, call me Captain.", turn=0)
+        >>> _ = im.add("I'm in Lisbon. From now on, answer in Portuguese.", turn=2)
+        >>> _ = im.revoke("Stop calling me Captain.", reason="user", turn=4)
+        >>> _ = im.revoke("You no longer need to answer in Portuguese.", reason="user", turn=5)
+        >>> im.retired_turns()
+        {0: "its instruction was revoked at turn 4: 'From now on, call me Captain.'"}
+        """
+        added: dict[int, list[MemoryEvent]] = {}
+        ended: dict[int, MemoryEvent] = {}
+        for h in self.history:
+            if h.action == "add" and h.turn is not None:
+                added.setdefault(h.turn, []).append(h)
+            elif h.action in ("revoke", "replace") and h.entry_id is not None:
+                ended.setdefault(h.entry_id, h)
+        out = {}
+        for turn, adds in added.items():
+            if all(a.entry_id in ended for a in adds) and all(_cued(s) for a in adds for s in _sentences(a.text)):
+                why = "; ".join(f"its instruction was {'revoked' if ended[a.entry_id].action == 'revoke' else 'replaced'}"
+                                f" at turn {ended[a.entry_id].turn}: {a.text!r}" for a in adds)
+                out[turn] = why
+        return out
 
     def render(self) -> str:
         """The verbatim system block ("" when empty).

@@ -15,6 +15,7 @@ name                   IM prefix   tiers               paper
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -205,6 +206,8 @@ class RheaPolicy(ContextPolicy):
             if self.needs_latents:
                 self.episodic.sync(conversation.turns)
             decisions = self._decisions(conversation, query)
+            if self.use_im:
+                decisions = _retire(decisions, self.im.retired_turns())
             records.append({"retrieval": self.retrieval_mode()})
             records.append(_score_summary(decisions, self.tau_low, self.tau_high, self.rule.mode))
         if any(d.tier == "latent" for d in decisions):
@@ -287,6 +290,14 @@ class RheaPolicy(ContextPolicy):
         self.im = InstructionalMemory.from_dict(state["im"])
         self.episodic.load_state_dict(state["episodic"])
         self._seen_queries = {(int(i), q) for i, q in state.get("seen_queries", [])}
+
+
+def _retire(decisions: list[TurnDecision], retired: dict[int, str]) -> list[TurnDecision]:
+    """Drop the turns that only gave instructions since taken back (`InstructionalMemory.retired_turns`):
+    kept as text or latents they would bring the revoked rule back. Score and components stay recorded."""
+    return [d if d.turn not in retired or d.tier == "drop" else
+            dataclasses.replace(d, tier="drop", note=f"{d.note}; dropped, not {d.tier}: {retired[d.turn]}")
+            for d in decisions]
 
 
 def _score_summary(decisions: list[TurnDecision], tau_low: float, tau_high: float, mode: str = "threshold") -> dict:

@@ -158,3 +158,32 @@ def test_replies_compressed_in_chunks_flow_through_scores_plan_and_state():
     bad["rows"] = bad["rows"][:-1]
     with pytest.raises(ValueError, match="rows"):
         again.load_state_dict(bad)
+
+
+def test_a_turn_that_only_gave_a_revoked_instruction_is_dropped(tiny_model):
+    # every past turn would be kept (raw or latent) by these thresholds; the one that only said
+    # "call me Captain" must not come back once that rule is revoked, while a turn that also said
+    # something else stays whatever happens to its instruction
+    policy = get_policy("rhea", model=tiny_model, tau_low=-1.0, tau_high=1.0, **{**HCR, "recent_raw": 3})
+    turns = [("From now on, call me Captain.", "Understood, Captain."),
+             ("I'm in Lisbon. From now on, answer in Portuguese.", "Certo."),
+             ("what color is the cat ?", "the cat is blue .")]
+    conv = Conversation([])
+    for user, reply in turns:
+        policy.build(conv, user)
+        conv = Conversation(list(conv) + [Turn(user, reply)])
+        policy.observe(conv[-1])
+    before = policy.build(conv, "what do you call me ?")
+    assert [d.tier for d in before.decisions.turns] == ["raw"] * 3  # the last 3 turns are raw
+    conv = Conversation(list(conv) + [Turn("what do you call me ?", "Captain.")])
+    policy.observe(conv[-1])
+    policy.build(conv, "Stop calling me Captain.")
+    conv = Conversation(list(conv) + [Turn("Stop calling me Captain.", "Okay.")])
+    policy.observe(conv[-1])
+    plan = policy.build(conv, "You no longer need to answer in Portuguese.")
+    tiers = [d.tier for d in plan.decisions.turns]
+    assert tiers[0] == "drop" and "revoked at turn 4" in plan.decisions.turns[0].note
+    assert tiers[1] != "drop"  # its first sentence is not an instruction: never retired
+    assert plan.decisions.instructions == []
+    assert not any("call me Captain" in str(m["content"]) for m in plan.messages)
+    assert any("Lisbon" in str(m["content"]) for m in plan.messages) or tiers[1] == "latent"
