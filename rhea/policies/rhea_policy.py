@@ -292,12 +292,21 @@ class RheaPolicy(ContextPolicy):
         self._seen_queries = {(int(i), q) for i, q in state.get("seen_queries", [])}
 
 
+#: in a `TurnDecision.note`: the turn was dropped because it only gave instructions since taken back
+RETIRED = "retired (instructions only, since taken back)"
+
+
 def _retire(decisions: list[TurnDecision], retired: dict[int, str]) -> list[TurnDecision]:
     """Drop the turns that only gave instructions since taken back (`InstructionalMemory.retired_turns`):
     kept as text or latents they would bring the revoked rule back. Score and components stay recorded."""
     return [d if d.turn not in retired or d.tier == "drop" else
-            dataclasses.replace(d, tier="drop", note=f"{d.note}; dropped, not {d.tier}: {retired[d.turn]}")
+            dataclasses.replace(d, tier="drop", note=f"{d.note}; {RETIRED}: dropped, not {d.tier}; {retired[d.turn]}")
             for d in decisions]
+
+
+def is_retired(decision: TurnDecision) -> bool:
+    """Whether `decision` drops its turn as retired (`RETIRED`) rather than by its score."""
+    return RETIRED in decision.note
 
 
 def _score_summary(decisions: list[TurnDecision], tau_low: float, tau_high: float, mode: str = "threshold") -> dict:

@@ -129,6 +129,7 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 32, echo
     """
     from rhea.session.chat import ChatSession
     from rhea.session.repl import format_trace
+    from rhea.policies.rhea_policy import is_retired
 
     t_start = time.perf_counter()
     load_s, where = 0.0, "given"
@@ -162,8 +163,9 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 32, echo
     for i, step in enumerate(SCRIPT):
         reply = chat.send(step.user)
         plan, rec = chat.last_plan, chat.records[-1]
-        decisions = [{"turn": d.turn, "tier": d.tier, "score": d.score,
-                      "margin": margin(d.score, d.tier, tau_low, tau_high)} for d in plan.decisions.turns]
+        decisions = [{"turn": d.turn, "tier": d.tier, "score": d.score, "retired": is_retired(d),
+                      "margin": None if is_retired(d) else margin(d.score, d.tier, tau_low, tau_high)}
+                     for d in plan.decisions.turns]
         events = [e for r in plan.decisions.records if isinstance(r, dict) for e in r.get("im_events", [])]
         blocks.append(list(plan.decisions.instructions))
         fed = rec.content_tokens if rec.content_tokens is not None else rec.prompt_tokens
@@ -178,7 +180,8 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 32, echo
         echo("    instruction block now: " + (" | ".join(blocks[-1]) if blocks[-1] else "(empty)"))
         if decisions:
             echo("    past turns: " + "  ".join(
-                f"#{d['turn']} {d['tier']}" + (f" {d['score']:.2f}" if d["score"] is not None else "") for d in decisions))
+                f"#{d['turn']} {d['tier']}" + (f" {d['score']:.2f}" if d["score"] is not None else "")
+                + (" (revoked rule)" if d["retired"] else "") for d in decisions))
         echo(f"    tokens: {fed} fed ({rec.latent_slots} of them <mem> slots) vs {rec.full_history_tokens} with the "
              f"full history; {turns[-1]['seconds']:.1f}s")
         echo("")

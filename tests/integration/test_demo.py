@@ -35,6 +35,9 @@ def test_the_instruction_is_captured_used_from_the_block_and_revoked(demo):
     assert NAME in turns[PROBE]["reply"]
     assert ("revoke", instruction) in turns[REVOKE]["im_events"]
     assert turns[REVOKE]["instructions"] == [] and turns[-1]["instructions"] == []
+    # nor does the revoked rule come back through its own turn, whatever that turn scores
+    revoked = {d["turn"]: d for d in turns[REVOKE]["decisions"]}
+    assert revoked[INSTRUCTION]["tier"] == "drop"
 
 
 def test_the_related_turn_is_kept_and_used_and_the_unrelated_ones_dropped(demo):
