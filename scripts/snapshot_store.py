@@ -14,6 +14,7 @@ SHA-256, the snapshot's step and settings). The weights stay in the history ever
     python scripts/snapshot_store.py list
     python scripts/snapshot_store.py restore compressor-smollm2-135m     # -> runs/snapshots/compressor-smollm2-135m
     python scripts/snapshot_store.py restore NAME --to DIR
+    python scripts/snapshot_store.py restore NAME --step 534                   # an earlier parked version
 
 ``park`` makes its two commits with only its own paths (``git commit -- PATHS``): anything else
 staged stays staged and uncommitted. Parking a name again replaces its entry; the earlier
@@ -134,13 +135,24 @@ def park(repo: Path, src: Path, name: str, message: str | None = None) -> dict:
     return entry
 
 
-def restore(repo: Path, name: str, to: Path | None = None, force: bool = False) -> Path:
-    """Write parked snapshot `name` into `to` (default runs/snapshots/NAME), each file checked; returns the folder."""
+def restore(repo: Path, name: str, to: Path | None = None, force: bool = False, step: int | None = None) -> Path:
+    """Write parked snapshot `name` into `to` (default runs/snapshots/NAME), each file checked; returns the folder.
+
+    `step`: an earlier version of `name` (one listed under its ``history``) instead of the latest. The index
+    records sizes and SHA-256 for the latest only; an earlier one is read whole from its commit, whose blobs
+    git itself verifies."""
     index = load_index(repo)
     entry = index["snapshots"].get(name)
     if entry is None:
         known = ", ".join(sorted(index["snapshots"])) or "none"
         raise SnapshotStoreError(f"no parked snapshot named {name!r} in {INDEX} (parked: {known})")
+    files = entry["files"]
+    if step is not None and step != entry.get("step"):
+        earlier = [h for h in entry.get("history", []) if h.get("step") == step]
+        if not earlier:
+            steps = [entry.get("step")] + [h.get("step") for h in entry.get("history", [])]
+            raise SnapshotStoreError(f"snapshot {name!r} has no step {step} (parked steps: {steps})")
+        entry, files = {**entry, "commit": earlier[0]["commit"]}, None
     commit = entry["commit"]
     if subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{commit}^{{commit}}"],
                       capture_output=True).returncode != 0:
@@ -148,9 +160,14 @@ def restore(repo: Path, name: str, to: Path | None = None, force: bool = False) 
                                  "(a shallow clone? `git fetch --unshallow`)")
     to = (to if to is not None else repo / DEFAULT_RESTORE / name)
     blobs = {}
-    for rel, meta in entry["files"].items():
+    if files is None:  # an earlier version: every file its commit holds under the snapshot's folder
+        listed = _git(repo, "ls-tree", "-r", "--name-only", commit, "--", entry["path"]).split("\n")
+        files = {f[len(entry["path"]) + 1:]: None for f in listed if f.strip()}
+        if not files:
+            raise SnapshotStoreError(f"commit {commit[:12]} holds nothing under {entry['path']}; the index was edited")
+    for rel, meta in files.items():
         data = _git(repo, "show", f"{commit}:{entry['path']}/{rel}", binary=True)
-        if len(data) != meta["bytes"] or _sha256(data) != meta["sha256"]:
+        if meta is not None and (len(data) != meta["bytes"] or _sha256(data) != meta["sha256"]):
             raise SnapshotStoreError(f"{entry['path']}/{rel} at {commit[:12]} does not match {INDEX} "
                                      f"({len(data)} bytes, expected {meta['bytes']}); the index or history was edited")
         blobs[rel] = data
@@ -175,6 +192,7 @@ def main(argv=None) -> int:
     rs.add_argument("name")
     rs.add_argument("--to", default=None)
     rs.add_argument("--force", action="store_true")
+    rs.add_argument("--step", type=int, default=None, help="an earlier parked version of NAME (see `list`)")
     sub.add_parser("list", help="the parked snapshots")
     args = p.parse_args(argv)
     try:
@@ -183,13 +201,14 @@ def main(argv=None) -> int:
             e = park(repo, Path(args.src), args.name, args.message)
             print(f"parked {args.name}: step {e['step']}, {len(e['files'])} files in {e['commit'][:12]}")
         elif args.cmd == "restore":
-            out = restore(repo, args.name, Path(args.to) if args.to else None, args.force)
-            print(f"restored {args.name} into {out}")
+            out = restore(repo, args.name, Path(args.to) if args.to else None, args.force, args.step)
+            print(f"restored {args.name}" + (f" at step {args.step}" if args.step is not None else "") + f" into {out}")
         else:
             for name, e in sorted(load_index(repo)["snapshots"].items()):
                 size = sum(f["bytes"] for f in e["files"].values())
+                earlier = ", ".join(f"step {h.get('step')} at {h['commit'][:12]}" for h in e.get("history", []))
                 print(f"{name}: step {e['step']} at {e['commit'][:12]}, {size / 1e6:.1f} MB, "
-                      f"{len(e.get('history', []))} earlier")
+                      f"{len(e.get('history', []))} earlier" + (f" ({earlier}; restore --step N)" if earlier else ""))
     except SnapshotStoreError as e:
         print(f"snapshot_store: {e}", file=sys.stderr)
         return 2

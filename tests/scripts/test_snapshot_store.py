@@ -76,6 +76,20 @@ def test_parking_again_keeps_the_earlier_commit_in_history(store, repo):
     assert (out / "trainable.safetensors").read_bytes() == b"b" * 10
 
 
+def test_restore_of_an_earlier_step(store, repo):
+    src = snapshot(repo / "runs" / "snap", 50, b"a" * 10)
+    store.park(repo, src, "cmp")
+    snapshot(src, 100, b"b" * 10)
+    store.park(repo, src, "cmp")
+    out = store.restore(repo, "cmp", to=repo / "runs" / "old", step=50)
+    assert (out / "trainable.safetensors").read_bytes() == b"a" * 10
+    assert json.loads((out / "state.json").read_text())["step"] == 50
+    assert sorted(p.name for p in out.iterdir()) == ["curve.jsonl", "state.json", "trainable.safetensors"]
+    assert (store.restore(repo, "cmp", to=repo / "runs" / "new", step=100) / "trainable.safetensors").read_bytes() == b"b" * 10
+    with pytest.raises(store.SnapshotStoreError, match=r"no step 75 \(parked steps: \[100, 50\]\)"):
+        store.restore(repo, "cmp", to=repo / "runs" / "x", step=75)
+
+
 def test_park_of_a_tracked_folder_reuses_its_commit(store, repo):
     dest = snapshot(repo / "checkpoints" / "cmp", 800, b"c" * 10)
     git(repo, "add", ".")
