@@ -70,6 +70,20 @@ def rank_order(scores: torch.Tensor) -> torch.Tensor:
     return (n - 1) - order
 
 
+def plan_serves(kept: Sequence[str], fresh: Sequence[str], scores: torch.Tensor, top: int) -> bool:
+    """Whether a kept plan's tiers (`kept`) still serve a query: each of the query's `top` best-scored turns that
+    its own fresh plan (`fresh`) would show as raw text is raw under `kept` too (top = 0: always).
+
+    >>> plan_serves(["raw", "drop", "raw"], ["drop", "raw", "raw"], torch.tensor([0.1, 0.9, 0.5]), 1)
+    False
+    >>> plan_serves(["raw", "drop", "raw"], ["raw", "drop", "raw"], torch.tensor([0.1, 0.2, 0.9]), 1)
+    True
+    """
+    if len(kept) != len(fresh) or len(fresh) != scores.numel():
+        raise ValueError(f"kept ({len(kept)}), fresh ({len(fresh)}) and scores ({scores.numel()}) must cover the same turns")
+    return all(kept[i] == "raw" for i in rank_order(scores)[:top].tolist() if fresh[i] == "raw")
+
+
 def ranks(scores: torch.Tensor) -> torch.Tensor:
     """1-based rank of every turn, tied turns sharing the mean of their ranks (fractional ranking).
 

@@ -124,6 +124,15 @@ class RheaConfig:
     #: the last `recent_raw` turns are raw text whatever their scores (budget mode: on top of `max_raw`); 3 measured
     #: best on real conversations (docs/quality.md, Retrieval): it keeps the needed turn when it is recent
     recent_raw: int = 3
+    #: re-decide the earlier turns' tiers at most every `replan_every` turns (1 = every turn, the paper's HCR); in
+    #: between, the last plan's tiers stay and newer turns are appended raw, so the prompt only grows and the
+    #: session's prefix KV cache reuses it (docs/session.md, "Re-planning every few turns"). A change of the
+    #: instruction block re-plans at once
+    replan_every: int = 1
+    #: while a plan is kept (`replan_every` > 1), the query is still scored, and a fresh plan is made at once when one
+    #: of its `replan_top` best turns that the fresh plan shows raw is not raw under the kept plan (0 = keep the plan
+    #: whatever the query needs, for `replan_every` turns)
+    replan_top: int = 3
     #: compress a reply in consecutive pieces of at most this many tokens, `n_mem` latents each (ICAE's long-context
     #: use; a turn's latent then holds ceil(tokens / compress_chunk_tokens) x n_mem rows), so a compressor trained on
     #: chunks of this length sees replies of the length it was trained and measured on; None = the whole reply into
@@ -207,6 +216,10 @@ class RheaConfig:
         for name in ("max_raw", "max_latent", "recent_raw"):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{name}={v!r} must be an int >= 0")
+        need(isinstance(self.replan_every, int) and not isinstance(self.replan_every, bool) and self.replan_every >= 1,
+             f"replan_every={self.replan_every!r} must be an int >= 1 (1 = re-plan every turn)")
+        need(isinstance(self.replan_top, int) and not isinstance(self.replan_top, bool) and self.replan_top >= 0,
+             f"replan_top={self.replan_top!r} must be an int >= 0 (0 = no check)")
         need(self.compress_chunk_tokens is None or (isinstance(self.compress_chunk_tokens, int)
                                                     and not isinstance(self.compress_chunk_tokens, bool)
                                                     and self.compress_chunk_tokens >= 1),

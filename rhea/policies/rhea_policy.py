@@ -16,6 +16,7 @@ name                   IM prefix   tiers               paper
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any
 
 import torch
@@ -30,7 +31,7 @@ from rhea.memory.episodic import EpisodicMemory
 from rhea.memory.instructional import InstructionalMemory
 from rhea.memory.recognizer import InstructionRecognizer
 from rhea.memory.scoring import (COMPONENTS, FUSIONS, TierRule, assign_tiers, components_of, default_embedder,
-                                 describe_thresholds, fuse, latent_tier_active, rank_order)
+                                 describe_thresholds, fuse, latent_tier_active, plan_serves, rank_order)
 from rhea.modeling.config import check_thresholds
 from rhea.policies.assemble import assemble_plan
 from rhea.policies.base import ContextPolicy
@@ -88,6 +89,8 @@ class RheaPolicy(ContextPolicy):
         max_latent: int | None = None,
         recent_raw: int | None = None,
         latent_tier: str | None = None,
+        replan_every: int | None = None,
+        replan_top: int | None = None,
         embedder: Any = None,
     ):
         super().__init__(tokenizer=tokenizer if tokenizer is not None else getattr(model, "tokenizer", None))
@@ -123,6 +126,15 @@ class RheaPolicy(ContextPolicy):
                              dense_high=float(pick(dense_high, "dense_high")),
                              max_raw=pick(max_raw, "max_raw"), max_latent=pick(max_latent, "max_latent"),
                              latents=self.latents_on, recent_raw=pick(recent_raw, "recent_raw"))
+        self.replan_every = pick(replan_every, "replan_every")
+        if isinstance(self.replan_every, bool) or not isinstance(self.replan_every, int) or self.replan_every < 1:
+            raise RheaConfigError(f"replan_every={self.replan_every!r} must be an int >= 1 (1 = re-plan every turn)")
+        self.replan_top = pick(replan_top, "replan_top")
+        if isinstance(self.replan_top, bool) or not isinstance(self.replan_top, int) or self.replan_top < 0:
+            raise RheaConfigError(f"replan_top={self.replan_top!r} must be an int >= 0 (0 = no check)")
+        #: the last fresh plan: {"at": turns it covered, "decisions", "system": IM block, "digest": those turns' text}
+        self._plan: dict | None = None
+        self._plan_why: str | None = None  # why the last plan was made afresh (None: kept)
         self._embedder = embedder
         self._bm25: tuple[list[str], BM25Retriever] | None = None
         self.use_im = self.default_use_im if use_im is None else bool(use_im)
@@ -145,7 +157,8 @@ class RheaPolicy(ContextPolicy):
                 "scorer": self.scorer, "fusion": self.fusion, "fusion_components": list(self.fusion_components),
                 "fusion_weights": None if self.fusion_weights is None else list(self.fusion_weights.values()),
                 "rrf_k": self.rrf_k, "dense_floor": r.dense_floor, "dense_high": r.dense_high, "tier_mode": r.mode,
-                "max_raw": r.max_raw, "max_latent": r.max_latent, "recent_raw": r.recent_raw, "latent_tier": self.latent_tier}
+                "max_raw": r.max_raw, "max_latent": r.max_latent, "recent_raw": r.recent_raw, "latent_tier": self.latent_tier,
+                "replan_every": self.replan_every, "replan_top": self.replan_top}
 
     def retrieval_mode(self) -> dict:
         """Scorer, tier rule and latent-tier state (recorded with every plan)."""
@@ -153,7 +166,8 @@ class RheaPolicy(ContextPolicy):
                 "components": list(self.components), "fusion_weights": self.fusion_weights, "rrf_k": self.rrf_k,
                 "tier_mode": self.rule.mode, "max_raw": self.rule.max_raw, "max_latent": self.rule.max_latent,
                 "recent_raw": self.rule.recent_raw, "dense_floor": self.rule.dense_floor, "dense_high": self.rule.dense_high,
-                "latent_tier": self.latents_on, "latent_tier_reason": self.latent_tier_reason}
+                "replan_every": self.replan_every, "replan_top": self.replan_top, "latent_tier": self.latents_on,
+                "latent_tier_reason": self.latent_tier_reason}
 
     @property
     def needs_latents(self) -> bool:
@@ -205,10 +219,14 @@ class RheaPolicy(ContextPolicy):
         else:
             if self.needs_latents:
                 self.episodic.sync(conversation.turns)
-            decisions = self._decisions(conversation, query)
+            decisions, kept_from = self._planned(conversation, query)
             if self.use_im:
                 decisions = _retire(decisions, self.im.retired_turns())
             records.append({"retrieval": self.retrieval_mode()})
+            if self.replan_every > 1:
+                records.append({"replan": {"every": self.replan_every, "top": self.replan_top,
+                                           "planned_at": self._plan["at"] if self._plan else 0, "fresh": kept_from is None,
+                                           "why": self._plan_why}})
             records.append(_score_summary(decisions, self.tau_low, self.tau_high, self.rule.mode))
         if any(d.tier == "latent" for d in decisions):
             latents = {e.turn: Latent(e.latents.to(self.model.device, self.model.dtype), e.turn)
@@ -217,6 +235,44 @@ class RheaPolicy(ContextPolicy):
             self.name, conversation, query, decisions,
             system_source=self.im if self.use_im else None, latents=latents, records=records, tokenizer=self.tokenizer,
         )
+
+    def _planned(self, conversation: Conversation, query: str) -> tuple[list[TurnDecision], int | None]:
+        """This query's decisions and, when they keep an earlier plan, the turn count that plan covered.
+
+        With ``replan_every`` k > 1 a fresh plan (`_decisions`) is kept for up to k - 1 more queries: its turns keep
+        their tiers and turns added since are raw, so each prompt extends the last one and the prefix KV cache
+        reuses it. A fresh plan is made after k queries; when the instruction block changed (the prompt changes
+        from its start anyway); when the turns the plan covered are no longer the conversation's first turns; and,
+        with ``replan_top`` m > 0, when one of the query's m best-scored turns that a fresh plan shows raw is not
+        raw under the kept plan (`plan_serves`; the query is scored either way, which costs milliseconds).
+        """
+        n, k, plan = len(conversation), self.replan_every, self._plan
+        system = self.im.render() if self.use_im else ""
+        if k == 1:
+            self._plan_why = "every turn"
+            return self._decisions(conversation, query), None
+        why = ("first plan" if plan is None else "instructions changed" if plan["system"] != system
+               else f"{k} turns since the plan" if not 0 <= n - plan["at"] < k
+               else "earlier turns changed" if plan["digest"] != _digest(conversation, plan["at"]) else None)
+        fresh = self._decisions(conversation, query) if why is not None or self.replan_top else None
+        if why is None:
+            at = plan["at"]
+            kept = plan["decisions"] + [TurnDecision(i, "raw", None, f"added after the plan at turn {at}: raw until "
+                                                     "the next plan") for i in range(at, n)]
+            if fresh is not None and not plan_serves([d.tier for d in kept], [d.tier for d in fresh],
+                                                     torch.tensor([-float("inf") if d.score is None else d.score
+                                                                   for d in fresh]), self.replan_top):
+                why = f"one of the query's {self.replan_top} best turns is not raw under the plan of turn {at}"
+            else:
+                self._plan_why = None
+                label = f"kept from the plan at turn {at} (re-planned every {k} turns)"
+                if fresh is None:
+                    return [dataclasses.replace(d, note=f"{label}: {d.note}") for d in kept], at
+                return [dataclasses.replace(f, tier=d.tier, note=f"{label} as {d.tier}; now: {f.note}")
+                        for d, f in zip(kept, fresh)], at
+        self._plan_why = why
+        self._plan = {"at": n, "decisions": fresh, "system": system, "digest": _digest(conversation, n)}
+        return fresh, None
 
     def _decisions(self, conversation: Conversation, query: str) -> list[TurnDecision]:
         """Score every past turn with the configured scorer and give it a tier (rhea.memory.scoring)."""
@@ -281,15 +337,27 @@ class RheaPolicy(ContextPolicy):
                                        score_view=self.episodic.score_view)
         self._seen_queries.clear()
         self._bm25 = None
+        self._plan = None
 
     def _state(self) -> dict:
+        plan = None if self._plan is None else {**self._plan, "decisions": [dataclasses.asdict(d) for d in self._plan["decisions"]]}
         return {"im": self.im.to_dict(), "episodic": self.episodic.state_dict(),
-                "seen_queries": [list(k) for k in sorted(self._seen_queries)]}
+                "seen_queries": [list(k) for k in sorted(self._seen_queries)], "plan": plan}
 
     def _load_state(self, state: dict) -> None:
         self.im = InstructionalMemory.from_dict(state["im"])
         self.episodic.load_state_dict(state["episodic"])
         self._seen_queries = {(int(i), q) for i, q in state.get("seen_queries", [])}
+        plan = state.get("plan")  # absent in sessions saved before replan_every
+        self._plan = None if plan is None else {**plan, "decisions": [TurnDecision(**d) for d in plan["decisions"]]}
+
+
+def _digest(conversation: Conversation, n: int) -> str:
+    """SHA-1 of the first `n` turns' text: a plan applies only to the turns it was made for."""
+    h = hashlib.sha1()
+    for turn in conversation.turns[:n]:
+        h.update(turn_text(turn).encode("utf-8", "surrogatepass") + b"\x00")
+    return h.hexdigest()
 
 
 #: in a `TurnDecision.note`: the turn was dropped because it only gave instructions since taken back
@@ -313,9 +381,10 @@ def _score_summary(decisions: list[TurnDecision], tau_low: float, tau_high: floa
     """Distribution of this turn's scores and tiers, with a warning when one tier takes nearly all (threshold mode)."""
     if not decisions:
         return {"scores": {"n": 0}}
-    scores = torch.tensor([d.score for d in decisions])
+    scores = torch.tensor([d.score for d in decisions if d.score is not None], dtype=torch.float64)  # unscored: after a kept plan
+    stat = (lambda f: float(f(scores))) if scores.numel() else (lambda f: None)  # noqa: E731
     shares = {t: sum(d.tier == t for d in decisions) / len(decisions) for t in TIERS}
-    out = {"scores": {"n": len(decisions), "min": float(scores.min()), "mean": float(scores.mean()), "max": float(scores.max()),
+    out = {"scores": {"n": len(decisions), "min": stat(torch.min), "mean": stat(torch.mean), "max": stat(torch.max),
                       "tau_low": tau_low, "tau_high": tau_high, "tier_share": shares}}
     top = max(shares, key=shares.get)
     if mode == "threshold" and len(decisions) >= 5 and shares[top] >= 0.9:

@@ -54,6 +54,12 @@ def register(sub) -> None:
     chat.add_argument("--max-latent", type=int_at_least(0, "turns kept as latents"), default=None)
     chat.add_argument("--recent-raw", type=int_at_least(0, "latest turns always kept as raw text"), default=None,
                       help="keep the last N turns raw whatever their scores (default: the model's config)")
+    chat.add_argument("--replan-every", type=int_at_least(1, "turns between re-plans"), default=None,
+                      help="re-decide the earlier turns' tiers every N turns, appending new turns raw in between, so the "
+                           "prompt only grows and its KV cache is reused (default: the model's config, 1 = every turn)")
+    chat.add_argument("--replan-top", type=int_at_least(0, "best turns checked against a kept plan"), default=None,
+                      help="with --replan-every: re-plan at once when one of the query's N best turns is not raw under "
+                           "the kept plan (default: the model's config; 0 = never)")
     chat.add_argument("--latent-tier", choices=["auto", "on", "off"], default=None,
                       help="auto: latents only when the compressor's recorded fidelity meets the target; on: always")
     chat.add_argument("--max-new-tokens", type=int_at_least(1, "reply length cap in tokens"), default=None, help="reply length cap (default 96; 32 with --demo)")

@@ -37,9 +37,13 @@ def format_turn_trace(chat: ChatSession) -> str:
     t = rec.timings
     reused = int(t.get("prefix_reused_tokens", 0))
     lines.append(f"  latency: plan {t['plan_s']:.2f}s (compress+score), prefill {t['prefill_s']:.2f}s"
-                 + (f" ({reused} instruction-block tokens from cache)" if reused else "")
+                 + (f" ({reused} prompt tokens from the last turn's cache)" if reused else "")
                  + f", decode {t['decode_s']:.2f}s ({rec.new_tokens} tok), compress reply {t['observe_s']:.2f}s")
     for r in plan.decisions.records:
+        replan = r.get("replan") if isinstance(r, dict) else None
+        if replan:
+            lines.append(f"  plan: {'made now (' + replan['why'] + ')' if replan['fresh'] else 'kept'} from turn "
+                         f"{replan['planned_at']}, re-planned every {replan['every']} turns")
         warn = r.get("scores", {}).get("warning") if isinstance(r, dict) else None
         if warn:
             lines.append(f"  WARNING: {warn}")
@@ -150,7 +154,8 @@ def repl(chat: ChatSession, lines: Iterable[str], write: Callable[[str], None],
 
 #: `rhea chat` options that go to the policy's constructor (each applies to the policies whose
 #: constructor takes it: the policy classes say so themselves).
-POLICY_OPTIONS = ("tau_low", "tau_high", "scorer", "tier_mode", "max_raw", "max_latent", "recent_raw", "latent_tier")
+POLICY_OPTIONS = ("tau_low", "tau_high", "scorer", "tier_mode", "max_raw", "max_latent", "recent_raw", "replan_every",
+                  "replan_top", "latent_tier")
 
 
 def policy_options(args) -> dict:

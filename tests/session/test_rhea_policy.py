@@ -187,3 +187,118 @@ def test_a_turn_that_only_gave_a_revoked_instruction_is_dropped(tiny_model):
     assert plan.decisions.instructions == []
     assert not any("call me Captain" in str(m["content"]) for m in plan.messages)
     assert any("Lisbon" in str(m["content"]) for m in plan.messages) or tiers[1] == "latent"
+
+
+# budget of one raw turn, no latents, nothing kept by recency: BM25 alone decides, so tiers change with the query
+STICKY = {"scorer": "bm25", "tier_mode": "budget", "max_raw": 1, "max_latent": 0, "recent_raw": 0, "recognizer": None,
+          "replan_top": 0}
+TOPICS = [("the cat is blue .", "ok the cat is blue ."), ("the dog is red .", "ok the dog is red ."),
+          ("the bird is green .", "ok the bird is green ."), ("the fish is gold .", "ok the fish is gold ."),
+          ("the cow is brown .", "ok the cow is brown ."), ("the fox is grey .", "ok the fox is grey .")]
+QUERIES = ["what color is the cat ?", "what color is the dog ?", "what color is the bird ?", "what color is the cat ?",
+           "what color is the fish ?", "what color is the dog ?"]
+
+
+def _replay(policy, n_before=3):
+    """Plans for QUERIES[i] after n_before + i turns (each query's own turn appended after it)."""
+    conv = Conversation([Turn(u, a) for u, a in TOPICS[:n_before]])
+    policy.catch_up(conv)
+    plans = []
+    for i, q in enumerate(QUERIES[:len(TOPICS) - n_before + 1]):
+        plans.append(policy.build(conv, q))
+        if n_before + i < len(TOPICS):
+            conv = Conversation(list(conv) + [Turn(*TOPICS[n_before + i])])
+            policy.observe(conv[-1])
+    return plans
+
+
+def test_replan_every_keeps_the_last_plan_and_appends_new_turns_raw(tiny_model):
+    every = _replay(get_policy("rhea", model=tiny_model, **STICKY))
+    sticky = _replay(get_policy("rhea", model=tiny_model, **STICKY, replan_every=3))
+    tiers = lambda plan: [d.tier for d in plan.decisions.turns]  # noqa: E731
+    # a fresh plan at the first query and again 3 queries later: the same decisions as re-planning every turn
+    assert tiers(sticky[0]) == tiers(every[0]) == ["raw", "drop", "drop"]
+    assert tiers(sticky[3]) == tiers(every[3])
+    # in between, the plan made for "cat" stays (the dog's and bird's turns stay dropped) and new turns are raw
+    assert tiers(every[1])[:3] != tiers(sticky[1])[:3]
+    assert tiers(sticky[1]) == ["raw", "drop", "drop", "raw"] and tiers(sticky[2]) == ["raw", "drop", "drop", "raw", "raw"]
+    assert "kept from the plan at turn 3 (re-planned every 3 turns)" in sticky[1].decisions.turns[0].note
+    assert "after the plan at turn 3" in sticky[2].decisions.turns[4].note
+    replans = [next(r["replan"] for r in p.decisions.records if "replan" in r) for p in sticky]
+    assert [(r["planned_at"], r["fresh"]) for r in replans] == [(3, True), (3, False), (3, False), (6, True)]
+    assert [r["why"] for r in replans] == ["first plan", None, None, "3 turns since the plan"]
+    # so each prompt (all but its query) extends the one before until the next plan
+    for a, b in ((sticky[0], sticky[1]), (sticky[1], sticky[2])):
+        assert b.messages[:len(a.messages) - 1] == a.messages[:-1]
+    assert not any("replan" in r for r in every[1].decisions.records)  # replan_every=1: the paper's rule, unrecorded
+
+
+def test_replan_every_re_plans_when_the_instructions_or_earlier_turns_change(tiny_model):
+    policy = get_policy("rhea", model=tiny_model, **{**STICKY, "recognizer": "default"}, replan_every=5)
+    conv = Conversation([Turn(u, a) for u, a in TOPICS[:3]])
+    policy.catch_up(conv)
+    policy.build(conv, "what color is the cat ?")
+    conv = Conversation(list(conv) + [Turn("what color is the cat ?", "blue .")])
+    policy.observe(conv[-1])
+    plan = policy.build(conv, "From now on, always answer in French.")  # the block changes: the prompt does anyway
+    assert plan.decisions.instructions and next(r["replan"] for r in plan.decisions.records if "replan" in r)["fresh"]
+    # a plan is for the turns it was made on: another conversation of the same length is planned afresh
+    other = Conversation([Turn("the car is fast .", "ok .")] + list(conv)[1:])
+    plan = policy.build(other, "and the dog ?")
+    assert next(r["replan"] for r in plan.decisions.records if "replan" in r)["fresh"]
+    with pytest.raises(RheaConfigError, match="replan_every=0 must be an int >= 1"):
+        get_policy("rhea", model=tiny_model, replan_every=0)
+
+
+def test_replan_state_survives_a_save(tiny_model):
+    policy = get_policy("rhea", model=tiny_model, **STICKY, replan_every=3)
+    _replay(policy, n_before=3)
+    state = policy._state()
+    again = get_policy("rhea", model=tiny_model, **STICKY, replan_every=3)
+    again._load_state(state)
+    assert again._plan["at"] == policy._plan["at"] and again._plan["decisions"] == policy._plan["decisions"]
+    state.pop("plan")  # a session saved before replan_every existed
+    again._load_state(state)
+    assert again._plan is None
+
+
+def test_replan_every_lets_the_session_reuse_the_last_prompt(tiny_model):
+    from rhea.session import ChatSession
+
+    reused = {}
+    for k in (1, 3):
+        chat = ChatSession(tiny_model, policy="rhea", max_new_tokens=2, policy_kwargs={**STICKY, "replan_every": k})
+        rows = []
+        for text in [u for u, _ in TOPICS[:3]] + QUERIES[:4]:
+            chat.send(text)
+            fresh = next((r["replan"]["fresh"] for r in chat.last_plan.decisions.records if "replan" in r), True)
+            rows.append((chat.last_generation.timings["prefix_reused_tokens"], chat.last_generation.prompt_tokens, fresh))
+        reused[k] = rows
+    assert [f for _, _, f in reused[3]] == [True, False, False, True, False, False, True]
+    # under a kept plan the whole previous prompt is reused (all but its last token, which generation re-feeds)
+    for (_, before, _), (now, _, fresh) in zip(reused[3], reused[3][1:]):
+        assert fresh or now >= before - 1, reused[3]
+    # re-planning every query, the max_raw=1 budget re-picks the raw turn and the prompt changes early
+    assert sum(r for r, _, _ in reused[3]) > 2 * sum(r for r, _, _ in reused[1]), reused
+
+
+def test_replan_top_re_plans_when_the_kept_plan_hides_a_turn_the_query_needs(tiny_model):
+    # "cat" planned at turn 3 keeps only the cat's turn raw; "dog" needs the dog's turn, dropped under that plan
+    checked = _replay(get_policy("rhea", model=tiny_model, **{**STICKY, "replan_top": 1}, replan_every=3))
+    every = _replay(get_policy("rhea", model=tiny_model, **STICKY))
+    replans = [next(r["replan"] for r in p.decisions.records if "replan" in r) for p in checked]
+    assert replans[1]["fresh"] and "best turns is not raw under the plan of turn 3" in replans[1]["why"]
+    assert [d.tier for d in checked[1].decisions.turns] == [d.tier for d in every[1].decisions.turns]
+    # "bird" at turn 5: its turn is dropped under the dog's plan, so a fresh plan again; every plan is the fresh one
+    assert all([d.tier for d in c.decisions.turns] == [d.tier for d in e.decisions.turns] for c, e in zip(checked, every))
+    # a kept plan that serves the query carries the query's own scores beside the kept tier
+    policy = get_policy("rhea", model=tiny_model, **{**STICKY, "replan_top": 1}, replan_every=3)
+    conv = Conversation([Turn(u, a) for u, a in TOPICS[:3]])
+    policy.catch_up(conv)
+    policy.build(conv, "what color is the cat ?")
+    conv = Conversation(list(conv) + [Turn("tell me more", "no .")])
+    policy.observe(conv[-1])
+    plan = policy.build(conv, "is the cat nice ?")
+    first = plan.decisions.turns[0]
+    assert first.tier == "raw" and first.score is not None and "now: bm25" in first.note
+    assert not next(r["replan"] for r in plan.decisions.records if "replan" in r)["fresh"]

@@ -1,0 +1,239 @@
+"""Re-planning every few turns (`RheaConfig.replan_every` / `replan_top`): what the kept plans cost in retrieval, and
+what they give back in prompt reuse, on real multi-session conversations.
+
+`rhea` re-decides every earlier turn's tier for each query, so its prompt changes after the instruction block and
+the session's prefix KV cache reuses little of it (docs/quality.md, "Efficiency with the trained adapters": 22% of the
+prompt on Qwen2.5-Coder-1.5B against vanilla's 97%). With ``replan_every`` k a plan is kept for up to k - 1 more
+queries (newer turns appended raw), and with ``replan_top`` m the query is still scored and a fresh plan is made at
+once when one of its m best turns that a fresh plan would show raw is hidden by the kept plan.
+
+The questions are `benchmarks/retrieval_recall.py`'s (TopiOCQA topic returns, MultiWOZ / SGD slot carry-overs, each
+needing one earlier turn, inside a history of ``--sessions`` other conversations; both of its layouts). For each
+question the whole history is walked turn by turn, each turn's own user message being the query of that step, with
+the library's scorer (`RheaConfig` defaults: z-score fusion of MiniLM cosine and BM25) and tier rule (budget: 10 raw,
+8 latent, the last 3 raw), exactly as `RheaPolicy._planned` decides, through `rhea.memory.scoring.plan_serves`.
+Reported per (k, m), with 95% bootstrap intervals over questions and the paired difference to re-planning every turn:
+
+* ``needed_kept_raw``: at the question, a needed turn is raw text (what HCR is for);
+* ``needed_all_dropped``: at the question, every needed turn is dropped;
+* ``fresh_share``: steps of the walk that made a fresh plan;
+* ``reuse_share``: per step, the share of the prompt's history (raw turns by characters, a latent turn as 64) before
+  the first turn whose tier changed since the previous step, i.e. what a prefix KV cache can reuse; vanilla's is 1.
+
+No model runs: the numbers are the plans'. What they cost in seconds on a real model is measured by the efficiency
+suite (`rhea bench --suite efficiency --policy-option rhea.replan_every=K`).
+
+    python benchmarks/replan.py --data /work/shared/data
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rhea.memory.scoring import TierRule, assign_tiers, fuse, plan_serves  # noqa: E402
+from rhea.modeling.config import RheaConfig  # noqa: E402
+
+LATENT_UNITS = 64  # a latent turn's share of the prompt, in characters (16 slots ~ 16 tokens ~ 64 characters)
+
+
+def load_retrieval_recall():
+    import importlib.util
+
+    path = Path(__file__).resolve().parent / "retrieval_recall.py"
+    spec = importlib.util.spec_from_file_location("rhea_bench_retrieval_recall", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def walk(texts: list[str], queries: list[str], scores_at, rule: TierRule, every: int, top: int) -> list[dict]:
+    """One step per query: ``queries[t]`` against ``texts[:t]`` for t = 1..len(queries)-1 (step 0 has no history).
+
+    ``scores_at(t)`` gives the fused scores and the components of the query of step t over ``texts[:t]``.
+    Returns, per step, the tiers shown and whether the plan was fresh, following `RheaPolicy._planned`.
+    """
+    plan_at, plan_tiers, out = None, None, []
+    for t in range(1, len(queries)):
+        score, comps = scores_at(t)
+        fresh = assign_tiers(score, comps, rule)
+        kept = None
+        if every > 1 and plan_at is not None and t - plan_at < every:
+            kept = plan_tiers + ["raw"] * (t - plan_at)
+            if top and not plan_serves(kept, fresh, score, top):
+                kept = None
+        if kept is None:
+            plan_at, plan_tiers = t, list(fresh)
+        out.append({"t": t, "tiers": kept if kept is not None else list(fresh), "fresh": kept is None})
+    return out
+
+
+def reuse_share(prev: list[str] | None, now: list[str], sizes: list[int]) -> float | None:
+    """Share of the history part of `now`'s prompt before the first turn whose tier differs from `prev`'s (the turn
+    added since `prev` counts as reused when nothing before it changed: the cache holds the last prompt and reply)."""
+    if prev is None:
+        return None
+    unit = lambda i, tier: sizes[i] if tier == "raw" else LATENT_UNITS if tier == "latent" else 0  # noqa: E731
+    total = sum(unit(i, tier) for i, tier in enumerate(now))
+    if total == 0:
+        return 1.0
+    reused = 0
+    for i, tier in enumerate(now):
+        if i < len(prev) and prev[i] != tier:
+            break
+        reused += unit(i, tier)
+    return reused / total
+
+
+def bootstrap(values, n: int = 2000, seed: int = 0) -> dict:
+    v = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, len(v), (n, len(v)))].mean(1)
+    return {"mean": round(float(v.mean()), 3), "ci95": [round(float(np.quantile(means, 0.025)), 3),
+                                                       round(float(np.quantile(means, 0.975)), 3)]}
+
+
+def paired(values, base, seed: int = 0) -> dict:
+    d = np.asarray(values, dtype=float) - np.asarray(base, dtype=float)
+    out = bootstrap(d, seed=seed)
+    rng = np.random.default_rng(seed)  # sign-flip test of the mean paired difference
+    flips = rng.choice([-1.0, 1.0], size=(4000, len(d)))
+    out["p"] = round(float(np.mean(np.abs((flips * d).mean(1)) >= abs(d.mean()) - 1e-12)), 4)
+    return out
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="the shared data folder (holds dialogue_corpora/ and dst_corpora/)")
+    p.add_argument("--sessions", type=int, default=3, help="earlier whole conversations before the question's own")
+    p.add_argument("--max-per-source", type=int, default=0, help="questions per source (0 = all)")
+    p.add_argument("--every", type=int, nargs="+", default=[1, 2, 4, 8], help="replan_every values")
+    p.add_argument("--top", type=int, nargs="+", default=[0, 1, 3, 5], help="replan_top values (with every > 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="benchmarks/results/replan")
+    args = p.parse_args(argv)
+    bad = [v for v in args.every if v < 1] + [v for v in args.top if v < 0]
+    if bad or 1 not in args.every:
+        p.error(f"--every needs 1 (the baseline) and values >= 1, --top values >= 0; got {args.every} / {args.top}")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    data = Path(args.data)
+    for sub in ("dialogue_corpora/memochat_topiocqa_test_question.jsonl", "dst_corpora/multiwoz21_dummy_data.json",
+                "dst_corpora/sgd_dummy_data.json"):
+        if not (data / sub).is_file():
+            raise SystemExit(f"--data {data}: {sub} not found (pass the folder described by shared/data/SOURCES.md)")
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    rr = load_retrieval_recall()
+    corpora = {"topiocqa": rr.load_topiocqa(data), "multiwoz": rr.load_dst(data, "multiwoz21"),
+               "sgd": rr.load_dst(data, "sgd")}
+    cfg = RheaConfig()
+    rule = TierRule("budget", cfg.tau_low, cfg.tau_high, cfg.dense_floor, cfg.dense_high, cfg.max_raw, cfg.max_latent,
+                    True, recent_raw=cfg.recent_raw)
+    from rhea.backends.embedding import MiniLMEmbedder
+    from rhea.backends.retrieval import BM25Retriever
+
+    embedder = MiniLMEmbedder()
+    settings = [(1, 0)] + [(k, m) for k in args.every if k > 1 for m in args.top]
+    name = lambda k, m: "every turn" if k == 1 else f"every {k}, top {m}"  # noqa: E731
+    layouts = {}
+    for layout in ("contiguous", "returning"):
+        episodes = rr.build_episodes(corpora, args.sessions, args.max_per_source, args.seed, layout)
+        per = {name(k, m): {"kept": [], "dropped": [], "fresh": [], "reuse": [], "raw": []} for k, m in settings}
+        for ep in episodes:
+            texts = [rr.turn_text(p) for p in ep.history]
+            queries = [p[0] for p in ep.history] + [ep.q.query]
+            emb_t = torch.from_numpy(embedder.encode(texts)).double()
+            emb_q = torch.from_numpy(embedder.encode(queries)).double()
+            cache: dict[int, tuple] = {}
+
+            def scores_at(t: int):
+                if t not in cache:
+                    comps = {"dense": emb_t[:t] @ emb_q[t],
+                             "bm25": torch.tensor(BM25Retriever(texts[:t]).scores(queries[t]), dtype=torch.float64)}
+                    cache[t] = (fuse(comps, cfg.fusion, rrf_k=cfg.rrf_k), comps)
+                return cache[t]
+
+            sizes = [len(x) for x in texts]
+            for k, m in settings:
+                steps = walk(texts, queries, scores_at, rule, k, m)
+                last = steps[-1]["tiers"]
+                row = per[name(k, m)]
+                row["kept"].append(any(last[j] == "raw" for j in ep.needed))
+                row["dropped"].append(all(last[j] == "drop" for j in ep.needed))
+                row["fresh"].append(np.mean([s["fresh"] for s in steps]))
+                shares = [reuse_share(a["tiers"], b["tiers"], sizes) for a, b in zip(steps, steps[1:])]
+                row["reuse"].append(float(np.mean(shares)) if shares else 1.0)
+                row["raw"].append(float(np.mean([s["tiers"].count("raw") for s in steps])))
+        base = per["every turn"]
+        res = {}
+        for key, row in per.items():
+            entry = {"n_questions": len(row["kept"]),
+                     "needed_kept_raw": bootstrap(row["kept"], seed=args.seed),
+                     "needed_all_dropped": bootstrap(row["dropped"], seed=args.seed),
+                     "fresh_share": bootstrap(row["fresh"], seed=args.seed),
+                     "reuse_share": bootstrap(row["reuse"], seed=args.seed),
+                     "raw_turns_per_step": bootstrap(row["raw"], seed=args.seed)}
+            if key != "every turn":
+                entry["needed_kept_raw_minus_every_turn"] = paired(row["kept"], base["kept"], seed=args.seed)
+                entry["reuse_share_minus_every_turn"] = paired(row["reuse"], base["reuse"], seed=args.seed)
+            res[key] = entry
+        layouts[layout] = {"n_questions": len(episodes), "results": res}
+        print(f"\n{layout}: {len(episodes)} questions")
+        print(f"{'setting':<20} {'needed raw':>18} {'vs every turn':>24} {'all dropped':>12} {'fresh':>6} {'reuse':>18}")
+        for key, e in res.items():
+            d = e.get("needed_kept_raw_minus_every_turn")
+            vs = f"{d['mean']:+.3f} [{d['ci95'][0]:+.2f},{d['ci95'][1]:+.2f}]" if d else ""
+            print(f"{key:<20} {e['needed_kept_raw']['mean']:.3f} {str(e['needed_kept_raw']['ci95']):>12} {vs:>24} "
+                  f"{e['needed_all_dropped']['mean']:>12.3f} {e['fresh_share']['mean']:>6.2f} "
+                  f"{e['reuse_share']['mean']:.3f} {str(e['reuse_share']['ci95']):>12}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    summary = {"benchmark": "replan", "command": "python benchmarks/replan.py " + " ".join(sys.argv[1:] if argv is None else argv),
+               "rule": {"mode": rule.mode, "max_raw": rule.max_raw, "max_latent": rule.max_latent,
+                        "recent_raw": rule.recent_raw, "scorer": f"{cfg.fusion}({', '.join(cfg.fusion_components)})",
+                        "dense_floor": rule.dense_floor},
+               "sessions": args.sessions, "seed": args.seed, "latent_units": LATENT_UNITS,
+               "wall_s": round(time.perf_counter() - t0, 1), "layouts": layouts}
+    out.with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n")
+    plot(summary, out.with_suffix(".png"))
+    print(f"\nwrote {out.with_suffix('.json')} and {out.with_suffix('.png')} ({summary['wall_s']} s)")
+
+
+def plot(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
+    for ax, (layout, lay) in zip(axes, summary["layouts"].items()):
+        for key, e in lay["results"].items():
+            x, y = e["reuse_share"], e["needed_kept_raw"]
+            ax.errorbar(x["mean"], y["mean"], xerr=[[x["mean"] - x["ci95"][0]], [x["ci95"][1] - x["mean"]]],
+                        yerr=[[y["mean"] - y["ci95"][0]], [y["ci95"][1] - y["mean"]]], fmt="o", capsize=2,
+                        color="black" if key == "every turn" else None)
+            ax.annotate(key, (x["mean"], y["mean"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel("prompt history reusable from the previous turn (share, 95% CI)")
+        ax.set_title(f"{layout}: {lay['n_questions']} questions", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("needed turn kept raw at the question (95% CI)")
+    fig.suptitle(f"re-planning every k turns ({summary['rule']['scorer']}, budget {summary['rule']['max_raw']} raw + "
+                 f"{summary['rule']['max_latent']} latent + last {summary['rule']['recent_raw']})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
