@@ -1,0 +1,93 @@
+"""Pair policies from several `rhea bench` runs of the same episodes: intervals and paired tests in one report.
+
+A policy rerun later (other adapters, other options) lands in its own ``--out`` folder; its episodes are the
+earlier run's when the suite, turns, episodes and seed are the same (``config.episodes_sha256``). This merges the
+chosen policies of those runs under new labels and reports them as one run (`rhea.eval.stats_report`), so the
+rerun is compared with the earlier baseline episode by episode.
+
+    python benchmarks/pair_runs.py \\
+        --policy vanilla=benchmarks/results/bench_qwen_ep8/instruction-retention:vanilla \\
+        --policy rhea-untrained=benchmarks/results/bench_qwen_ep8/instruction-retention:rhea \\
+        --policy rhea-trained=benchmarks/results/bench_qwen_ep8_trained/instruction-retention:rhea \\
+        --baseline vanilla --out benchmarks/results/bench_qwen_ep8_trained/instruction-retention/paired
+
+Writes ``<out>.json`` (the statistics, and where each label came from) and ``<out>.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def parse_policy(spec: str) -> tuple[str, Path, str]:
+    """``LABEL=RUN_DIR:POLICY`` -> (label, run dir, policy)."""
+    label, sep, rest = spec.partition("=")
+    run, sep2, policy = rest.rpartition(":")
+    if not (sep and sep2 and label and run and policy):
+        raise SystemExit(f"--policy {spec!r}: write LABEL=RUN_DIR:POLICY, e.g. vanilla=benchmarks/results/x/suite:vanilla")
+    return label, Path(run), policy
+
+
+def merge(specs: list[tuple[str, Path, str]]) -> dict:
+    """One results dict holding each (label, run, policy) as policy `label`; the runs must share their episodes."""
+    runs: dict[Path, dict] = {}
+    merged: dict = {}
+    for label, run, policy in specs:
+        if run not in runs:
+            path = run / "results.json"
+            if not path.is_file():
+                raise SystemExit(f"{path}: no such file (pass a `rhea bench --out` folder that holds a finished run)")
+            runs[run] = json.loads(path.read_text(encoding="utf-8"))
+        res = runs[run]
+        if policy not in res.get("policies", {}):
+            raise SystemExit(f"{run}: no policy {policy!r} in results.json (it has {sorted(res.get('policies', {}))})")
+        if not merged:
+            merged = {"format": res["format"], "config": dict(res["config"]), "episodes": res["episodes"], "policies": {},
+                      "sources": {}}
+        elif res["config"].get("episodes_sha256") != merged["config"].get("episodes_sha256"):
+            raise SystemExit(f"{run} ran other episodes than {specs[0][1]} (episodes_sha256 differs): pairing them "
+                             "would compare different conversations")
+        if label in merged["policies"]:
+            raise SystemExit(f"label {label!r} is given twice; give each --policy its own label")
+        merged["policies"][label] = res["policies"][policy]
+        merged["sources"][label] = {"run": str(run), "policy": policy,
+                                    "adapters_trained": res["config"].get("adapters_trained"),
+                                    "policy_kwargs": (res["config"].get("policy_kwargs") or {}).get(policy, {})}
+    merged["config"]["policies"] = list(merged["policies"])
+    return merged
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--policy", action="append", required=True, metavar="LABEL=RUN_DIR:POLICY")
+    p.add_argument("--baseline", default="vanilla", help="the label the others are paired with")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, type=Path, help="path stem of the report (.json and .md are written)")
+    args = p.parse_args(argv)
+    specs = [parse_policy(s) for s in args.policy]
+    if args.baseline not in {label for label, _, _ in specs}:
+        raise SystemExit(f"--baseline {args.baseline!r} is none of the labels {[label for label, _, _ in specs]}")
+    merged = merge(specs)
+    from rhea.eval.stats_report import statistics, statistics_markdown
+
+    stats = statistics(merged, baseline=args.baseline, seed=args.seed)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    report = {"sources": merged["sources"], "baseline": args.baseline, "statistics": stats,
+              "command": "python benchmarks/pair_runs.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+    args.out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    lines = [f"# {merged['config']['suite']}: runs paired episode by episode", "",
+             "| label | run | policy | adapters trained | options |", "|---|---|---|---|---|"]
+    lines += [f"| {label} | `{s['run']}` | {s['policy']} | {s['adapters_trained']} | {s['policy_kwargs'] or ''} |"
+              for label, s in merged["sources"].items()]
+    lines += ["", statistics_markdown(stats), "", f"Command: `{report['command']}`", ""]
+    args.out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,47 @@
+"""benchmarks/pair_runs.py: policies of runs on the same episodes merge under labels; other episodes are refused."""
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.repo_scripts import load_script
+
+PR = load_script(Path(__file__).resolve().parents[2] / "benchmarks" / "pair_runs.py")
+
+
+def _run(folder: Path, sha: str, policies: dict, trained=False, kwargs=None) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps({
+        "format": "rhea-bench/1", "episodes": [{"id": 0}],
+        "config": {"suite": "instruction-retention", "episodes_sha256": sha, "adapters_trained": trained,
+                   "policies": list(policies), "policy_kwargs": kwargs or {}},
+        "policies": {p: {"turns": rows} for p, rows in policies.items()}}))
+    return folder
+
+
+def test_merge_labels_policies_of_runs_on_the_same_episodes(tmp_path):
+    a = _run(tmp_path / "a", "s1", {"vanilla": [{"x": 1}], "rhea": [{"x": 2}]})
+    b = _run(tmp_path / "b", "s1", {"rhea": [{"x": 3}]}, trained=True, kwargs={"rhea": {"replan_every": 8}})
+    merged = PR.merge([PR.parse_policy(f"vanilla={a}:vanilla"), PR.parse_policy(f"old={a}:rhea"),
+                       PR.parse_policy(f"new={b}:rhea")])
+    assert list(merged["policies"]) == merged["config"]["policies"] == ["vanilla", "old", "new"]
+    assert merged["policies"]["new"]["turns"] == [{"x": 3}] and merged["policies"]["old"]["turns"] == [{"x": 2}]
+    assert merged["sources"]["new"] == {"run": str(b), "policy": "rhea", "adapters_trained": True,
+                                        "policy_kwargs": {"replan_every": 8}}
+
+
+def test_bad_specs_and_other_episodes_are_refused(tmp_path):
+    a = _run(tmp_path / "a", "s1", {"vanilla": []})
+    c = _run(tmp_path / "c", "s2", {"rhea": []})
+    with pytest.raises(SystemExit, match="LABEL=RUN_DIR:POLICY"):
+        PR.parse_policy("vanilla")
+    with pytest.raises(SystemExit, match="episodes_sha256 differs"):
+        PR.merge([PR.parse_policy(f"v={a}:vanilla"), PR.parse_policy(f"r={c}:rhea")])
+    with pytest.raises(SystemExit, match="no policy 'rhea'"):
+        PR.merge([PR.parse_policy(f"v={a}:rhea")])
+    with pytest.raises(SystemExit, match="given twice"):
+        PR.merge([PR.parse_policy(f"v={a}:vanilla"), PR.parse_policy(f"v={a}:vanilla")])
+    with pytest.raises(SystemExit, match="no such file"):
+        PR.merge([PR.parse_policy(f"v={tmp_path / 'none'}:vanilla")])
+    with pytest.raises(SystemExit, match="--baseline 'vanilla' is none of the labels"):
+        PR.main(["--policy", f"r={a}:vanilla", "--out", str(tmp_path / "o")])
