@@ -4,21 +4,24 @@ what they give back in prompt reuse, on real multi-session conversations.
 `rhea` re-decides every earlier turn's tier for each query, so its prompt changes after the instruction block and
 the session's prefix KV cache reuses little of it (docs/quality.md, "Efficiency with the trained adapters": 22% of the
 prompt on Qwen2.5-Coder-1.5B against vanilla's 97%). With ``replan_every`` k a plan is kept for up to k - 1 more
-queries (newer turns appended raw), and with ``replan_top`` m the query is still scored and a fresh plan is made at
-once when one of its m best turns that a fresh plan would show raw is hidden by the kept plan.
+queries (newer turns appended raw), and with ``replan_top`` m the query is still scored, and each of its m best turns
+that a fresh plan would show raw but the kept plan hides is recalled raw after the newest turn
+(``replan_hidden="recall"``, the prompt changes at its end) or makes a fresh plan at once (``"replan"``).
 
 The questions are `benchmarks/retrieval_recall.py`'s (TopiOCQA topic returns, MultiWOZ / SGD slot carry-overs, each
 needing one earlier turn, inside a history of ``--sessions`` other conversations; both of its layouts). For each
 question the whole history is walked turn by turn, each turn's own user message being the query of that step, with
 the library's scorer (`RheaConfig` defaults: z-score fusion of MiniLM cosine and BM25) and tier rule (budget: 10 raw,
-8 latent, the last 3 raw), exactly as `RheaPolicy._planned` decides, through `rhea.memory.scoring.plan_serves`.
+8 latent, the last 3 raw), exactly as `RheaPolicy._planned` decides, through `rhea.memory.scoring.hidden_best`.
 Reported per (k, m), with 95% bootstrap intervals over questions and the paired difference to re-planning every turn:
 
-* ``needed_kept_raw``: at the question, a needed turn is raw text (what HCR is for);
-* ``needed_all_dropped``: at the question, every needed turn is dropped;
+* ``needed_kept_raw``: at the question, a needed turn is raw text, in place or recalled (what HCR is for);
+* ``needed_all_dropped``: at the question, every needed turn is dropped (and not recalled);
 * ``fresh_share``: steps of the walk that made a fresh plan;
-* ``reuse_share``: per step, the share of the prompt's history (raw turns by characters, a latent turn as 64) before
-  the first turn whose tier changed since the previous step, i.e. what a prefix KV cache can reuse; vanilla's is 1.
+* ``reuse_share``: per step, the share of the prompt's history (raw turns by characters, a latent turn as 64, then
+  the recalled copies) before the first turn whose tier changed since the previous step, i.e. what a prefix KV cache
+  can reuse; vanilla's is 1;
+* ``raw_turns_per_step`` (recalled copies included) and ``recalled_turns_per_step``: what the prompt carries.
 
 No model runs: the numbers are the plans'. What they cost in seconds on a real model is measured by the efficiency
 suite (`rhea bench --suite efficiency --policy-option rhea.replan_every=K`).
@@ -38,7 +41,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rhea.memory.scoring import TierRule, assign_tiers, fuse, plan_serves  # noqa: E402
+from rhea.memory.scoring import TierRule, assign_tiers, fuse, hidden_best  # noqa: E402
 from rhea.modeling.config import RheaConfig  # noqa: E402
 
 LATENT_UNITS = 64  # a latent turn's share of the prompt, in characters (16 slots ~ 16 tokens ~ 64 characters)
@@ -55,39 +58,47 @@ def load_retrieval_recall():
     return module
 
 
-def walk(texts: list[str], queries: list[str], scores_at, rule: TierRule, every: int, top: int) -> list[dict]:
+def walk(texts: list[str], queries: list[str], scores_at, rule: TierRule, every: int, top: int,
+         hidden: str = "recall") -> list[dict]:
     """One step per query: ``queries[t]`` against ``texts[:t]`` for t = 1..len(queries)-1 (step 0 has no history).
 
     ``scores_at(t)`` gives the fused scores and the components of the query of step t over ``texts[:t]``.
-    Returns, per step, the tiers shown and whether the plan was fresh, following `RheaPolicy._planned`.
+    Returns, per step, the tiers in place, the turns recalled after the newest, and whether the plan was fresh,
+    following `RheaPolicy._planned` (``hidden``: `RheaConfig.replan_hidden`).
     """
     plan_at, plan_tiers, out = None, None, []
     for t in range(1, len(queries)):
         score, comps = scores_at(t)
         fresh = assign_tiers(score, comps, rule)
-        kept = None
+        kept, recalled = None, []
         if every > 1 and plan_at is not None and t - plan_at < every:
             kept = plan_tiers + ["raw"] * (t - plan_at)
-            if top and not plan_serves(kept, fresh, score, top):
+            missing = hidden_best(kept, fresh, score, top)
+            if missing and hidden == "replan":
                 kept = None
+            else:
+                recalled = sorted(missing)
         if kept is None:
             plan_at, plan_tiers = t, list(fresh)
-        out.append({"t": t, "tiers": kept if kept is not None else list(fresh), "fresh": kept is None})
+        out.append({"t": t, "tiers": kept if kept is not None else list(fresh), "recalled": recalled,
+                    "fresh": kept is None})
     return out
 
 
-def reuse_share(prev: list[str] | None, now: list[str], sizes: list[int]) -> float | None:
-    """Share of the history part of `now`'s prompt before the first turn whose tier differs from `prev`'s (the turn
-    added since `prev` counts as reused when nothing before it changed: the cache holds the last prompt and reply)."""
+def reuse_share(prev: list[str] | None, now: list[str], sizes: list[int], prev_recalled: list[int] = (),
+                now_recalled: list[int] = ()) -> float | None:
+    """Share of `now`'s prompt history (its turns in place, then its recalled copies) before the first turn whose
+    tier differs from `prev`'s. The turn added since `prev` counts as reused when nothing before it changed and
+    `prev` recalled nothing: the cache holds the last prompt and reply, and recalled copies sat between them."""
     if prev is None:
         return None
     unit = lambda i, tier: sizes[i] if tier == "raw" else LATENT_UNITS if tier == "latent" else 0  # noqa: E731
-    total = sum(unit(i, tier) for i, tier in enumerate(now))
+    total = sum(unit(i, tier) for i, tier in enumerate(now)) + sum(sizes[i] for i in now_recalled)
     if total == 0:
         return 1.0
     reused = 0
     for i, tier in enumerate(now):
-        if i < len(prev) and prev[i] != tier:
+        if (i < len(prev) and prev[i] != tier) or (i >= len(prev) and prev_recalled):
             break
         reused += unit(i, tier)
     return reused / total
@@ -145,12 +156,13 @@ def main(argv=None) -> None:
     from rhea.backends.retrieval import BM25Retriever
 
     embedder = MiniLMEmbedder()
-    settings = [(1, 0)] + [(k, m) for k in args.every if k > 1 for m in args.top]
-    name = lambda k, m: "every turn" if k == 1 else f"every {k}, top {m}"  # noqa: E731
+    settings = [(1, 0, "replan")] + [(k, m, h) for k in args.every if k > 1 for m in args.top
+                                     for h in (("replan", "recall") if m else ("replan",))]
+    name = lambda k, m, h: ("every turn" if k == 1 else f"every {k}, top {m}" + (", recall" if h == "recall" else ""))  # noqa: E731
     layouts = {}
     for layout in ("contiguous", "returning"):
         episodes = rr.build_episodes(corpora, args.sessions, args.max_per_source, args.seed, layout)
-        per = {name(k, m): {"kept": [], "dropped": [], "fresh": [], "reuse": [], "raw": []} for k, m in settings}
+        per = {name(*s): {"kept": [], "dropped": [], "fresh": [], "reuse": [], "raw": [], "recalled": []} for s in settings}
         for ep in episodes:
             texts = [rr.turn_text(p) for p in ep.history]
             queries = [p[0] for p in ep.history] + [ep.q.query]
@@ -166,16 +178,18 @@ def main(argv=None) -> None:
                 return cache[t]
 
             sizes = [len(x) for x in texts]
-            for k, m in settings:
-                steps = walk(texts, queries, scores_at, rule, k, m)
-                last = steps[-1]["tiers"]
-                row = per[name(k, m)]
-                row["kept"].append(any(last[j] == "raw" for j in ep.needed))
-                row["dropped"].append(all(last[j] == "drop" for j in ep.needed))
+            for k, m, h in settings:
+                steps = walk(texts, queries, scores_at, rule, k, m, h)
+                last, recalled = steps[-1]["tiers"], set(steps[-1]["recalled"])
+                row = per[name(k, m, h)]
+                row["kept"].append(any(last[j] == "raw" or j in recalled for j in ep.needed))
+                row["dropped"].append(all(last[j] == "drop" and j not in recalled for j in ep.needed))
                 row["fresh"].append(np.mean([s["fresh"] for s in steps]))
-                shares = [reuse_share(a["tiers"], b["tiers"], sizes) for a, b in zip(steps, steps[1:])]
+                shares = [reuse_share(a["tiers"], b["tiers"], sizes, a["recalled"], b["recalled"])
+                          for a, b in zip(steps, steps[1:])]
                 row["reuse"].append(float(np.mean(shares)) if shares else 1.0)
-                row["raw"].append(float(np.mean([s["tiers"].count("raw") for s in steps])))
+                row["raw"].append(float(np.mean([s["tiers"].count("raw") + len(s["recalled"]) for s in steps])))
+                row["recalled"].append(float(np.mean([len(s["recalled"]) for s in steps])))
         base = per["every turn"]
         res = {}
         for key, row in per.items():
@@ -184,18 +198,19 @@ def main(argv=None) -> None:
                      "needed_all_dropped": bootstrap(row["dropped"], seed=args.seed),
                      "fresh_share": bootstrap(row["fresh"], seed=args.seed),
                      "reuse_share": bootstrap(row["reuse"], seed=args.seed),
-                     "raw_turns_per_step": bootstrap(row["raw"], seed=args.seed)}
+                     "raw_turns_per_step": bootstrap(row["raw"], seed=args.seed),
+                     "recalled_turns_per_step": bootstrap(row["recalled"], seed=args.seed)}
             if key != "every turn":
                 entry["needed_kept_raw_minus_every_turn"] = paired(row["kept"], base["kept"], seed=args.seed)
                 entry["reuse_share_minus_every_turn"] = paired(row["reuse"], base["reuse"], seed=args.seed)
             res[key] = entry
         layouts[layout] = {"n_questions": len(episodes), "results": res}
         print(f"\n{layout}: {len(episodes)} questions")
-        print(f"{'setting':<20} {'needed raw':>18} {'vs every turn':>24} {'all dropped':>12} {'fresh':>6} {'reuse':>18}")
+        print(f"{'setting':<28} {'needed raw':>18} {'vs every turn':>24} {'all dropped':>12} {'fresh':>6} {'reuse':>18}")
         for key, e in res.items():
             d = e.get("needed_kept_raw_minus_every_turn")
             vs = f"{d['mean']:+.3f} [{d['ci95'][0]:+.2f},{d['ci95'][1]:+.2f}]" if d else ""
-            print(f"{key:<20} {e['needed_kept_raw']['mean']:.3f} {str(e['needed_kept_raw']['ci95']):>12} {vs:>24} "
+            print(f"{key:<28} {e['needed_kept_raw']['mean']:.3f} {str(e['needed_kept_raw']['ci95']):>12} {vs:>24} "
                   f"{e['needed_all_dropped']['mean']:>12.3f} {e['fresh_share']['mean']:>6.2f} "
                   f"{e['reuse_share']['mean']:.3f} {str(e['reuse_share']['ci95']):>12}")
     out = Path(args.out)

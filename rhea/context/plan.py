@@ -31,6 +31,9 @@ class TurnDecision:
     note: str = ""
     #: every component score behind `score` (e.g. {"latent": .., "bm25": .., "dense": ..}); empty when there is one
     components: dict[str, float] = field(default_factory=dict)
+    #: also shown as raw text after the newest turn, right before the query (a turn the query needs that the plan
+    #: kept from an earlier query hides: `RheaConfig.replan_hidden = "recall"`); `tier` is where it sits in order
+    recalled: bool = False
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:

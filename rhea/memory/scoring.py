@@ -70,18 +70,18 @@ def rank_order(scores: torch.Tensor) -> torch.Tensor:
     return (n - 1) - order
 
 
-def plan_serves(kept: Sequence[str], fresh: Sequence[str], scores: torch.Tensor, top: int) -> bool:
-    """Whether a kept plan's tiers (`kept`) still serve a query: each of the query's `top` best-scored turns that
-    its own fresh plan (`fresh`) would show as raw text is raw under `kept` too (top = 0: always).
+def hidden_best(kept: Sequence[str], fresh: Sequence[str], scores: torch.Tensor, top: int) -> list[int]:
+    """The turns among a query's `top` best-scored that its own fresh plan (`fresh`) shows as raw text but a kept
+    plan's tiers (`kept`) do not, best first; [] when the kept plan serves the query (always for top = 0).
 
-    >>> plan_serves(["raw", "drop", "raw"], ["drop", "raw", "raw"], torch.tensor([0.1, 0.9, 0.5]), 1)
-    False
-    >>> plan_serves(["raw", "drop", "raw"], ["raw", "drop", "raw"], torch.tensor([0.1, 0.2, 0.9]), 1)
-    True
+    >>> hidden_best(["raw", "drop", "raw"], ["drop", "raw", "raw"], torch.tensor([0.1, 0.9, 0.5]), 2)
+    [1]
+    >>> hidden_best(["raw", "drop", "raw"], ["raw", "drop", "raw"], torch.tensor([0.1, 0.2, 0.9]), 3)
+    []
     """
     if len(kept) != len(fresh) or len(fresh) != scores.numel():
         raise ValueError(f"kept ({len(kept)}), fresh ({len(fresh)}) and scores ({scores.numel()}) must cover the same turns")
-    return all(kept[i] == "raw" for i in rank_order(scores)[:top].tolist() if fresh[i] == "raw")
+    return [i for i in rank_order(scores)[:top].tolist() if fresh[i] == "raw" and kept[i] != "raw"]
 
 
 def ranks(scores: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,8 @@ COMPONENTS = ("latent", "bm25", "dense")
 FUSIONS = ("rrf", "zsum")
 TIER_MODES = ("threshold", "budget")
 LATENT_TIER_MODES = ("auto", "on", "off")
+#: what a kept plan does when it hides one of the query's best turns (RheaConfig.replan_hidden)
+REPLAN_HIDDEN = ("recall", "replan")
 
 #: the compressor passes when reconstruction token accuracy is at least this, with own latents
 #: beating another text's latents (control gap > 0): below it a latent carries too little of its
@@ -133,6 +135,9 @@ class RheaConfig:
     #: of its `replan_top` best turns that the fresh plan shows raw is not raw under the kept plan (0 = keep the plan
     #: whatever the query needs, for `replan_every` turns)
     replan_top: int = 3
+    #: what a kept plan does with those hidden best turns: "recall" (default: show them raw after the newest turn,
+    #: right before the query, so the prompt changes only at its end) or "replan" (make a fresh plan now)
+    replan_hidden: str = "recall"
     #: compress a reply in consecutive pieces of at most this many tokens, `n_mem` latents each (ICAE's long-context
     #: use; a turn's latent then holds ceil(tokens / compress_chunk_tokens) x n_mem rows), so a compressor trained on
     #: chunks of this length sees replies of the length it was trained and measured on; None = the whole reply into
@@ -220,6 +225,7 @@ class RheaConfig:
              f"replan_every={self.replan_every!r} must be an int >= 1 (1 = re-plan every turn)")
         need(isinstance(self.replan_top, int) and not isinstance(self.replan_top, bool) and self.replan_top >= 0,
              f"replan_top={self.replan_top!r} must be an int >= 0 (0 = no check)")
+        need(self.replan_hidden in REPLAN_HIDDEN, f"replan_hidden={self.replan_hidden!r} must be one of {REPLAN_HIDDEN}")
         need(self.compress_chunk_tokens is None or (isinstance(self.compress_chunk_tokens, int)
                                                     and not isinstance(self.compress_chunk_tokens, bool)
                                                     and self.compress_chunk_tokens >= 1),

@@ -63,11 +63,13 @@ def assemble_plan(
     records: Sequence[dict] = (),
     tokenizer: Any = None,
 ) -> ContextPlan:
-    """Build the plan: [system] + kept turns in chronological order + [user: query].
+    """Build the plan: [system] + kept turns in chronological order + recalled turns + [user: query].
 
     `decisions` must hold exactly one `TurnDecision` per past turn, so no turn leaves the
     context without a recorded reason. "raw" turns keep both texts; "latent" turns keep the
     user text and put `latents[turn]` in place of the reply; "drop" turns are left out.
+    A decision with ``recalled`` also shows its turn as raw text after the newest turn (in turn order), whatever
+    its tier in place, so a plan kept from an earlier query changes only at its end.
     `extra_system` (e.g. a summary) follows the instructions inside the system block.
     Ledger token counts cover message text only (chat-template markup excluded), the same
     way for the plan and for the full history, so the two compare.
@@ -92,7 +94,7 @@ def assemble_plan(
         full_tokens += turn_tokens
         tier = by_turn[index].tier
         if tier == "drop":
-            dropped += 1
+            dropped += not by_turn[index].recalled  # a recalled turn is in the context, after the newest
             continue
         messages.append({"role": "user", "content": turn.user})
         if tier == "raw":
@@ -104,6 +106,10 @@ def assemble_plan(
             messages.append({"role": "assistant", "content": [latents[index]]})
             text_tokens += count_tokens(turn.user, tokenizer)
             latent_slots += latents[index].n_slots
+    for d in sorted((d for d in decisions if d.recalled), key=lambda d: d.turn):
+        turn = conversation[d.turn]
+        messages += [{"role": "user", "content": turn.user}, {"role": "assistant", "content": turn.assistant}]
+        text_tokens += count_tokens(turn.user, tokenizer) + count_tokens(turn.assistant, tokenizer)
     messages.append({"role": "user", "content": query})
     text_tokens += count_tokens(query, tokenizer)
 

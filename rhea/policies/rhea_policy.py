@@ -31,8 +31,8 @@ from rhea.memory.episodic import EpisodicMemory
 from rhea.memory.instructional import InstructionalMemory
 from rhea.memory.recognizer import InstructionRecognizer
 from rhea.memory.scoring import (COMPONENTS, FUSIONS, TierRule, assign_tiers, components_of, default_embedder,
-                                 describe_thresholds, fuse, latent_tier_active, plan_serves, rank_order)
-from rhea.modeling.config import check_thresholds
+                                 describe_thresholds, fuse, hidden_best, latent_tier_active, rank_order)
+from rhea.modeling.config import REPLAN_HIDDEN, check_thresholds
 from rhea.policies.assemble import assemble_plan
 from rhea.policies.base import ContextPolicy
 from rhea.policies.registry import register_policy
@@ -91,6 +91,7 @@ class RheaPolicy(ContextPolicy):
         latent_tier: str | None = None,
         replan_every: int | None = None,
         replan_top: int | None = None,
+        replan_hidden: str | None = None,
         embedder: Any = None,
     ):
         super().__init__(tokenizer=tokenizer if tokenizer is not None else getattr(model, "tokenizer", None))
@@ -132,6 +133,9 @@ class RheaPolicy(ContextPolicy):
         self.replan_top = pick(replan_top, "replan_top")
         if isinstance(self.replan_top, bool) or not isinstance(self.replan_top, int) or self.replan_top < 0:
             raise RheaConfigError(f"replan_top={self.replan_top!r} must be an int >= 0 (0 = no check)")
+        self.replan_hidden = pick(replan_hidden, "replan_hidden")
+        if self.replan_hidden not in REPLAN_HIDDEN:
+            raise RheaConfigError(f"replan_hidden={self.replan_hidden!r} must be one of {REPLAN_HIDDEN}")
         #: the last fresh plan: {"at": turns it covered, "decisions", "system": IM block, "digest": those turns' text}
         self._plan: dict | None = None
         self._plan_why: str | None = None  # why the last plan was made afresh (None: kept)
@@ -158,7 +162,7 @@ class RheaPolicy(ContextPolicy):
                 "fusion_weights": None if self.fusion_weights is None else list(self.fusion_weights.values()),
                 "rrf_k": self.rrf_k, "dense_floor": r.dense_floor, "dense_high": r.dense_high, "tier_mode": r.mode,
                 "max_raw": r.max_raw, "max_latent": r.max_latent, "recent_raw": r.recent_raw, "latent_tier": self.latent_tier,
-                "replan_every": self.replan_every, "replan_top": self.replan_top}
+                "replan_every": self.replan_every, "replan_top": self.replan_top, "replan_hidden": self.replan_hidden}
 
     def retrieval_mode(self) -> dict:
         """Scorer, tier rule and latent-tier state (recorded with every plan)."""
@@ -166,7 +170,8 @@ class RheaPolicy(ContextPolicy):
                 "components": list(self.components), "fusion_weights": self.fusion_weights, "rrf_k": self.rrf_k,
                 "tier_mode": self.rule.mode, "max_raw": self.rule.max_raw, "max_latent": self.rule.max_latent,
                 "recent_raw": self.rule.recent_raw, "dense_floor": self.rule.dense_floor, "dense_high": self.rule.dense_high,
-                "replan_every": self.replan_every, "replan_top": self.replan_top, "latent_tier": self.latents_on,
+                "replan_every": self.replan_every, "replan_top": self.replan_top, "replan_hidden": self.replan_hidden,
+                "latent_tier": self.latents_on,
                 "latent_tier_reason": self.latent_tier_reason}
 
     @property
@@ -224,9 +229,10 @@ class RheaPolicy(ContextPolicy):
                 decisions = _retire(decisions, self.im.retired_turns())
             records.append({"retrieval": self.retrieval_mode()})
             if self.replan_every > 1:
-                records.append({"replan": {"every": self.replan_every, "top": self.replan_top,
+                records.append({"replan": {"every": self.replan_every, "top": self.replan_top, "hidden": self.replan_hidden,
                                            "planned_at": self._plan["at"] if self._plan else 0, "fresh": kept_from is None,
-                                           "why": self._plan_why}})
+                                           "why": self._plan_why,
+                                           "recalled": [d.turn for d in decisions if d.recalled]}})
             records.append(_score_summary(decisions, self.tau_low, self.tau_high, self.rule.mode))
         if any(d.tier == "latent" for d in decisions):
             latents = {e.turn: Latent(e.latents.to(self.model.device, self.model.dtype), e.turn)
@@ -241,10 +247,12 @@ class RheaPolicy(ContextPolicy):
 
         With ``replan_every`` k > 1 a fresh plan (`_decisions`) is kept for up to k - 1 more queries: its turns keep
         their tiers and turns added since are raw, so each prompt extends the last one and the prefix KV cache
-        reuses it. A fresh plan is made after k queries; when the instruction block changed (the prompt changes
-        from its start anyway); when the turns the plan covered are no longer the conversation's first turns; and,
-        with ``replan_top`` m > 0, when one of the query's m best-scored turns that a fresh plan shows raw is not
-        raw under the kept plan (`plan_serves`; the query is scored either way, which costs milliseconds).
+        reuses it. A fresh plan is made after k queries, when the instruction block changed (the prompt changes
+        from its start anyway), or when the turns the plan covered are no longer the conversation's first turns.
+        With ``replan_top`` m > 0 the query is still scored (milliseconds), and each of its m best turns that a
+        fresh plan shows raw but the kept plan hides (`hidden_best`) is, under ``replan_hidden="recall"``, shown raw
+        after the newest turn for this query only (the prompt changes at its end), or, under ``"replan"``, the
+        reason for a fresh plan now.
         """
         n, k, plan = len(conversation), self.replan_every, self._plan
         system = self.im.render() if self.use_im else ""
@@ -259,16 +267,19 @@ class RheaPolicy(ContextPolicy):
             at = plan["at"]
             kept = plan["decisions"] + [TurnDecision(i, "raw", None, f"added after the plan at turn {at}: raw until "
                                                      "the next plan") for i in range(at, n)]
-            if fresh is not None and not plan_serves([d.tier for d in kept], [d.tier for d in fresh],
-                                                     torch.tensor([-float("inf") if d.score is None else d.score
-                                                                   for d in fresh]), self.replan_top):
+            hidden = [] if fresh is None else hidden_best(
+                [d.tier for d in kept], [d.tier for d in fresh],
+                torch.tensor([-float("inf") if d.score is None else d.score for d in fresh]), self.replan_top)
+            if hidden and self.replan_hidden == "replan":
                 why = f"one of the query's {self.replan_top} best turns is not raw under the plan of turn {at}"
             else:
                 self._plan_why = None
                 label = f"kept from the plan at turn {at} (re-planned every {k} turns)"
+                recall = " and recalled raw after the newest turn (one of the query's best)"
                 if fresh is None:
                     return [dataclasses.replace(d, note=f"{label}: {d.note}") for d in kept], at
-                return [dataclasses.replace(f, tier=d.tier, note=f"{label} as {d.tier}; now: {f.note}")
+                return [dataclasses.replace(f, tier=d.tier, recalled=d.turn in hidden,
+                                            note=f"{label} as {d.tier}{recall if d.turn in hidden else ''}; now: {f.note}")
                         for d, f in zip(kept, fresh)], at
         self._plan_why = why
         self._plan = {"at": n, "decisions": fresh, "system": system, "digest": _digest(conversation, n)}
@@ -367,8 +378,10 @@ RETIRED = "retired (instructions only, since taken back)"
 def _retire(decisions: list[TurnDecision], retired: dict[int, str]) -> list[TurnDecision]:
     """Drop the turns that only gave instructions since taken back (`InstructionalMemory.retired_turns`):
     kept as text or latents they would bring the revoked rule back. Score and components stay recorded."""
-    return [d if d.turn not in retired or d.tier == "drop" else
-            dataclasses.replace(d, tier="drop", note=f"{d.note}; {RETIRED}: dropped, not {d.tier}; {retired[d.turn]}")
+    return [d if d.turn not in retired or (d.tier == "drop" and not d.recalled) else
+            dataclasses.replace(d, tier="drop", recalled=False,
+                                note=f"{d.note}; {RETIRED}: dropped, not {'recalled' if d.recalled else d.tier}; "
+                                     f"{retired[d.turn]}")
             for d in decisions]
 
 

@@ -33,9 +33,14 @@ def test_walk_keeps_plans_for_every_steps_and_re_plans_when_the_best_turn_is_hid
     # step 5's query wants turn 2, dropped under step 4's plan: kept without the check, re-planned with it
     wants_2 = {1: 0, 2: 0, 3: 0, 4: 0, 5: 2}
     assert [s["fresh"] for s in RP.walk(texts, queries, _scores(wants_2), RULE, 3, 0)] == [True, False, False, True, False]
-    checked = RP.walk(texts, queries, _scores(wants_2), RULE, 3, 1)
+    checked = RP.walk(texts, queries, _scores(wants_2), RULE, 3, 1, "replan")
     assert [s["fresh"] for s in checked] == [True, False, False, True, True]
-    assert checked[4]["tiers"] == ["drop", "drop", "raw", "drop", "drop"]
+    assert checked[4]["tiers"] == ["drop", "drop", "raw", "drop", "drop"] and checked[4]["recalled"] == []
+    # recalled instead: the kept plan stays in place and turn 2 is shown again after the newest turn
+    recalled = RP.walk(texts, queries, _scores(wants_2), RULE, 3, 1, "recall")
+    assert [s["fresh"] for s in recalled] == [True, False, False, True, False]
+    assert recalled[4]["tiers"] == ["raw", "drop", "drop", "drop", "raw"] and recalled[4]["recalled"] == [2]
+    assert all(s["recalled"] == [] for s in recalled[:4])
     # a best turn appended raw after the plan never forces a fresh one
     assert [s["fresh"] for s in RP.walk(texts, queries, _scores({1: 0, 2: 1, 3: 2, 4: 3, 5: 4}), RULE, 8, 1)] == \
         [True, False, False, False, False]
@@ -48,6 +53,9 @@ def test_reuse_share_counts_history_before_the_first_changed_tier():
     assert RP.reuse_share(["raw", "raw", "drop"], ["raw", "drop", "raw", "raw"], sizes) == pytest.approx(10 / 80)
     assert RP.reuse_share(["raw", "latent"], ["raw", "latent", "raw"], sizes) == 1.0
     assert RP.reuse_share(["drop", "drop"], ["drop", "drop", "drop"], sizes) == 1.0  # nothing in the prompt
+    # recalled copies count in the prompt; after a step that recalled, its copies sat before the last query
+    assert RP.reuse_share(["raw", "drop"], ["raw", "drop", "raw"], sizes, now_recalled=[1]) == pytest.approx(40 / 60)
+    assert RP.reuse_share(["raw", "drop"], ["raw", "drop", "raw"], sizes, prev_recalled=[1]) == pytest.approx(10 / 40)
 
 
 def test_arguments_are_checked():

@@ -284,7 +284,8 @@ def test_replan_every_lets_the_session_reuse_the_last_prompt(tiny_model):
 
 def test_replan_top_re_plans_when_the_kept_plan_hides_a_turn_the_query_needs(tiny_model):
     # "cat" planned at turn 3 keeps only the cat's turn raw; "dog" needs the dog's turn, dropped under that plan
-    checked = _replay(get_policy("rhea", model=tiny_model, **{**STICKY, "replan_top": 1}, replan_every=3))
+    checked = _replay(get_policy("rhea", model=tiny_model, **{**STICKY, "replan_top": 1}, replan_every=3,
+                                 replan_hidden="replan"))
     every = _replay(get_policy("rhea", model=tiny_model, **STICKY))
     replans = [next(r["replan"] for r in p.decisions.records if "replan" in r) for p in checked]
     assert replans[1]["fresh"] and "best turns is not raw under the plan of turn 3" in replans[1]["why"]
@@ -292,7 +293,7 @@ def test_replan_top_re_plans_when_the_kept_plan_hides_a_turn_the_query_needs(tin
     # "bird" at turn 5: its turn is dropped under the dog's plan, so a fresh plan again; every plan is the fresh one
     assert all([d.tier for d in c.decisions.turns] == [d.tier for d in e.decisions.turns] for c, e in zip(checked, every))
     # a kept plan that serves the query carries the query's own scores beside the kept tier
-    policy = get_policy("rhea", model=tiny_model, **{**STICKY, "replan_top": 1}, replan_every=3)
+    policy = get_policy("rhea", model=tiny_model, **{**STICKY, "replan_top": 1}, replan_every=3, replan_hidden="replan")
     conv = Conversation([Turn(u, a) for u, a in TOPICS[:3]])
     policy.catch_up(conv)
     policy.build(conv, "what color is the cat ?")
@@ -302,3 +303,22 @@ def test_replan_top_re_plans_when_the_kept_plan_hides_a_turn_the_query_needs(tin
     first = plan.decisions.turns[0]
     assert first.tier == "raw" and first.score is not None and "now: bm25" in first.note
     assert not next(r["replan"] for r in plan.decisions.records if "replan" in r)["fresh"]
+
+
+def test_replan_hidden_recall_shows_the_hidden_turn_after_the_newest_and_keeps_the_prompt_start(tiny_model):
+    recall = _replay(get_policy("rhea", model=tiny_model, **{**STICKY, "replan_top": 1}, replan_every=3))
+    assert recall[0].decisions.records and [d.tier for d in recall[0].decisions.turns] == ["raw", "drop", "drop"]
+    # "dog" after the plan for "cat": the dog's turn stays dropped in place and comes back after the newest turn
+    plan = recall[1]
+    replan = next(r["replan"] for r in plan.decisions.records if "replan" in r)
+    assert (replan["fresh"], replan["recalled"], replan["hidden"]) == (False, [1], "recall")
+    dog = plan.decisions.turns[1]
+    assert dog.tier == "drop" and dog.recalled and "recalled raw after the newest turn" in dog.note
+    contents = [m["content"] for m in plan.messages]
+    assert contents[-3:] == [TOPICS[1][0], TOPICS[1][1], QUERIES[1]]  # recalled turn, then the query
+    assert plan.ledger.dropped_turns == 1  # the bird's turn; the dog's is in the context
+    # the prompt before the recalled copy extends the last one, and the next one drops the copy
+    assert plan.messages[:len(recall[0].messages) - 1] == recall[0].messages[:-1]
+    nxt = recall[2]
+    assert nxt.messages[:len(plan.messages) - 3] == plan.messages[:-3]
+    assert [d.turn for d in nxt.decisions.turns if d.recalled] == [2]  # "bird" needs turn 2, hidden too
