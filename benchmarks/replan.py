@@ -127,7 +127,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sessions", type=int, default=3, help="earlier whole conversations before the question's own")
     p.add_argument("--max-per-source", type=int, default=0, help="questions per source (0 = all)")
     p.add_argument("--every", type=int, nargs="+", default=[1, 2, 4, 8], help="replan_every values")
-    p.add_argument("--top", type=int, nargs="+", default=[0, 1, 3, 5], help="replan_top values (with every > 1)")
+    p.add_argument("--top", type=int, nargs="+", default=[0, 1, 3, 5, 10], help="replan_top values (with every > 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="benchmarks/results/replan")
     args = p.parse_args(argv)
@@ -236,10 +236,16 @@ def plot(summary: dict, path: Path) -> None:
     for ax, (layout, lay) in zip(axes, summary["layouts"].items()):
         for key, e in lay["results"].items():
             x, y = e["reuse_share"], e["needed_kept_raw"]
+            mode = "every turn" if key == "every turn" else "recall" if key.endswith("recall") else \
+                "kept whatever the query needs" if key.endswith("top 0") else "replan"
+            color = {"every turn": "black", "recall": "tab:orange", "replan": "tab:blue",
+                     "kept whatever the query needs": "tab:gray"}[mode]
             ax.errorbar(x["mean"], y["mean"], xerr=[[x["mean"] - x["ci95"][0]], [x["ci95"][1] - x["mean"]]],
                         yerr=[[y["mean"] - y["ci95"][0]], [y["ci95"][1] - y["mean"]]], fmt="o", capsize=2,
-                        color="black" if key == "every turn" else None)
-            ax.annotate(key, (x["mean"], y["mean"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+                        color=color, alpha=0.8, label=mode if mode not in ax.get_legend_handles_labels()[1] else None)
+            if key == "every turn" or ("top 10" in key and "every 8" in key) or key == "every 8, top 0":
+                ax.annotate(key, (x["mean"], y["mean"]), fontsize=7, xytext=(4, -10), textcoords="offset points")
+        ax.legend(fontsize=7, loc="lower left")
         ax.set_xlabel("prompt history reusable from the previous turn (share, 95% CI)")
         ax.set_title(f"{layout}: {lay['n_questions']} questions", fontsize=9)
         ax.grid(alpha=0.3)

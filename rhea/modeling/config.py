@@ -134,7 +134,7 @@ class RheaConfig:
     #: while a plan is kept (`replan_every` > 1), the query is still scored, and a fresh plan is made at once when one
     #: of its `replan_top` best turns that the fresh plan shows raw is not raw under the kept plan (0 = keep the plan
     #: whatever the query needs, for `replan_every` turns)
-    replan_top: int = 3
+    replan_top: int = 10
     #: what a kept plan does with those hidden best turns: "recall" (default: show them raw after the newest turn,
     #: right before the query, so the prompt changes only at its end) or "replan" (make a fresh plan now)
     replan_hidden: str = "recall"
