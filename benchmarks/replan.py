@@ -139,16 +139,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    data = Path(args.data)
-    for sub in ("dialogue_corpora/memochat_topiocqa_test_question.jsonl", "dst_corpora/multiwoz21_dummy_data.json",
-                "dst_corpora/sgd_dummy_data.json"):
-        if not (data / sub).is_file():
-            raise SystemExit(f"--data {data}: {sub} not found (pass the folder described by shared/data/SOURCES.md)")
+    rr = load_retrieval_recall()
+    corpora = rr.load_corpora(Path(args.data))
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    rr = load_retrieval_recall()
-    corpora = {"topiocqa": rr.load_topiocqa(data), "multiwoz": rr.load_dst(data, "multiwoz21"),
-               "sgd": rr.load_dst(data, "sgd")}
     cfg = RheaConfig()
     rule = TierRule("budget", cfg.tau_low, cfg.tau_high, cfg.dense_floor, cfg.dense_high, cfg.max_raw, cfg.max_latent,
                     True, recent_raw=cfg.recent_raw)

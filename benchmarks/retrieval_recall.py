@@ -133,6 +133,15 @@ def load_dst(data: Path, name: str) -> tuple[list[Conv], list[Question]]:
     return convs, qs
 
 
+def load_corpora(data: Path) -> dict[str, tuple[list[Conv], list[Question]]]:
+    """The three corpora of `data` (the folder described by shared/data/SOURCES.md), each file checked first."""
+    for sub in ("dialogue_corpora/memochat_topiocqa_test_question.jsonl", "dst_corpora/multiwoz21_dummy_data.json",
+                "dst_corpora/sgd_dummy_data.json"):
+        if not (data / sub).is_file():
+            raise SystemExit(f"--data {data}: {sub} not found (pass the folder described by shared/data/SOURCES.md)")
+    return {"topiocqa": load_topiocqa(data), "multiwoz": load_dst(data, "multiwoz21"), "sgd": load_dst(data, "sgd")}
+
+
 def build_episodes(corpora: dict[str, tuple[list[Conv], list[Question]]], sessions: int, max_per_source: int,
                    seed: int, layout: str = "contiguous") -> list[Episode]:
     """``contiguous``: the `sessions` other conversations, then the question's own conversation up to it;
@@ -303,14 +312,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    data = Path(args.data)
-    for sub in ("dialogue_corpora/memochat_topiocqa_test_question.jsonl", "dst_corpora/multiwoz21_dummy_data.json",
-                "dst_corpora/sgd_dummy_data.json"):
-        if not (data / sub).is_file():
-            raise SystemExit(f"--data {data}: {sub} not found (pass the folder described by shared/data/SOURCES.md)")
+    corpora = load_corpora(Path(args.data))
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    corpora = {"topiocqa": load_topiocqa(data), "multiwoz": load_dst(data, "multiwoz21"), "sgd": load_dst(data, "sgd")}
     episodes = build_episodes(corpora, args.sessions, args.max_per_source, args.seed)
     print(f"{len(episodes)} questions: " + ", ".join(f"{s} {sum(e.q.source == s for e in episodes)}" for s in corpora))
 
