@@ -77,6 +77,23 @@ def check_thresholds(tau_low: float, tau_high: float) -> None:
         raise RheaConfigError(f"tau_low={tau_low} must be <= tau_high={tau_high}")
 
 
+def check_replan(every, top, hidden) -> None:
+    """`replan_every` >= 1, `replan_top` >= 0 and `replan_hidden` one of REPLAN_HIDDEN (RheaConfig and RheaPolicy).
+
+    >>> check_replan(0, 10, "recall")
+    Traceback (most recent call last):
+    ...
+    rhea.errors.RheaConfigError: replan_every=0 must be an int >= 1 (1 = re-plan every turn)
+    """
+    whole = lambda v, least: isinstance(v, int) and not isinstance(v, bool) and v >= least  # noqa: E731
+    if not whole(every, 1):
+        raise RheaConfigError(f"replan_every={every!r} must be an int >= 1 (1 = re-plan every turn)")
+    if not whole(top, 0):
+        raise RheaConfigError(f"replan_top={top!r} must be an int >= 0 (0 = no check)")
+    if hidden not in REPLAN_HIDDEN:
+        raise RheaConfigError(f"replan_hidden={hidden!r} must be one of {REPLAN_HIDDEN}")
+
+
 @dataclass
 class RheaConfig:
     """Hyper-parameters of a Rhea model (defaults follow the paper).
@@ -221,11 +238,7 @@ class RheaConfig:
         for name in ("max_raw", "max_latent", "recent_raw"):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{name}={v!r} must be an int >= 0")
-        need(isinstance(self.replan_every, int) and not isinstance(self.replan_every, bool) and self.replan_every >= 1,
-             f"replan_every={self.replan_every!r} must be an int >= 1 (1 = re-plan every turn)")
-        need(isinstance(self.replan_top, int) and not isinstance(self.replan_top, bool) and self.replan_top >= 0,
-             f"replan_top={self.replan_top!r} must be an int >= 0 (0 = no check)")
-        need(self.replan_hidden in REPLAN_HIDDEN, f"replan_hidden={self.replan_hidden!r} must be one of {REPLAN_HIDDEN}")
+        check_replan(self.replan_every, self.replan_top, self.replan_hidden)
         need(self.compress_chunk_tokens is None or (isinstance(self.compress_chunk_tokens, int)
                                                     and not isinstance(self.compress_chunk_tokens, bool)
                                                     and self.compress_chunk_tokens >= 1),

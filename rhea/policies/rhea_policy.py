@@ -32,7 +32,7 @@ from rhea.memory.instructional import InstructionalMemory
 from rhea.memory.recognizer import InstructionRecognizer
 from rhea.memory.scoring import (COMPONENTS, FUSIONS, TierRule, assign_tiers, components_of, default_embedder,
                                  describe_thresholds, fuse, hidden_best, latent_tier_active, rank_order)
-from rhea.modeling.config import REPLAN_HIDDEN, check_thresholds
+from rhea.modeling.config import check_replan, check_thresholds
 from rhea.policies.assemble import assemble_plan
 from rhea.policies.base import ContextPolicy
 from rhea.policies.registry import register_policy
@@ -128,17 +128,11 @@ class RheaPolicy(ContextPolicy):
                              max_raw=pick(max_raw, "max_raw"), max_latent=pick(max_latent, "max_latent"),
                              latents=self.latents_on, recent_raw=pick(recent_raw, "recent_raw"))
         self.replan_every = pick(replan_every, "replan_every")
-        if isinstance(self.replan_every, bool) or not isinstance(self.replan_every, int) or self.replan_every < 1:
-            raise RheaConfigError(f"replan_every={self.replan_every!r} must be an int >= 1 (1 = re-plan every turn)")
         self.replan_top = pick(replan_top, "replan_top")
-        if isinstance(self.replan_top, bool) or not isinstance(self.replan_top, int) or self.replan_top < 0:
-            raise RheaConfigError(f"replan_top={self.replan_top!r} must be an int >= 0 (0 = no check)")
         self.replan_hidden = pick(replan_hidden, "replan_hidden")
-        if self.replan_hidden not in REPLAN_HIDDEN:
-            raise RheaConfigError(f"replan_hidden={self.replan_hidden!r} must be one of {REPLAN_HIDDEN}")
+        check_replan(self.replan_every, self.replan_top, self.replan_hidden)
         #: the last fresh plan: {"at": turns it covered, "decisions", "system": IM block, "digest": those turns' text}
         self._plan: dict | None = None
-        self._plan_why: str | None = None  # why the last plan was made afresh (None: kept)
         self._embedder = embedder
         self._bm25: tuple[list[str], BM25Retriever] | None = None
         self.use_im = self.default_use_im if use_im is None else bool(use_im)
@@ -171,8 +165,7 @@ class RheaPolicy(ContextPolicy):
                 "tier_mode": self.rule.mode, "max_raw": self.rule.max_raw, "max_latent": self.rule.max_latent,
                 "recent_raw": self.rule.recent_raw, "dense_floor": self.rule.dense_floor, "dense_high": self.rule.dense_high,
                 "replan_every": self.replan_every, "replan_top": self.replan_top, "replan_hidden": self.replan_hidden,
-                "latent_tier": self.latents_on,
-                "latent_tier_reason": self.latent_tier_reason}
+                "latent_tier": self.latents_on, "latent_tier_reason": self.latent_tier_reason}
 
     @property
     def needs_latents(self) -> bool:
@@ -224,14 +217,13 @@ class RheaPolicy(ContextPolicy):
         else:
             if self.needs_latents:
                 self.episodic.sync(conversation.turns)
-            decisions, kept_from = self._planned(conversation, query)
+            decisions, why = self._planned(conversation, query)
             if self.use_im:
                 decisions = _retire(decisions, self.im.retired_turns())
             records.append({"retrieval": self.retrieval_mode()})
             if self.replan_every > 1:
                 records.append({"replan": {"every": self.replan_every, "top": self.replan_top, "hidden": self.replan_hidden,
-                                           "planned_at": self._plan["at"] if self._plan else 0, "fresh": kept_from is None,
-                                           "why": self._plan_why,
+                                           "planned_at": self._plan["at"], "fresh": why is not None, "why": why,
                                            "recalled": [d.turn for d in decisions if d.recalled]}})
             records.append(_score_summary(decisions, self.tau_low, self.tau_high, self.rule.mode))
         if any(d.tier == "latent" for d in decisions):
@@ -242,8 +234,8 @@ class RheaPolicy(ContextPolicy):
             system_source=self.im if self.use_im else None, latents=latents, records=records, tokenizer=self.tokenizer,
         )
 
-    def _planned(self, conversation: Conversation, query: str) -> tuple[list[TurnDecision], int | None]:
-        """This query's decisions and, when they keep an earlier plan, the turn count that plan covered.
+    def _planned(self, conversation: Conversation, query: str) -> tuple[list[TurnDecision], str | None]:
+        """This query's decisions and why they are a fresh plan (None: they keep an earlier one).
 
         With ``replan_every`` k > 1 a fresh plan (`_decisions`) is kept for up to k - 1 more queries: its turns keep
         their tiers and turns added since are raw, so each prompt extends the last one and the prefix KV cache
@@ -257,8 +249,7 @@ class RheaPolicy(ContextPolicy):
         n, k, plan = len(conversation), self.replan_every, self._plan
         system = self.im.render() if self.use_im else ""
         if k == 1:
-            self._plan_why = "every turn"
-            return self._decisions(conversation, query), None
+            return self._decisions(conversation, query), "every turn"
         why = ("first plan" if plan is None else "instructions changed" if plan["system"] != system
                else f"{k} turns since the plan" if not 0 <= n - plan["at"] < k
                else "earlier turns changed" if plan["digest"] != _digest(conversation, plan["at"]) else None)
@@ -273,17 +264,15 @@ class RheaPolicy(ContextPolicy):
             if hidden and self.replan_hidden == "replan":
                 why = f"one of the query's {self.replan_top} best turns is not raw under the plan of turn {at}"
             else:
-                self._plan_why = None
                 label = f"kept from the plan at turn {at} (re-planned every {k} turns)"
                 recall = " and recalled raw after the newest turn (one of the query's best)"
                 if fresh is None:
-                    return [dataclasses.replace(d, note=f"{label}: {d.note}") for d in kept], at
+                    return [dataclasses.replace(d, note=f"{label}: {d.note}") for d in kept], None
                 return [dataclasses.replace(f, tier=d.tier, recalled=d.turn in hidden,
                                             note=f"{label} as {d.tier}{recall if d.turn in hidden else ''}; now: {f.note}")
-                        for d, f in zip(kept, fresh)], at
-        self._plan_why = why
+                        for d, f in zip(kept, fresh)], None
         self._plan = {"at": n, "decisions": fresh, "system": system, "digest": _digest(conversation, n)}
-        return fresh, None
+        return fresh, why
 
     def _decisions(self, conversation: Conversation, query: str) -> list[TurnDecision]:
         """Score every past turn with the configured scorer and give it a tier (rhea.memory.scoring)."""

@@ -58,8 +58,10 @@ def register(sub) -> None:
                       help="re-decide the earlier turns' tiers every N turns, appending new turns raw in between, so the "
                            "prompt only grows and its KV cache is reused (default: the model's config, 1 = every turn)")
     chat.add_argument("--replan-top", type=int_at_least(0, "best turns checked against a kept plan"), default=None,
-                      help="with --replan-every: re-plan at once when one of the query's N best turns is not raw under "
-                           "the kept plan (default: the model's config; 0 = never)")
+                      help="with --replan-every: the query's N best turns that the kept plan hides are recalled after "
+                           "the newest turn, or force a fresh plan (--replan-hidden; default: the model's config; 0 = never)")
+    chat.add_argument("--replan-hidden", choices=["recall", "replan"], default=None,
+                      help="with --replan-every: show hidden best turns again before the query (recall) or re-plan now")
     chat.add_argument("--latent-tier", choices=["auto", "on", "off"], default=None,
                       help="auto: latents only when the compressor's recorded fidelity meets the target; on: always")
     chat.add_argument("--max-new-tokens", type=int_at_least(1, "reply length cap in tokens"), default=None, help="reply length cap (default 96; 32 with --demo)")

@@ -155,7 +155,7 @@ def repl(chat: ChatSession, lines: Iterable[str], write: Callable[[str], None],
 #: `rhea chat` options that go to the policy's constructor (each applies to the policies whose
 #: constructor takes it: the policy classes say so themselves).
 POLICY_OPTIONS = ("tau_low", "tau_high", "scorer", "tier_mode", "max_raw", "max_latent", "recent_raw", "replan_every",
-                  "replan_top", "latent_tier")
+                  "replan_top", "replan_hidden", "latent_tier")
 
 
 def policy_options(args) -> dict:
