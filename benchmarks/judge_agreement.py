@@ -38,12 +38,16 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--n", type=int, default=30, help="questions to use (of the 30 with references)")
     parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=8, help="questions judged together: their 2 ratings each "
+                        "decode as one batch on a local judge (verdicts equal one-by-one up to float reassociation)")
     parser.add_argument("--out", type=Path, required=True, help="output path without extension")
     parser.add_argument("--no-resume", action="store_true", help="start over instead of continuing <out>.rows.jsonl")
     parser.add_argument("--no-complete-rating", action="store_true",
                         help="a local judge's text without [[rating]] stays unrated (FastChat's rule) instead of taking "
                              "the judge's likeliest completion of 'Rating: [['")
     args = parser.parse_args(argv)
+    if args.batch < 1:
+        parser.error(f"--batch {args.batch}: judge at least 1 question at a time")
     if bool(args.judge_local) == bool(args.judge_url):
         parser.error("pass exactly one of --judge-local MODEL and --judge-url URL")
     questions_path, references_path = args.data / "question.jsonl", args.data / "reference_answer_gpt-4.jsonl"
@@ -51,7 +55,7 @@ def main(argv=None) -> int:
         if not path.is_file():
             parser.error(f"{path} is missing; --data must be FastChat's mt_bench folder")
 
-    from rhea.eval.judge import Judge
+    from rhea.eval.judge import Judge, single_request
     from rhea.eval.loaders import load_mt_bench_questions
     from rhea.eval.stats import bootstrap_ci
 
@@ -89,28 +93,34 @@ def main(argv=None) -> int:
         from rhea.backends.llm import OpenAICompatibleGenerator
 
         generator = OpenAICompatibleGenerator(args.judge_url, model=args.judge_model)
-    judge = (Judge(generator, max_new_tokens=args.max_new_tokens, complete_rating=not args.no_complete_rating)
-             if generator is not None else None)
-    rows, started = [], time.perf_counter() - sum(r.get("seconds", 0.0) for r in done.values())
-    for i, q in enumerate(questions):
-        if q.question_id in done:
-            rows.append(done[q.question_id])
-            continue
+    judge = (Judge(generator, max_new_tokens=args.max_new_tokens, complete_rating=not args.no_complete_rating,
+                   batch_size=2 * args.batch) if generator is not None else None)
+    started = time.perf_counter() - sum(r.get("seconds", 0.0) for r in done.values())
+    todo = [i for i, q in enumerate(questions) if q.question_id not in done]
+    for start in range(0, len(todo), args.batch):
+        chunk = todo[start:start + args.batch]
         t0 = time.perf_counter()
-        wrong = questions[(i + 1) % len(questions)]
-        good = judge.rate(q.turns[0], q.reference[0])
-        bad = judge.rate(q.turns[0], wrong.reference[0])
-        rows.append({"question_id": q.question_id, "category": q.category, "mismatched_with": wrong.question_id,
-                     "reference_rating": good.rating, "mismatched_rating": bad.rating,
-                     "agree": good.rating is not None and bad.rating is not None and good.rating > bad.rating,
-                     "tie": good.rating is not None and good.rating == bad.rating,
-                     "reference_source": good.source, "mismatched_source": bad.source,
-                     "reference_raw": good.raw, "mismatched_raw": bad.raw,  # whole: the rating is at the end
-                     "seconds": round(time.perf_counter() - t0, 1)})
-        with rows_path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(rows[-1]) + "\n")
-        print(json.dumps({k: rows[-1][k] for k in ("question_id", "reference_rating", "mismatched_rating")}),
-              flush=True)
+        # each question's own reference and the next question's: a wrong answer in the right register
+        requests = [single_request(questions[i].turns[0], answer) for i in chunk
+                    for answer in (questions[i].reference[0], questions[(i + 1) % len(questions)].reference[0])]
+        verdicts = judge.judge_many(requests)
+        seconds = round((time.perf_counter() - t0) / len(chunk), 1)
+        for n, i in enumerate(chunk):
+            q, wrong = questions[i], questions[(i + 1) % len(questions)]
+            good, bad = verdicts[2 * n], verdicts[2 * n + 1]
+            done[q.question_id] = {
+                "question_id": q.question_id, "category": q.category, "mismatched_with": wrong.question_id,
+                "reference_rating": good.rating, "mismatched_rating": bad.rating,
+                "agree": good.rating is not None and bad.rating is not None and good.rating > bad.rating,
+                "tie": good.rating is not None and good.rating == bad.rating,
+                "reference_source": good.source, "mismatched_source": bad.source,
+                "reference_raw": good.raw, "mismatched_raw": bad.raw,  # whole: the rating is at the end
+                "seconds": seconds}  # the chunk's time per question
+            with rows_path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(done[q.question_id]) + "\n")
+            print(json.dumps({k: done[q.question_id][k] for k in ("question_id", "reference_rating",
+                                                                   "mismatched_rating")}), flush=True)
+    rows = [done[q.question_id] for q in questions]
     agreement = bootstrap_ci([float(r["agree"]) for r in rows])
     # FastChat's reading alone: both ratings written in the judge's text (completed ones count as unparsed)
     parsed = [float(r["agree"] and r.get("reference_source", "parsed") == "parsed"

@@ -130,7 +130,8 @@ def _cmd_bench(args) -> int:
         from rhea.eval.judge import Judge
         from rhea.backends.llm import OpenAICompatibleGenerator
 
-        judge = Judge(OpenAICompatibleGenerator(args.judge_url, model=args.judge_model))
+        judge = Judge(OpenAICompatibleGenerator(args.judge_url, model=args.judge_model),
+                      max_new_tokens=args.judge_max_new_tokens or 2048)
     elif "long-horizon" in suites and not args.judge_local:
         print("rhea bench: no judge configured (--judge-url URL --judge-model NAME, any OpenAI-compatible "
               f"endpoint, or `rhea models install {DEFAULT_LOCAL_JUDGE}` for the offline default): long-horizon "
@@ -153,7 +154,9 @@ def _cmd_bench(args) -> int:
 
         # the judge runs the plain base model (adapters disabled); the same model when it is the one benched
         judge_model = model if args.judge_local == args.model else load_rhea_model(args.judge_local, device=args.device)
-        kwargs_of["long-horizon"]["judge"] = Judge(HFGenerator(judge_model))
+        # K episodes' replies of a turn are rated in one batch; 256 new tokens: the setting of its measured agreement
+        kwargs_of["long-horizon"]["judge"] = Judge(HFGenerator(judge_model), max_new_tokens=args.judge_max_new_tokens or 256,
+                                                   batch_size=args.batch_episodes)
     if not getattr(model, "adapters_trained", False):
         print(f"rhea bench: note: {args.model}'s compress/generate adapters are untrained; latent tiers carry noise.",
               file=sys.stderr)
@@ -247,6 +250,9 @@ def register(sub) -> None:
                        help="judge long-horizon replies offline with a local model (zoo name or path, adapters "
                             f"disabled); 'auto' (default): {DEFAULT_LOCAL_JUDGE} when installed and no --judge-url "
                             "is given; 'none': no ratings. See benchmarks/judge_agreement.py for how far to trust it")
+    bench.add_argument("--judge-max-new-tokens", type=int_at_least(16, "judge tokens"), default=None,
+                       help="tokens the judge may write before its rating: default 256 for a local judge (the "
+                            "setting its agreement was measured with), 2048 for an endpoint (FastChat's)")
     bench.add_argument("--no-resume", action="store_true", help="start over even if --out holds a run")
     bench.add_argument("--quiet", action="store_true", help="no progress bar")
     bench.set_defaults(func=_cmd_bench)

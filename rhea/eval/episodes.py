@@ -66,9 +66,10 @@ def _start_state(state: Path | None, environment: dict | None) -> None:
 
 
 def _finish_turn(policy: str, episode, turn, reply: str, error: str | None, trace, history: list, session,
-                 state: Path | None, bar, **extra: Any) -> dict:
-    """The row of one answered turn (scored; its cost and decisions from `trace`; `error` scored as a miss),
-    checkpointed in `state`; `history` grows by the turn unless it failed."""
+                 state: Path | None, bar, scores: dict | None = None, **extra: Any) -> dict:
+    """The row of one answered turn (scored, unless `scores` holds its scores already; its cost and
+    decisions from `trace`; `error` scored as a miss), checkpointed in `state`; `history` grows by the
+    turn unless it failed."""
     row: dict[str, Any] = {"policy": policy, "user": turn.user}
     if error is not None:
         row["error"], reply = error, ""
@@ -77,7 +78,8 @@ def _finish_turn(policy: str, episode, turn, reply: str, error: str | None, trac
         row.update(decision_trace(trace.plan))
         row.update(extra)
     row["reply"] = reply
-    scores = episode.score_turn(turn, reply, history=history)
+    if scores is None:
+        scores = episode.score_turn(turn, reply, history=history)
     row = {**scores, **row, "policy": policy}
     if error is None:
         history.append((turn.user, reply))
@@ -169,14 +171,18 @@ def run_episodes_batched(model, tokenizer, policy: str, episodes: Sequence, stat
             continue
         turns = {k: episodes[k].turns[index] for k in group}
         replies = send_batch([sessions[k] for k in group], [turns[k].user for k in group])
-        for k, reply in zip(group, replies):
+        # the group's turns scored together (a judging suite rates them as one batch); a failure scores as ""
+        scored = episodes[group[0]].suite.score_turns(
+            [(turns[k], "" if isinstance(reply, RheaError) else reply, histories[k]) for k, reply in zip(group, replies)])
+        for k, reply, scores in zip(group, replies, scored):
+            scores = episodes[k].labelled(turns[k], scores)
             if isinstance(reply, RheaError):  # a policy's recorded failure: scored as a miss, as one by one
                 rows[k].append(_finish_turn(policy, episodes[k], turns[k], "", f"{type(reply).__name__}: {reply}",
-                                            None, histories[k], sessions[k], states[k], bar))
+                                            None, histories[k], sessions[k], states[k], bar, scores=scores))
             else:
                 trace = traces[k][-1]
                 rows[k].append(_finish_turn(policy, episodes[k], turns[k], reply, None, trace, histories[k],
-                                            sessions[k], states[k], bar,
+                                            sessions[k], states[k], bar, scores=scores,
                                             batch_rows=trace.record.timings.get("batch_rows", 1.0)))
     for k in live:
         if states[k] is not None:

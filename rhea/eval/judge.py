@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
-from rhea.backends.llm import TextGenerator
+from rhea.backends.llm import TextGenerator, generate_rows
 from rhea.errors import RheaConfigError
 
 #: MT-Bench categories that FastChat grades against a reference answer.
@@ -95,6 +96,32 @@ def parse_rating(judgment: str) -> float | None:
 
 
 @dataclass(frozen=True)
+class JudgeRequest:
+    """One rating to ask for: the judge's chat messages and FastChat's name for the prompt."""
+
+    messages: tuple
+    prompt_name: str
+
+
+def single_request(question: str, answer: str, *, reference: str | None = None) -> JudgeRequest:
+    """FastChat ``single-v1`` (or ``single-math-v1`` with a reference) for one answer."""
+    name = "single-v1" if reference is None else "single-math-v1"
+    return JudgeRequest(({"role": "system", "content": "You are a helpful assistant."},
+                         {"role": "user", "content": _single_prompt(question, answer, reference)}), name)
+
+
+def multi_turn_request(questions: tuple[str, str], answers: tuple[str, str], *,
+                       references: tuple[str, str] | None = None) -> JudgeRequest:
+    """FastChat ``single-v1-multi-turn`` (or its math form): rates the second answer of a two-turn exchange."""
+    if len(questions) != 2 or len(answers) != 2 or (references and len(references) != 2):
+        raise RheaConfigError(f"multi-turn judging takes exactly 2 questions and 2 answers "
+                              f"(got {len(questions)} and {len(answers)})")
+    name = "single-v1-multi-turn" if references is None else "single-math-v1-multi-turn"
+    return JudgeRequest(tuple(_multi_turn_messages(tuple(questions), tuple(answers),
+                                                   tuple(references) if references else None)), name)
+
+
+@dataclass(frozen=True)
 class Judgment:
     """A judge's verdict: `rating` in [1, 10] or None (then `error` says why)."""
 
@@ -110,51 +137,82 @@ class Judgment:
 class Judge:
     """Rates answers 1–10 with an LLM, MT-Bench single-answer style.
 
+    `judge_many` rates several answers together: a local judge (`HFGenerator`) decodes up to
+    `batch_size` prompts as one left-padded batch, which on a memory-bound device costs little
+    more than one prompt (K episodes' replies of one turn index, judged at once); other judges
+    answer one by one.
+
     >>> from rhea.backends.llm import ScriptedGenerator
     >>> j = Judge(ScriptedGenerator(["no rating here"]))
     >>> j.rate("Q?", "A.").error
     'no [[rating]] in 1-10 found in judge output'
+    >>> [v.rating for v in Judge(ScriptedGenerator(["[[3]]", "[[9]]"])).judge_many(
+    ...     [single_request("Q?", "A."), single_request("Q?", "B.")])]
+    [3.0, 9.0]
     """
 
-    def __init__(self, generator: TextGenerator, *, max_new_tokens: int = 512, complete_rating: bool = True):
+    def __init__(self, generator: TextGenerator, *, max_new_tokens: int = 512, complete_rating: bool = True,
+                 batch_size: int = 8):
         if not isinstance(generator, TextGenerator):
             raise TypeError(f"generator={generator!r} must implement rhea.backends.llm.TextGenerator "
                             "(a generate(messages, ...) -> str method)")
         if max_new_tokens < 16:
             raise RheaConfigError(f"max_new_tokens={max_new_tokens} is too small for an explanation "
                              "plus a rating; use >= 16 (FastChat uses 2048)")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise RheaConfigError(f"batch_size={batch_size!r} must be an integer >= 1 (prompts judged in one batch)")
         self.generator = generator
         self.max_new_tokens = max_new_tokens
+        self.batch_size = batch_size
         #: a local judge (one that can score continuations) whose text has no rating is asked for its
         #: likeliest rating after its own explanation; endpoints keep FastChat's rule (no rating: None)
         self.complete_rating = bool(complete_rating) and callable(getattr(generator, "continuation_logprobs", None))
 
+    def describe(self) -> dict:
+        """What decides this judge's ratings, as config.json records it (a resumed run must match)."""
+        target = getattr(self.generator, "model", None)
+        if not isinstance(target, str):  # a local model: its zoo name / base model, else its class
+            config = getattr(target, "config", None)
+            target = getattr(config, "base_model", None) or getattr(config, "_name_or_path", None) or type(
+                self.generator).__name__
+        where = getattr(self.generator, "base_url", None)
+        return {"judge": f"{where}:{target}" if where else str(target), "max_new_tokens": self.max_new_tokens,
+                "complete_rating": self.complete_rating}
+
     def rate(self, question: str, answer: str, *, reference: str | None = None) -> Judgment:
         """Rate one answer (FastChat ``single-v1``, or ``single-math-v1`` with a reference)."""
-        name = "single-v1" if reference is None else "single-math-v1"
-        messages = [{"role": "system", "content": "You are a helpful assistant."},
-                    {"role": "user", "content": _single_prompt(question, answer, reference)}]
-        return self._ask(messages, name)
+        return self.judge_many([single_request(question, answer, reference=reference)])[0]
 
     def rate_multi_turn(self, questions: tuple[str, str], answers: tuple[str, str], *,
                         references: tuple[str, str] | None = None) -> Judgment:
         """Rate the second answer of a two-turn exchange (``single-v1-multi-turn``)."""
-        if len(questions) != 2 or len(answers) != 2 or (references and len(references) != 2):
-            raise RheaConfigError(f"multi-turn judging takes exactly 2 questions and 2 answers "
-                             f"(got {len(questions)} and {len(answers)})")
-        name = "single-v1-multi-turn" if references is None else "single-math-v1-multi-turn"
-        return self._ask(_multi_turn_messages(tuple(questions), tuple(answers),
-                                              tuple(references) if references else None), name)
+        return self.judge_many([multi_turn_request(questions, answers, references=references)])[0]
 
-    def _ask(self, messages: list[dict], name: str) -> Judgment:
-        raw = self.generator.generate(messages, max_new_tokens=self.max_new_tokens,
-                                      temperature=0.0)
+    def judge_many(self, requests: Sequence[JudgeRequest]) -> list[Judgment]:
+        """A verdict for each request, in order; up to `batch_size` prompts decode together (greedy).
+
+        A batch's verdicts equal one-by-one verdicts up to floating-point reassociation (padding
+        changes the reduction order), as for `rhea.backends.llm.generate_rows`.
+        """
+        verdicts: list[Judgment] = []
+        for start in range(0, len(requests), self.batch_size):
+            chunk = list(requests[start:start + self.batch_size])
+            if len(chunk) == 1:  # the generator's own path (its prefix cache), exactly as one rating always ran
+                raws = [self.generator.generate(list(chunk[0].messages), max_new_tokens=self.max_new_tokens,
+                                                temperature=0.0)]
+            else:
+                raws = generate_rows([self.generator] * len(chunk), [list(r.messages) for r in chunk],
+                                     max_new_tokens=self.max_new_tokens)
+            verdicts.extend(self._verdict(r, raw) for r, raw in zip(chunk, raws))
+        return verdicts
+
+    def _verdict(self, request: JudgeRequest, raw: str) -> Judgment:
         rating = parse_rating(raw)
         if rating is not None:
-            return Judgment(rating, raw, name)
+            return Judgment(rating, raw, request.prompt_name)
         if self.complete_rating:
-            return Judgment(self._complete(messages, raw), raw, name, source="completed")
-        return Judgment(None, raw, name, "no [[rating]] in 1-10 found in judge output", source="none")
+            return Judgment(self._complete(list(request.messages), raw), raw, request.prompt_name, source="completed")
+        return Judgment(None, raw, request.prompt_name, "no [[rating]] in 1-10 found in judge output", source="none")
 
     def _complete(self, messages: list[dict], raw: str) -> float:
         """The rating 1-10 the judge finds likeliest after its own explanation and "Rating: [["."""

@@ -220,7 +220,9 @@ def _check_thresholds(model, policies: Sequence[str], policy_kwargs: Mapping[str
 
 
 def _label(value: Any) -> Any:
-    """`value` if JSON can hold it, else its type's name (a judge, a generator) for config.json."""
+    """`value` if JSON can hold it, else what describes it (a judge's settings), else its type's name."""
+    if callable(getattr(value, "describe", None)):
+        return value.describe()
     try:
         json.dumps(value)
         return value

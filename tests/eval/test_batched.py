@@ -143,3 +143,51 @@ def test_a_committed_run_without_checkpoints_runs_only_the_added_policy(model, t
     ran.clear()
     run_suite(model, "instruction-retention", ["vanilla"], out=tmp_path / "x", **settings)
     assert ran == ["vanilla", "vanilla"]
+
+
+def test_long_horizon_judges_each_turn_index_in_one_batch(model, tmp_path):
+    """K episodes' replies of one turn are rated in one judge call, with the ratings one by one gives."""
+    from rhea.backends.llm import ScriptedGenerator
+    from rhea.eval.judge import Judge
+
+    class CountingJudge(Judge):
+        def __init__(self):
+            super().__init__(ScriptedGenerator([f"Rating: [[{1 + k % 10}]]" for k in range(200)]))
+            self.sizes = []
+
+        def judge_many(self, requests):
+            self.sizes.append(len(requests))
+            return super().judge_many(requests)
+
+    settings = dict(n_turns=6, n_episodes=3, max_new_tokens=3, progress=False)
+    one_judge, many_judge = CountingJudge(), CountingJudge()
+    one = run_suite(model, "long-horizon", ["vanilla"], out=tmp_path / "one",
+                    suite_kwargs={"n_facts": 1, "judge": one_judge}, **settings)
+    many = run_suite(model, "long-horizon", ["vanilla"], out=tmp_path / "many", batch_episodes=3,
+                     suite_kwargs={"n_facts": 1, "judge": many_judge}, **settings)
+    assert set(one_judge.sizes) == {1} and len(one_judge.sizes) == 3 * 4  # 4 question turns per episode
+    assert many_judge.sizes == [3, 3, 3, 3]  # one call per question turn index, every episode in it
+    a, b = one["policies"]["vanilla"]["turns"], many["policies"]["vanilla"]["turns"]
+    assert [r["reply"] for r in a] == [r["reply"] for r in b]
+    assert sum(r.get("judge_rating") is not None for r in b) == 12
+    assert [r.get("judge_prompt") for r in a] == [r.get("judge_prompt") for r in b]
+
+
+def test_the_batched_episodes_benchmark_times_a_judged_long_horizon_run(tmp_path, monkeypatch):
+    import rhea.modeling.loading as loading
+    from pathlib import Path
+
+    from tests.repo_scripts import load_script
+
+    module = load_script(Path(__file__).resolve().parents[2] / "benchmarks" / "batched_episodes.py")
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name, **kw: tiny_rhea().eval())
+    out = tmp_path / "lh"
+    assert module.main(["--model", "tiny", "--suite", "long-horizon", "--judge-local", "tiny", "--episodes", "2",
+                        "--turns", "5", "--k", "1,2", "--policies", "vanilla", "--max-new-tokens", "2",
+                        "--judge-max-new-tokens", "16", "--out", str(out)]) == 0
+    saved = json.loads(out.with_suffix(".json").read_text())
+    assert [r["k"] for r in saved["rows"]] == [1, 2] and out.with_suffix(".png").is_file()
+    assert all(r["judged_replies"] == 2 * 3 and r["ratings_same_as_k1"] == 2 * 5 for r in saved["rows"])
+    assert "judge tiny (16 new tokens)" in saved["meta"]["suite"]
+    with pytest.raises(SystemExit):  # a judge without the suite it rates
+        module.main(["--model", "tiny", "--judge-local", "tiny", "--out", str(out)])

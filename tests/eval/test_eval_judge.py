@@ -118,3 +118,36 @@ def test_rating_completion_on_a_real_tiny_model():
 
     j = Judge(HFGenerator(tiny_rhea().eval()), max_new_tokens=16).rate("What is 2+2?", "4")
     assert j.source in ("parsed", "completed") and 1.0 <= j.rating <= 10.0
+
+
+def test_judge_many_rates_in_order_and_in_chunks(monkeypatch):
+    import rhea.eval.judge as judge_module
+    from rhea.eval.judge import multi_turn_request, single_request
+
+    sizes = []
+    real = judge_module.generate_rows
+    monkeypatch.setattr(judge_module, "generate_rows",
+                        lambda gens, convs, **kw: sizes.append(len(gens)) or real(gens, convs, **kw))
+    gen = ScriptedGenerator([f"[[{k}]]" for k in range(1, 6)])
+    requests = [single_request(f"Q{k}?", f"A{k}.") for k in range(4)] + [
+        multi_turn_request(("Q1", "Q2"), ("A1", "A2"), references=("R1", "R2"))]
+    verdicts = Judge(gen, batch_size=2).judge_many(requests)
+    assert [v.rating for v in verdicts] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert [v.prompt_name for v in verdicts] == ["single-v1"] * 4 + ["single-math-v1-multi-turn"]
+    assert sizes == [2, 2]  # the fifth alone goes through the generator's own generate
+    assert gen.calls[0][1]["content"].endswith("A0.\n[The End of Assistant's Answer]")
+    with pytest.raises(ValueError, match="batch_size=0"):
+        Judge(gen, batch_size=0)
+
+
+def test_a_batch_of_judgments_equals_one_by_one_on_a_real_tiny_model():
+    from rhea.backends.llm import HFGenerator
+    from rhea.eval.judge import single_request
+    from rhea.testing import tiny_rhea
+
+    model = tiny_rhea().eval()
+    requests = [single_request("What is 2+2?", "4"), single_request("Name a colour.", "a long answer " * 6),
+                single_request("Why?", "Because.", reference="Because it is.")]
+    one = [Judge(HFGenerator(model), max_new_tokens=16).judge_many([r])[0] for r in requests]
+    many = Judge(HFGenerator(model), max_new_tokens=16).judge_many(requests)
+    assert [(v.raw, v.rating, v.source) for v in many] == [(v.raw, v.rating, v.source) for v in one]

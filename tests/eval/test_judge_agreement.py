@@ -50,12 +50,13 @@ def test_bench_judges_long_horizon_with_a_local_model(tmp_path, monkeypatch, cap
 
     model, loaded = tiny_rhea(), []
     monkeypatch.setattr(loading, "load_rhea_model", lambda name, **kw: loaded.append(name) or model)
-    code = main(["bench", "--suite", "long-horizon", "--policies", "vanilla", "--turns", "5", "--episodes", "1",
-                 "--max-new-tokens", "2", "--model", "tiny", "--judge-local", "tiny", "--out", str(tmp_path),
-                 "--quiet"])
+    code = main(["bench", "--suite", "long-horizon", "--policies", "vanilla", "--turns", "5", "--episodes", "2",
+                 "--batch-episodes", "2", "--max-new-tokens", "2", "--model", "tiny", "--judge-local", "tiny",
+                 "--judge-max-new-tokens", "16", "--out", str(tmp_path), "--quiet"])
     assert code == 0 and loaded == ["tiny"]  # the benched model is reused as the judge
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["config"]["suite_kwargs"]["judge"] == "Judge"
+    judge = saved["config"]["suite_kwargs"]["judge"]  # what decides the ratings, so a resume must match it
+    assert judge["max_new_tokens"] == 16 and judge["complete_rating"] is True and judge["judge"]
     rows = [r for r in saved["policies"]["vanilla"]["turns"] if r["kind"] == "query"]
     assert rows and all(r.get("judge") in ("ok", "error") for r in rows)  # asked, not skipped
     assert main(["bench", "--suite", "long-horizon", "--model", "tiny", "--judge-local", "tiny",
@@ -80,8 +81,9 @@ def test_a_killed_run_resumes_from_its_rows(tmp_path, monkeypatch):
     # the first run dies after two questions (its judge runs out of replies on the third)
     monkeypatch.setattr(llm, "OpenAICompatibleGenerator", judge_replies(["[[9]]", "[[2]]", "[[5]]", "[[5]]"]))
     with pytest.raises(RuntimeError, match="ran out of replies"):
-        module.main(["--data", str(data), "--judge-url", "http://judge", "--out", str(tmp_path / "agree")])
+        module.main(["--data", str(data), "--judge-url", "http://judge", "--batch", "1", "--out", str(tmp_path / "agree")])
     assert len((tmp_path / "agree.rows.jsonl").read_text().splitlines()) == 3  # settings + 2 rows
+    # (the rerun judges its two questions as one batch of 4 ratings: batching is not a setting of the rows)
     # the rerun asks only for the last two questions and reports all four
     monkeypatch.setattr(llm, "OpenAICompatibleGenerator", judge_replies(["[[3]]", "[[7]]", "no rating", "[[1]]"]))
     assert module.main(["--data", str(data), "--judge-url", "http://judge", "--out", str(tmp_path / "agree")]) == 0

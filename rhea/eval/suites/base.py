@@ -66,7 +66,10 @@ class Episode:
     def score_turn(self, turn: SuiteTurn, reply: str, *,
                    history: Sequence[tuple[str, str]] = ()) -> dict:
         """Metrics for `reply` to `turn`; `history` is the earlier (user, reply) pairs."""
-        scores = self.suite.score_turn(turn, reply, history=history)
+        return self.labelled(turn, self.suite.score_turn(turn, reply, history=history))
+
+    def labelled(self, turn: SuiteTurn, scores: dict) -> dict:
+        """`scores` of `turn` with the episode and turn they belong to."""
         return {"episode_id": self.episode_id, "turn_index": turn.meta.get("index"),
                 "kind": turn.kind, **scores}
 
@@ -138,6 +141,12 @@ class Suite:
     def score_turn(self, turn: SuiteTurn, reply: str, *,
                    history: Sequence[tuple[str, str]] = ()) -> dict:
         raise NotImplementedError
+
+    def score_turns(self, items: Sequence[tuple[SuiteTurn, str, Sequence[tuple[str, str]]]]) -> list[dict]:
+        """`score_turn` of each ``(turn, reply, history)``, in order: the turns of several episodes
+        answered in one batch. A suite whose scoring asks a model (long-horizon's judge) overrides
+        this to ask once for all of them."""
+        return [self.score_turn(turn, reply, history=history) for turn, reply, history in items]
 
     def aggregate(self, turn_scores: Sequence[dict]) -> dict:
         """Suite metrics plus a summary of any extra numeric fields the runner recorded."""

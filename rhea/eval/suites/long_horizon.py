@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Sequence
 
 from rhea.eval import loaders
-from rhea.eval.judge import REFERENCE_CATEGORIES, Judge
+from rhea.eval.judge import (REFERENCE_CATEGORIES, Judge, JudgeRequest, multi_turn_request,
+                             single_request)
 from rhea.eval.suites.base import (Suite, SuiteConfigError, SuiteTurn, mean, require_int,
                                    value_matches)
 from rhea.eval.suites.builtin import CHAINED_QUESTIONS, PLANTED_FACTS
@@ -94,34 +95,48 @@ class LongHorizonSuite(Suite):
         return turns, {"facts": {a: v for (a, *_), v in planted}}
 
     def score_turn(self, turn: SuiteTurn, reply: str, *, history=()) -> dict:
+        return self.score_turns([(turn, reply, history)])[0]
+
+    def score_turns(self, items) -> list[dict]:
+        """Scores of each ``(turn, reply, history)``; every judged reply among them is rated in one
+        `Judge.judge_many` call (K episodes' turn t in a batched run: one batch for the judge too)."""
+        scores = [self._rule_scores(turn, reply) for turn, reply, _ in items]
+        asked = [(i, self._judge_request(turn, reply, history)) for i, (turn, reply, history) in enumerate(items)
+                 if turn.kind == "query"]
+        if self.judge is None:
+            for i, _ in asked:
+                scores[i].update({"judge": "skipped", "judge_rating": None})
+            return scores
+        verdicts = self.judge.judge_many([request for _, request in asked]) if asked else []
+        for (i, _), verdict in zip(asked, verdicts):
+            scores[i].update({"judge": "ok" if verdict.rating is not None else "error",
+                              "judge_rating": verdict.rating, "judge_prompt": verdict.prompt_name,
+                              "judge_error": verdict.error})
+        return scores
+
+    @staticmethod
+    def _rule_scores(turn: SuiteTurn, reply: str) -> dict:
         if turn.kind == "probe":
-            return {"recall_correct": value_matches(reply, turn.expected,
-                                                    turn.meta["candidates"])}
+            return {"recall_correct": value_matches(reply, turn.expected, turn.meta["candidates"])}
         if turn.kind != "query":
             return {}
         short = turn.expected is not None and len(turn.expected) <= SHORT_REFERENCE_CHARS
-        scores = {"category": turn.meta["category"], "turn_number": turn.meta["turn_number"],
-                  "rule_correct": value_matches(reply, turn.expected) if short else None}
-        scores.update(self._judge(turn, reply, history))
-        return scores
+        return {"category": turn.meta["category"], "turn_number": turn.meta["turn_number"],
+                "rule_correct": value_matches(reply, turn.expected) if short else None}
 
-    def _judge(self, turn: SuiteTurn, reply: str, history: Sequence[tuple[str, str]]) -> dict:
-        if self.judge is None:
-            return {"judge": "skipped", "judge_rating": None}
+    @staticmethod
+    def _judge_request(turn: SuiteTurn, reply: str, history: Sequence[tuple[str, str]]) -> JudgeRequest:
+        """FastChat's prompt for a question reply: multi-turn for a second turn whose first answer is in
+        `history`, the math forms with the reference for math / reasoning / coding."""
         use_reference = turn.meta["category"] in REFERENCE_CATEGORIES and turn.expected
         reference = turn.expected if use_reference else None
         first_answer = next((a for u, a in reversed(list(history))
                              if u == turn.meta["first_question"]), None)
         if turn.meta["turn_number"] == 2 and first_answer is not None:
             references = turn.meta["references"]
-            verdict = self.judge.rate_multi_turn(
-                (turn.meta["first_question"], turn.user), (first_answer, reply),
-                references=references if use_reference and len(references) == 2 else None)
-        else:
-            verdict = self.judge.rate(turn.user, reply, reference=reference)
-        return {"judge": "ok" if verdict.rating is not None else "error",
-                "judge_rating": verdict.rating, "judge_prompt": verdict.prompt_name,
-                "judge_error": verdict.error}
+            return multi_turn_request((turn.meta["first_question"], turn.user), (first_answer, reply),
+                                      references=references if use_reference and len(references) == 2 else None)
+        return single_request(turn.user, reply, reference=reference)
 
     def _aggregate(self, turn_scores: Sequence[dict]) -> dict:
         probes = [s for s in turn_scores if s.get("kind") == "probe"]
