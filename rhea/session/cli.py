@@ -36,6 +36,7 @@ def retrieval_mode_line(model: str) -> str | None:
 
 def register(sub) -> None:
     from rhea.constants import DEFAULT_POLICY
+    from rhea.modeling.config import REPLAN_HIDDEN
     from rhea.modeling.loading import add_device_argument, add_threads_argument, int_at_least
 
     chat = sub.add_parser("chat", help="chat with a model under a context policy (or --demo)")
@@ -60,7 +61,7 @@ def register(sub) -> None:
     chat.add_argument("--replan-top", type=int_at_least(0, "best turns checked against a kept plan"), default=None,
                       help="with --replan-every: the query's N best turns that the kept plan hides are recalled after "
                            "the newest turn, or force a fresh plan (--replan-hidden; default: the model's config; 0 = never)")
-    chat.add_argument("--replan-hidden", choices=["recall", "replan"], default=None,
+    chat.add_argument("--replan-hidden", choices=REPLAN_HIDDEN, default=None,
                       help="with --replan-every: show hidden best turns again before the query (recall) or re-plan now")
     chat.add_argument("--latent-tier", choices=["auto", "on", "off"], default=None,
                       help="auto: latents only when the compressor's recorded fidelity meets the target; on: always")
