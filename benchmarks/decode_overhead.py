@@ -1,7 +1,9 @@
 """Where a reply's time goes: plain transformers vs Rhea's generate path, same weights, one run.
 
 One randomly initialised model of a real shape (see `efficiency_shapes.py`), a random prompt
-of --prompt tokens, greedy decoding forced to --new-tokens tokens. Providers:
+of --prompt tokens, greedy decoding forced to --new-tokens tokens. Every provider runs its linear
+layers through ``F.linear`` (``model.decode_kernel = False``; the CPU kernel of the library's
+default is `benchmarks/decode_linear.py`'s subject). Providers:
 
 * ``hf``: the bare transformers model's ``generate`` (no PEFT, no hooks), greedy;
 * ``hf_rhea_kwargs``: the same with Rhea's decoding settings (repetition penalty 1.15 and
@@ -64,6 +66,7 @@ def main(argv=None) -> int:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     tok_dir = args.tokenizer or str(cache_dir() / "models" / "qwen2.5-coder-1.5b")
     model = random_model(args.shape, tok_dir, device, dtype)
+    model.decode_kernel = False  # F.linear on every path, as `hf` runs; benchmarks/decode_linear.py measures the kernel
     bare, _ = random_base(args.shape, tok_dir, device, dtype, seed=1)  # no PEFT layers, no hooks
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(100, 20000, (1, args.prompt), generator=g).to(device)

@@ -255,6 +255,30 @@ RHEA_INLINE void qk_dots_body(const float* q, int64_t ldq, int64_t nq, const flo
   }
 }
 
+// y[i * ldy + n] += x_i . W_n for every row i < M of x (x_i = x + i * ldx) and every output
+// n in [n0, n1) (W_n = W + n * ldw, K columns each): a linear layer's product for a few rows, as
+// in decoding, where a BLAS GEMM is far from both its compute and its memory bound. Same loop as
+// qk_dots: columns in passes of kDotColumns, x rows in register blocks of 8/4/2/1, so each weight
+// element is loaded once per block of 8 rows and meets them in 8 vector FMAs.
+template <typename V>
+RHEA_INLINE void linear_rows_body(const float* x, int64_t ldx, int64_t M, const float* W, int64_t ldw, int64_t K,
+                                  int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  for (int64_t x0 = 0; x0 < K; x0 += kDotColumns) {
+    const int64_t x1 = std::min(K, x0 + kDotColumns);
+    for (int64_t i = 0; i < M;) {
+      const int64_t left = M - i;
+      const float* xi = x + i * ldx;
+      float* yi = y + i * ldy + n0;
+#define RHEA_LIN(NB) qk_block_body<V, NB, false>(xi, ldx, W + n0 * ldw, ldw, n1 - n0, x0, x1, yi, ldy, nullptr), i += NB
+      if (left >= 8) RHEA_LIN(8);
+      else if (left >= 4) RHEA_LIN(4);
+      else if (left >= 2) RHEA_LIN(2);
+      else RHEA_LIN(1);
+#undef RHEA_LIN
+    }
+  }
+}
+
 struct RowKernels {
   float (*softmax_step)(float*, int64_t, int64_t, int64_t, float, float*, float*);
   void (*probs)(float*, int64_t, int64_t, int64_t, float, float);
@@ -262,6 +286,8 @@ struct RowKernels {
   void (*scale)(float*, int64_t, float);
   float (*sumsq)(const float*, int64_t);
   void (*qk_dots)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*, float*);
+  void (*linear_rows)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, int64_t, float*,
+                      int64_t);
   const char* isa;
 };
 
@@ -283,6 +309,10 @@ struct RowKernels {
                              int64_t d, float* dots, float* sq) {                                           \
     qk_dots_body<VEC>(q, ldq, nq, K, ldk, rows, d, dots, sq);                                               \
   }                                                                                                         \
+  TARGET inline void linear_rows(const float* x, int64_t ldx, int64_t M, const float* W, int64_t ldw,        \
+                                 int64_t K, int64_t n0, int64_t n1, float* y, int64_t ldy) {                \
+    linear_rows_body<VEC>(x, ldx, M, W, ldw, K, n0, n1, y, ldy);                                            \
+  }                                                                                                         \
   }
 
 RHEA_STAMP_ROW_KERNELS(isa_default, , vf4)
@@ -297,7 +327,8 @@ RHEA_STAMP_ROW_KERNELS(isa_avx512, __attribute__((target("avx512f,avx512vl,avx51
 inline const RowKernels& row_kernels() {
   static const RowKernels k = [] {
 #define RHEA_ROW_KERNELS(NS) \
-  RowKernels { &NS::softmax_step, &NS::probs, &NS::dsoftmax, &NS::scale, &NS::sumsq, &NS::qk_dots, #NS }
+  RowKernels { &NS::softmax_step, &NS::probs, &NS::dsoftmax, &NS::scale, &NS::sumsq, &NS::qk_dots, \
+             &NS::linear_rows, #NS }
 #ifdef RHEA_HAVE_X86_CLONES
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))

@@ -131,12 +131,18 @@ class HFGenerator:
         return cache, shared
 
     def _context(self):
+        """The adapter this generator runs (a `RheaForCausalLM`), with decoding steps' linear layers
+        on `rhea_kernels.decode_linear` where the model decodes with it (CPU, fp32)."""
         import contextlib
 
         is_rhea = hasattr(self.model, "disable_adapters") and hasattr(self.model, "adapter")
-        if not is_rhea:
-            return contextlib.nullcontext()
-        return self.model.adapter(self.adapter) if self.adapter else self.model.disable_adapters()
+        stack = contextlib.ExitStack()
+        if is_rhea:
+            stack.enter_context(self.model.adapter(self.adapter) if self.adapter else self.model.disable_adapters())
+            stack.enter_context(self.model.decoding())
+        else:
+            stack.enter_context(_plain_decoding(self.model))
+        return stack
 
     def _backbone(self):
         return self.model.peft_model if hasattr(self.model, "peft_model") else self.model
@@ -310,6 +316,23 @@ class HFGenerator:
         with first._context(), torch.no_grad():
             out = model.generate(input_ids=input_ids.to(device), attention_mask=mask.to(device), **kwargs)
         return [g._finish_row(row, len(prompt), stop) for g, row, prompt in zip(generators, out[:, width:].tolist(), ids)]
+
+
+def _plain_decoding(model):
+    """`rhea_kernels.decode_linears` over a plain HF model whose weights are fp32 on a CPU (where the
+    kernel is built), else nothing: what `RheaForCausalLM.decoding` does for a Rhea model."""
+    import contextlib
+
+    import torch
+
+    try:
+        from rhea_kernels.decode_linear import available, decode_linears
+    except ImportError:  # pragma: no cover - rhea_kernels ships with rhea
+        return contextlib.nullcontext()
+    first = next(iter(model.parameters()), None) if isinstance(model, torch.nn.Module) else None
+    if first is None or first.device.type != "cpu" or first.dtype != torch.float32 or not available():
+        return contextlib.nullcontext()
+    return decode_linears(model)
 
 
 def generate_rows(generators: Sequence[TextGenerator], conversations: Sequence[Sequence[Message]], *,

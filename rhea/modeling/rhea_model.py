@@ -220,6 +220,12 @@ class RheaForCausalLM(nn.Module):
         #: in memory. None (default) = on CUDA where the copy fits (docs/gpu.md: 2.05x -> 1.12x
         #: the base model per token on an H100); True / False force it.
         self.decode_merged: bool | None = None
+        #: `generate` runs the linear layers of a batch's decoding steps (2-16 rows: one token per
+        #: sequence) through `rhea_kernels.decode_linear`, the C++ kernel built for that shape, and
+        #: leaves one row's steps and the prompt's prefill to BLAS. None (default) = on a CPU with fp32 weights where the
+        #: extension has the kernel (docs/kernels.md: 8 rows of Qwen2.5-1.5B's MLP projections 1.6-2.5x
+        #: faster than MKL on this project's AVX2 CPU); True / False force it.
+        self.decode_kernel: bool | None = None
         self._merged_cache: dict[str, tuple[tuple, list]] = {}
 
     # ------------------------------------------------------------------ construction
@@ -795,6 +801,23 @@ class RheaForCausalLM(nn.Module):
             return self.device.type == "cuda" and self._merged_copy_fits("generate")
         return bool(self.decode_merged)
 
+    @property
+    def decodes_with_kernel(self) -> bool:
+        """Whether `generate` routes decoding steps' linear layers to `rhea_kernels.decode_linear`:
+        ``decode_kernel``, or when None on a CPU with fp32 weights where the C++ kernel is built."""
+        from rhea_kernels.decode_linear import available
+
+        if self.decode_kernel is None:
+            return self.device.type == "cpu" and self.dtype == torch.float32 and available()
+        return bool(self.decode_kernel)
+
+    def decoding(self):
+        """The block `generate` decodes in: the decoding steps' linear layers routed to
+        `rhea_kernels.decode_linears` where `decodes_with_kernel`, else nothing."""
+        from rhea_kernels.decode_linear import decode_linears
+
+        return decode_linears(self.peft_model) if self.decodes_with_kernel else contextlib.nullcontext()
+
     #: the default (decode_merged None) builds the merged copy only while this share of the GPU's
     #: free memory stays free after it: the copy must not crowd out the KV cache
     MERGED_COPY_MAX_FREE_SHARE = 0.5
@@ -1193,7 +1216,8 @@ class RheaForCausalLM(nn.Module):
 
         On CUDA (``model.decode_merged`` None, the default) or with ``decode_merged = True`` the
         adapter is folded into cached weights for the call (`merged`): the same tokens, at the
-        base model's cost per token. Returns ``input_ids`` followed by the new tokens, like ``transformers``' ``generate``.
+        base model's cost per token. On a CPU (``model.decode_kernel``) the decoding steps' linear
+        layers run `rhea_kernels.decode_linear` (`decoding`). Returns ``input_ids`` followed by the new tokens, like ``transformers``' ``generate``.
         `<mem>` is never generated. Left padding is supported (pass `attention_mask`).
         """
         inputs_embeds, slots, rows = self._embed_latents(input_ids, latent_embeds)
@@ -1208,7 +1232,7 @@ class RheaForCausalLM(nn.Module):
         # inside `disable_adapters` (the baselines' path) the base model decodes: nothing to merge
         merged = self.merged("generate") if self.decodes_merged and not self._adapters_disabled() \
             else contextlib.nullcontext()
-        with self.adapter("generate"), merged, self._inject_forward_kwargs(anchor), \
+        with self.adapter("generate"), merged, self.decoding(), self._inject_forward_kwargs(anchor), \
                 self._deep_latents(slots, rows, once=True):
             return self.peft_model.generate(
                 input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask, **generate_kwargs

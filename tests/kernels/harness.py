@@ -82,6 +82,23 @@ def attn_inputs(B, H, Hkv, N, D, prefix_len, dtype, seed=0, device="cpu"):
     return tuple(t.to(device) for t in (q, k, v, torch.tensor(prefix_len, dtype=torch.int64), grad_out))
 
 
+# (leading dims of x, K, N, with bias): rows in register blocks of 8+4+1 (13) and past 16; K with a
+# vector tail and past one 768-column pass; N past one 64-row block; a 3-D x (decoding's [B, 1, K])
+LINEAR_SHAPES = [((1,), 64, 33, False), ((8,), 777, 100, True), ((3, 1), 1600, 65, True), ((13,), 96, 130, False),
+                 ((2, 9), 40, 7, True), ((1, 1), 5, 1, False)]
+# threads split the outputs: Qwen2.5-1.5B's attention and MLP widths at a decoding batch
+BIG_LINEAR_SHAPES = [((8, 1), 1536, 2048, True), ((16,), 8960, 300, False)]
+CUDA_BIG_LINEAR_SHAPES = BIG_LINEAR_SHAPES + [((8, 1), 1536, 8960, False)]
+
+
+def linear_inputs(lead, K, N, with_bias, dtype, seed=0, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*lead, K, generator=g).to(dtype)
+    w = (torch.randn(N, K, generator=g) / K ** 0.5).to(dtype)
+    b = torch.randn(N, generator=g).to(dtype) if with_bias else None
+    return tuple(t.to(device) if t is not None else None for t in (x, w, b))
+
+
 def _f32(t):
     return t.float() if t is not None and t.is_floating_point() else t
 
@@ -155,6 +172,13 @@ def _bwd_compare(got, want, args, dt, device):
         assert rel_rms(g, w, floor=0.1) < tol, f"d{name}: {rel_rms(g, w, floor=0.1):.2e}"
 
 
+def _linear_compare(got, want, args, dt, device):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    # fp32: the C++ kernel sums in another order than BLAS; other dtypes take F.linear itself
+    tol = {"fp32": 1e-5, "fp16": 1e-3, "bf16": 1e-2}[dt]
+    assert torch.allclose(got.float(), want.float(), rtol=tol, atol=tol), (got.float() - want.float()).abs().max()
+
+
 def _score_args(shape, dtype, device):
     return score_inputs(*shape, dtype, device=device)
 
@@ -199,6 +223,12 @@ SPECS = {
     "anchored_attention_bwd": OpSpec(
         "anchored_attention_bwd", ATTN_SHAPES, BIG_ATTN_SHAPES, CUDA_BIG_ATTN_SHAPES, _bwd_args,
         lambda a: R.anchored_attention_bwd(*(_f32(t) for t in a[:4]), *a[6:]), _bwd_compare, _attn_id,
+    ),
+    "decode_linear": OpSpec(
+        "decode_linear", LINEAR_SHAPES, BIG_LINEAR_SHAPES, CUDA_BIG_LINEAR_SHAPES,
+        lambda s, dt, dev: linear_inputs(*s, dt, device=dev), lambda a: R.decode_linear(*a), _linear_compare,
+        lambda s: f"x{'x'.join(map(str, s[0]))}-K{s[1]}-N{s[2]}{'-b' if s[3] else ''}",
+        interp_dtypes=(),  # no Triton kernel: CUDA runs the reference
     ),
 }
 

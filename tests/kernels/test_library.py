@@ -10,7 +10,8 @@ import rhea_kernels as rk
 from rhea_kernels import reference as R
 from tests.kernels.harness import SPECS, attn_inputs, rel_rms, score_inputs
 
-EXPECTED_OPS = {"turn_scores", "turn_scores_and_tiers", "anchored_attention_fwd", "anchored_attention_bwd"}
+EXPECTED_OPS = {"turn_scores", "turn_scores_and_tiers", "anchored_attention_fwd", "anchored_attention_bwd",
+                "decode_linear"}
 
 
 def test_one_name_per_op():
@@ -45,7 +46,8 @@ def test_autograd_registered_once_for_the_forward_only():
 @pytest.mark.parametrize("name", sorted(EXPECTED_OPS))
 def test_opcheck(name):
     spec = SPECS[name]
-    shape = {"turn_scores": spec.shapes[1], "turn_scores_and_tiers": spec.shapes[1]}.get(
+    shape = {"turn_scores": spec.shapes[1], "turn_scores_and_tiers": spec.shapes[1],
+             "decode_linear": spec.shapes[1]}.get(
         name, (2, 4, 2, 9, 16, [3, 9], True))
     args = spec.make(shape, torch.float32, "cpu")
     if name == "anchored_attention_fwd":  # with gradients: checks the autograd registration too
