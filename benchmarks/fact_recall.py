@@ -108,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="where the model runs: cpu (default), cuda, cuda:N or auto (checked before any model loads)")
     p.add_argument("--out", required=True, help="output stem: <out>.json, <out>.png, <out>.rows.jsonl")
     p.add_argument("--summarise-only", action="store_true", help="no model: summarise <out>.rows.jsonl")
+    p.add_argument("--write-fidelity", default=None, metavar="DIR",
+                   help="record this run's raw / latent / dropped accuracies as fidelity['fact_recall'] in DIR's "
+                        "rhea_config.json (the adapters measured; their reconstruction fidelity must be recorded first, "
+                        "by benchmarks/reconstruction.py --write-fidelity): latent_tier='auto' then also needs issue "
+                        "#22's criterion. Needs --mode generate with the item questions; works with --summarise-only")
     p.add_argument("--versus", default=None,
                    help="another run's output stem on the same items and in the same --mode (e.g. an earlier "
                         "checkpoint); records the paired change of latent and of latent - latent_other from it to "
@@ -137,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                               + (" with --mode reconstruct" if args.mode == "reconstruct" else ""))
     if not args.summarise_only and not args.model:
         raise RheaConfigError("--model is required unless --summarise-only")
+    if args.write_fidelity is not None:
+        _check_fidelity_target(args)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     rows_path = out.with_name(out.name + ".rows.jsonl")
@@ -215,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         summarised_by = None
     generated_by = prev if summarised_by else {}  # whose generation settings the JSON records
+    if summarised_by:
+        seconds = prev.get("seconds_this_run", seconds)  # the generating run's seconds, not the summary's 0
     result = {"model": args.model or prev.get("model"), "data": args.data or "rhea/data/fact_recall.jsonl",
               "n_items": len({r["id"] for r in used}),
               "max_new_tokens": generated_by.get("max_new_tokens", args.max_new_tokens),
@@ -250,7 +259,47 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:22s} diff {s['diff']:+.3f} [{s['diff_ci'][0]:+.3f}, {s['diff_ci'][1]:+.3f}]  ratio {s['ratio']}")
     crit = summary["criterion"]
     print({True: "PASS", False: "FAIL", None: "N/A"}[crit["passed"]], "-", crit.get("rule", crit.get("reason")), flush=True)
+    if args.write_fidelity is not None:
+        if crit["passed"] is None:
+            raise RheaConfigError(f"--write-fidelity needs raw, latent and dropped answers in {rows_path}; "
+                                  "run with --conditions raw,latent,dropped")
+        write_fact_recall(args.write_fidelity, acc, command=this_command)
     return 0
+
+
+def _check_fidelity_target(args) -> None:
+    """--write-fidelity's directory and settings, checked before any model loads."""
+    from rhea.modeling.config import RheaConfig
+
+    if args.mode != "generate" or args.question_form != "item" or args.limit is not None:
+        raise RheaConfigError("--write-fidelity records the issue's measure: --mode generate, --question-form item, "
+                              "every item (no --limit)")
+    from rhea.modeling.config import CONFIG_NAME
+
+    if not (Path(args.write_fidelity) / CONFIG_NAME).is_file():
+        raise RheaConfigError(f"--write-fidelity {args.write_fidelity!r} has no {CONFIG_NAME}: name the directory of the "
+                              "adapters measured (e.g. rhea/data/adapters/qwen2.5-coder-1.5b)")
+    cfg = RheaConfig.load(args.write_fidelity)
+    if not cfg.fidelity:
+        raise RheaConfigError(f"{args.write_fidelity} records no reconstruction fidelity; run benchmarks/reconstruction.py "
+                              f"--adapters {args.write_fidelity} --write-fidelity first")
+
+
+def write_fact_recall(directory: str, acc: dict, *, command: str) -> dict:
+    """Record raw / latent / dropped accuracies as ``fidelity["fact_recall"]`` in `directory`'s rhea_config.json (and
+    its model card); returns the entry."""
+    from rhea.modeling.card import write_model_card
+    from rhea.modeling.config import RheaConfig
+
+    cfg = RheaConfig.load(directory)
+    entry = {"latent": round(acc["latent"]["accuracy"], 4), "raw": round(acc["raw"]["accuracy"], 4),
+             "dropped": round(acc["dropped"]["accuracy"], 4), "n": int(acc["latent"]["n"]),
+             "measured_on": f"{command} (greedy answers to questions about held-apart replies)"}
+    cfg.fidelity = {**cfg.fidelity, "fact_recall": entry}
+    cfg.save(directory)  # recomputes extra.active_mode: the latent tier's state under the new fidelity
+    write_model_card(directory)
+    print(f"fidelity['fact_recall'] written to {directory}: {entry}; {cfg.active_mode()['reason']}", flush=True)
+    return entry
 
 
 if __name__ == "__main__":

@@ -216,9 +216,11 @@ def main(argv=None) -> int:
         tf = results[first]["teacher_forced"]
         chunking = results[first]["compress_chunk_tokens"]
         how = "whole" if chunking is None else f"compressed in pieces of {chunking} tokens"
+        facts = (cfg.fidelity or {}).get("fact_recall")  # benchmarks/fact_recall.py --write-fidelity's, kept
         cfg.fidelity = {"reconstruction_token_acc": round(tf["own"]["mean"], 4), "control_gap": round(tf["gap"]["mean"], 4),
                         "measured_on": f"benchmarks/reconstruction.py: first {args.chunk_tokens} tokens of held-apart "
-                                       f"real replies (shared/data), {how}, teacher-forced", "n": len(texts)}
+                                       f"real replies (shared/data), {how}, teacher-forced", "n": len(texts),
+                        **({"fact_recall": facts} if facts else {})}
         cfg.compress_chunk_tokens = chunking  # the policy must compress replies as they were measured
         cfg.save(first)  # recomputes extra.active_mode (the latent tier's state) from the new fidelity
         write_model_card(first)  # the directory's README.md describes the measured model

@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from rhea.modeling.config import CONFIG_NAME, FIDELITY_MIN_TOKEN_ACC, RheaConfig
+from rhea.modeling.config import (CONFIG_NAME, FACT_RECALL_MIN_MARGIN, FACT_RECALL_MIN_RATIO, FIDELITY_MIN_TOKEN_ACC,
+                                  RheaConfig)
 
 CARD_NAME = "README.md"
 
@@ -77,12 +78,19 @@ def _fidelity_lines(config: RheaConfig) -> list[str]:
         lines = [f"Reconstruction of held-apart text from its latents (teacher-forced token accuracy): "
                  f"**{fid.get('reconstruction_token_acc')}**; own latents minus another text's (control gap): "
                  f"**{_num(fid.get('control_gap'))}**; n = {fid.get('n')}. Measured on: {fid.get('measured_on')}."]
+        facts = fid.get("fact_recall")
+        if facts:
+            lines += ["", f"Fact recall (greedy answers to questions about held-apart replies, n = {facts.get('n')}): "
+                          f"reply as latents **{_num(facts.get('latent'))}**, as text {_num(facts.get('raw'))}, dropped "
+                          f"{_num(facts.get('dropped'))}. Measured by: {facts.get('measured_on')}."]
     else:
         lines = ["No compressor fidelity is recorded (`benchmarks/reconstruction.py --write-fidelity` measures it)."]
     lines.append("")
     lines.append(f"Latent tier: **{mode['reason']}**. "
                  f"With `latent_tier=\"auto\"` it is on only when token accuracy is at least {FIDELITY_MIN_TOKEN_ACC} "
-                 "with a positive control gap; otherwise turns that would be latents stay text or are dropped.")
+                 f"with a positive control gap and, where fact recall is recorded, the latents answer at least "
+                 f"{FACT_RECALL_MIN_RATIO} x as often as the text and {FACT_RECALL_MIN_MARGIN} more often than dropping the "
+                 "reply; otherwise turns that would be latents stay text or are dropped.")
     return lines
 
 

@@ -27,10 +27,33 @@ REPLAN_HIDDEN = ("recall", "replan")
 #: reply to stand in for it, so the latent tier is off unless the user asks for it.
 FIDELITY_MIN_TOKEN_ACC = 0.9
 FIDELITY_MIN_CONTROL_GAP = 0.0
+#: where the fidelity also records fact recall (questions about a reply answered with the reply as text, as
+#: latents, or dropped: benchmarks/fact_recall.py on a model that can answer them), the latents must carry
+#: the facts too: latent >= FACT_RECALL_MIN_RATIO x raw and latent >= dropped + FACT_RECALL_MIN_MARGIN (issue
+#: #22's criterion). Reconstruction alone can pass while the answers through the latents are invented:
+#: Qwen2.5-Coder-1.5B's shipped compressor reconstructs 0.96 of held-apart tokens but answers 0.42 of the facts
+#: (raw 0.80), and with its latents in the prompt state-tracking answers turned into generic values
+#: (docs/quality.md, "Eight episodes: state tracking")
+FACT_RECALL_MIN_RATIO = 0.6
+FACT_RECALL_MIN_MARGIN = 0.25
+FACT_RECALL_KEYS = ("latent", "raw", "dropped", "n", "measured_on")
+
+
+def fact_recall_passes(fact_recall: Mapping) -> bool:
+    """Issue #22's criterion on a recorded fact recall (accuracies in [0, 1], point estimates).
+
+    >>> fact_recall_passes({"latent": 0.42, "raw": 0.80, "dropped": 0.02, "n": 60, "measured_on": "x"})
+    False
+    >>> fact_recall_passes({"latent": 0.50, "raw": 0.80, "dropped": 0.02, "n": 60, "measured_on": "x"})
+    True
+    """
+    lat, raw, drop = (float(fact_recall[k]) for k in ("latent", "raw", "dropped"))
+    return lat >= FACT_RECALL_MIN_RATIO * raw and lat >= drop + FACT_RECALL_MIN_MARGIN
 
 
 def fidelity_passes(fidelity: Mapping | None) -> bool:
-    """Whether a recorded compressor fidelity meets the target (`FIDELITY_MIN_TOKEN_ACC`, control gap > 0).
+    """Whether a recorded compressor fidelity meets the target (`FIDELITY_MIN_TOKEN_ACC`, control gap > 0,
+    and `fact_recall_passes` where ``fidelity["fact_recall"]`` is recorded).
 
     >>> fidelity_passes({"reconstruction_token_acc": 0.95, "control_gap": 0.3, "measured_on": "x", "n": 100})
     True
@@ -44,7 +67,9 @@ def fidelity_passes(fidelity: Mapping | None) -> bool:
     acc, gap = fidelity.get("reconstruction_token_acc"), fidelity.get("control_gap")
     if acc is None or gap is None:
         return False
-    return float(acc) >= FIDELITY_MIN_TOKEN_ACC and float(gap) > FIDELITY_MIN_CONTROL_GAP
+    facts = fidelity.get("fact_recall")
+    return (float(acc) >= FIDELITY_MIN_TOKEN_ACC and float(gap) > FIDELITY_MIN_CONTROL_GAP
+            and (facts is None or fact_recall_passes(facts)))
 
 
 def latent_tier_active(setting: str, fidelity: Mapping | None) -> tuple[bool, str]:
@@ -60,6 +85,12 @@ def latent_tier_active(setting: str, fidelity: Mapping | None) -> tuple[bool, st
         return False, f"latent tier off: no measured compressor fidelity in rhea_config.json (target: {target})"
     acc, gap = fidelity.get("reconstruction_token_acc"), fidelity.get("control_gap")
     measured = f"reconstruction token acc {acc}, control gap {gap}"
+    facts = fidelity.get("fact_recall")
+    if facts is not None:
+        target += (f"; fact recall latent >= {FACT_RECALL_MIN_RATIO} x raw and >= dropped + "
+                   f"{FACT_RECALL_MIN_MARGIN}")
+        measured += (f"; fact recall latent {facts['latent']:.2f}, raw {facts['raw']:.2f}, "
+                     f"dropped {facts['dropped']:.2f} (n = {facts['n']})")
     if fidelity_passes(fidelity):
         return True, f"latent tier on: compressor fidelity {measured} meets the target ({target})"
     return False, f"latent tier off: compressor fidelity {measured} is below the target ({target})"
@@ -168,7 +199,8 @@ class RheaConfig:
     #: "auto": the latent tier is on only when `fidelity` meets the target (rhea.memory.scoring); "on" / "off" force it
     latent_tier: str = "auto"
     #: the compressor's measured reconstruction fidelity: {"reconstruction_token_acc": float, "control_gap": float,
-    #: "measured_on": str, "n": int}; None = not measured
+    #: "measured_on": str, "n": int}, optionally with "fact_recall": {"latent", "raw", "dropped": accuracies,
+    #: "n": items, "measured_on": str} (then the latents must also carry the facts); None = not measured
     fidelity: dict[str, Any] | None = None
     #: id or local path of the base model; model-zoo names (e.g. "smollm2-135m") work too
     base_model: str | None = None
@@ -254,6 +286,12 @@ class RheaConfig:
                  and isinstance(f.get("control_gap"), (int, float)),
                  "fidelity must be None or {'reconstruction_token_acc': float, 'control_gap': float, 'measured_on': str, "
                  f"'n': int}}, got {f!r}")
+            facts = f.get("fact_recall")
+            need(facts is None or (isinstance(facts, dict) and set(FACT_RECALL_KEYS) <= set(facts) and all(
+                isinstance(facts[k], (int, float)) and not isinstance(facts[k], bool) and 0 <= facts[k] <= 1
+                for k in ("latent", "raw", "dropped")) and isinstance(facts["n"], int) and facts["n"] > 0),
+                 "fidelity['fact_recall'] must be {'latent': accuracy, 'raw': accuracy, 'dropped': accuracy (each in "
+                 f"[0, 1]), 'n': items > 0, 'measured_on': str}} (benchmarks/fact_recall.py), got {facts!r}")
         need(self.latent_injection in LATENT_INJECTIONS,
              f"latent_injection={self.latent_injection!r} must be one of {list(LATENT_INJECTIONS)}")
         if self.latent_center is not None:

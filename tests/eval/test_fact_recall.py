@@ -234,6 +234,43 @@ def test_benchmark_end_to_end_on_a_tiny_model_and_resumes(tmp_path, capsys, monk
     assert raw_only["criterion"]["passed"] is None and "N/A" in capsys.readouterr().out
 
 
+def test_benchmark_writes_fact_recall_into_the_fidelity(tmp_path, monkeypatch, capsys):
+    """--write-fidelity records raw / latent / dropped in the adapters' rhea_config.json (kept by a later
+    reconstruction --write-fidelity), after checking the directory before any model loads."""
+    import rhea.modeling.loading as loading
+    import rhea.modeling.zoo as zoo
+    from rhea.modeling.config import RheaConfig
+    from rhea.testing import tiny_rhea
+
+    monkeypatch.setattr(zoo, "check_model_path", lambda name: None)
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name, device=None: tiny_rhea())
+    data = _write(tmp_path / "set.jsonl", [_item(id="a"), _item(id="b", kind="number")])
+    adapters = tmp_path / "adapters"
+    argv = ["--model", "tiny", "--data", str(data), "--max-new-tokens", "2", "--out", str(tmp_path / "fr"),
+            "--write-fidelity", str(adapters)]
+    with pytest.raises(RheaError, match="has no rhea_config.json"):
+        _bench().main(argv)
+    adapters.mkdir()
+    RheaConfig(base_model="m").save(adapters)
+    with pytest.raises(RheaError, match="records no reconstruction fidelity"):
+        _bench().main(argv)
+    assert not (tmp_path / "fr.rows.jsonl").exists()  # refused before answering anything
+    with pytest.raises(RheaError, match="--mode generate"):
+        _bench().main(argv + ["--limit", "1"])
+    fid = {"reconstruction_token_acc": 0.95, "control_gap": 0.3, "measured_on": "x", "n": 144}
+    RheaConfig(base_model="m", fidelity=fid).save(adapters)
+    assert _bench().main(argv) == 0
+    cfg = RheaConfig.load(adapters)
+    res = json.loads((tmp_path / "fr.json").read_text())
+    facts = cfg.fidelity["fact_recall"]
+    assert {k: facts[k] for k in ("latent", "raw", "dropped")} == {
+        k: round(res["accuracy"][k]["accuracy"], 4) for k in ("latent", "raw", "dropped")}
+    assert facts["n"] == 2 and "benchmarks/fact_recall.py" in facts["measured_on"]
+    saved = json.loads((adapters / "rhea_config.json").read_text())
+    assert saved["extra"]["active_mode"]["reason"] == cfg.active_mode()["reason"]
+    assert "Fact recall" in (adapters / "README.md").read_text()
+
+
 def test_benchmark_validates_before_loading(tmp_path):
     with pytest.raises(fr.FactRecallDataError):
         _bench().main(["--model", "nope", "--data", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "o")])

@@ -109,3 +109,18 @@ def test_latent_tier_follows_fidelity_unless_forced():
     assert latent_tier_active("off", good)[0] is False
     with pytest.raises(RheaConfigError, match="latent_tier"):
         latent_tier_active("maybe", None)
+
+
+def test_recorded_fact_recall_must_also_pass():
+    """Reconstruction alone can pass while the latents' answers are invented: a recorded fact recall must meet
+    issue #22's criterion too (latent >= 0.6 x raw and >= dropped + 0.25); without one, reconstruction decides."""
+    good = {"reconstruction_token_acc": 0.96, "control_gap": 0.6, "measured_on": "held-out chunks", "n": 144}
+    facts = {"raw": 0.80, "dropped": 0.02, "n": 60, "measured_on": "benchmarks/fact_recall.py"}
+    on, why = latent_tier_active("auto", {**good, "fact_recall": {**facts, "latent": 0.42}})
+    assert on is False and "fact recall latent 0.42, raw 0.80, dropped 0.02 (n = 60)" in why
+    assert "latent >= 0.6 x raw and >= dropped + 0.25" in why
+    on, why = latent_tier_active("auto", {**good, "fact_recall": {**facts, "latent": 0.48}})  # 0.6 x 0.80 exactly
+    assert on is True and "meets the target" in why and "fact recall latent 0.48" in why
+    low_margin = {**good, "fact_recall": {**facts, "raw": 0.30, "dropped": 0.10, "latent": 0.30}}  # ratio 1, margin 0.2
+    assert latent_tier_active("auto", low_margin)[0] is False
+    assert latent_tier_active("on", {**good, "fact_recall": {**facts, "latent": 0.0}})[0] is True

@@ -38,6 +38,15 @@ def test_card_reports_calibration_training_and_a_passing_compressor():
     assert "| compress | 16 | 32 | all-linear |" in card
 
 
+def test_card_reports_a_recorded_fact_recall_and_what_it_decides():
+    facts = {"latent": 0.4167, "raw": 0.8, "dropped": 0.0167, "n": 60, "measured_on": "benchmarks/fact_recall.py run"}
+    cfg = RheaConfig(base_model="m", fidelity={"reconstruction_token_acc": 0.9587, "control_gap": 0.596,
+                                               "measured_on": "x", "n": 144, "fact_recall": facts})
+    card = model_card(cfg, {})
+    assert "reply as latents **0.417**, as text 0.8, dropped 0.0167" in card and "n = 60" in card
+    assert "latent tier off" in card and "0.6 x as often as the text" in card
+
+
 def test_card_cli_rewrites_an_old_directory_and_needs_an_argument(tmp_path, capsys):
     RheaConfig(base_model="m").save(tmp_path)
     (tmp_path / "compress").mkdir()

@@ -106,6 +106,12 @@ def test_config_validation():
         RheaConfig(latent_injection="mlp")
     with pytest.raises(RheaConfigError, match="fidelity"):
         RheaConfig(fidelity={"reconstruction_token_acc": "high"})
+    fid = {"reconstruction_token_acc": 0.95, "control_gap": 0.3, "measured_on": "x", "n": 9}
+    facts = {"latent": 0.4, "raw": 0.8, "dropped": 0.0, "n": 60, "measured_on": "benchmarks/fact_recall.py"}
+    assert RheaConfig(fidelity={**fid, "fact_recall": facts}).active_mode()["latent_tier"] is False
+    for bad in ({**facts, "latent": 40}, {**facts, "n": 0}, {k: v for k, v in facts.items() if k != "raw"}, "0.4"):
+        with pytest.raises(RheaConfigError, match=r"fidelity\['fact_recall'\]"):
+            RheaConfig(fidelity={**fid, "fact_recall": bad})
     with pytest.raises(RheaConfigError, match="mode"):
         LatentInjector(4, "raw", 1.0)
 
