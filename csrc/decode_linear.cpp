@@ -34,7 +34,11 @@ at::Tensor decode_linear_cpu(const at::Tensor& x, const at::Tensor& weight, cons
   const int64_t M = K == 0 ? 0 : xc.numel() / std::max<int64_t>(K, 1);
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = N;
-  at::Tensor y = bias ? bias->to(at::kFloat).expand({M, N}).contiguous() : at::zeros({M, N}, x.options());
+  // y starts as the bias (a fresh tensor: expand().contiguous() of one row would alias the bias itself and the
+  // sums below would then write into the layer's parameter)
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (bias) y.copy_(bias->unsqueeze(0).expand({M, N}));
+  else y.zero_();
   if (M == 0 || N == 0 || K == 0) return y.view(out_shape);
   const float* xp = xc.data_ptr<float>();
   const float* wp = weight.data_ptr<float>();

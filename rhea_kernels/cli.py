@@ -7,6 +7,7 @@
     rhea kernels time turn_scores --shape 1,64,8,576   # one shape: kernel vs eager reference
     rhea kernels time turn_scores_and_tiers --shape 1,64,8,576   # fused op vs reference's two steps
     rhea kernels time anchored_attention --shape 1,8,2,1024,64 --prefix 128 --backward
+    rhea kernels time decode_linear --shape 8,1536,8960   # M rows x K -> N: the op vs F.linear (BLAS)
 
 `time` uses `torch.utils.benchmark.Timer.blocked_autorange` (median); the full comparison
 across providers and shapes is `benchmarks/kernel_ops.py`. This module never imports `rhea`.
@@ -106,7 +107,7 @@ def check(device: torch.device, seed: int = 0) -> list[tuple[str, bool, float]]:
 
     Covers turn_scores, the fused turn_scores_and_tiers (the path a retrieval policy takes:
     its scores, and its tiers against the reference tiers and against score_tiers of its own
-    scores) and anchored_attention forward and gradients (fp32 and bf16).
+    scores), anchored_attention forward and gradients (fp32 and bf16) and decode_linear.
     """
     import rhea_kernels as rk
     from rhea_kernels import reference as R
@@ -147,6 +148,10 @@ def check(device: torch.device, seed: int = 0) -> list[tuple[str, bool, float]]:
             want = torch.autograd.grad(R.anchored_attention(qf, kf, vf, pl, beta=1.5), (qf, kf, vf), grad)
             for name, a, b in zip("qkv", got, want):
                 results.append(_close(f"{tag} d{name}", a, b, 10 * tol, 10 * tol))
+    for M, K, N in [(1, 64, 33), (8, 777, 100), (13, 1600, 65)]:
+        x, w, b = rand(M, K), rand(N, K) / K ** 0.5, rand(N)
+        results.append(_close(f"decode_linear M={M} K={K} N={N}", rk.decode_linear(x, w, b), R.decode_linear(x, w, b),
+                              1e-4, 1e-4))
     return results
 
 
@@ -167,6 +172,10 @@ def time_op(op: str, shape: tuple[int, ...], device: torch.device, dtype: torch.
         vq, vk = torch.randn(B, n, d, device=device, dtype=dtype), torch.randn(B, T, n, d, device=device, dtype=dtype)
         fns = {"kernel": lambda: rk.turn_scores_and_tiers(vq, vk, 0.1, 0.5),
                "reference": lambda: R.score_tiers(R.turn_scores(vq, vk), 0.1, 0.5)}
+    elif op == "decode_linear":  # the op vs F.linear (BLAS) for M rows
+        M, K, N = shape
+        x, w = torch.randn(M, K, device=device, dtype=dtype), torch.randn(N, K, device=device, dtype=dtype)
+        fns = {"kernel": lambda: rk.decode_linear(x, w), "reference": lambda: R.decode_linear(x, w, None)}
     else:
         B, H, Hkv, N, D = shape
         if H % Hkv:
@@ -211,8 +220,8 @@ def _main(args) -> int:
             failed = sum(not ok for _, ok, _ in results)
             print(f"{len(results) - failed}/{len(results)} cases match the reference on {device}")
             return 1 if failed else 0
-        dims = 5 if args.op == "anchored_attention" else 4
-        shape = _shape(args.shape, dims, "B,T,n,d" if dims == 4 else "B,H,Hkv,N,D")
+        what = {"anchored_attention": "B,H,Hkv,N,D", "decode_linear": "M,K,N"}.get(args.op, "B,T,n,d")
+        shape = _shape(args.shape, what.count(",") + 1, what)
         res = time_op(args.op, shape, device, DTYPES[args.dtype], args.prefix, args.backward)
         print(f"{args.op} {shape} {args.dtype} on {device}: kernel {res['kernel'] * 1e3:.3f} ms, "
               f"reference {res['reference'] * 1e3:.3f} ms, speed-up {res['speedup']:.2f}x")
@@ -228,12 +237,13 @@ def register(sub) -> None:
     ks = p.add_subparsers(dest="kernels_cmd", required=True)
     ks.add_parser("info", help="what is built and which implementation each device uses")
     c = ks.add_parser("check", help="compare every op (turn_scores, the fused turn_scores_and_tiers, "
-                      "anchored_attention fwd/bwd) with the plain-torch references on small shapes")
+                      "anchored_attention fwd/bwd, decode_linear) with the plain-torch references on small shapes")
     c.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     t = ks.add_parser("time", help="time one shape: kernel vs eager reference")
-    t.add_argument("op", choices=["turn_scores", "turn_scores_and_tiers", "anchored_attention"])
+    t.add_argument("op", choices=["turn_scores", "turn_scores_and_tiers", "anchored_attention", "decode_linear"])
     t.add_argument("--shape", required=True,
-                   help="turn_scores, turn_scores_and_tiers: B,T,n,d; anchored_attention: B,H,Hkv,N,D")
+                   help="turn_scores, turn_scores_and_tiers: B,T,n,d; anchored_attention: B,H,Hkv,N,D; "
+                        "decode_linear: M,K,N")
     t.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     t.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
     t.add_argument("--prefix", type=int, default=0, help="anchored_attention: instruction prefix length")

@@ -84,7 +84,7 @@ def attn_inputs(B, H, Hkv, N, D, prefix_len, dtype, seed=0, device="cpu"):
 
 # (leading dims of x, K, N, with bias): rows in register blocks of 8+4+1 (13) and past 16; K with a
 # vector tail and past one 768-column pass; N past one 64-row block; a 3-D x (decoding's [B, 1, K])
-LINEAR_SHAPES = [((1,), 64, 33, False), ((8,), 777, 100, True), ((3, 1), 1600, 65, True), ((13,), 96, 130, False),
+LINEAR_SHAPES = [((1,), 64, 33, False), ((1,), 64, 33, True), ((8,), 777, 100, True), ((3, 1), 1600, 65, True), ((13,), 96, 130, False),
                  ((2, 9), 40, 7, True), ((1, 1), 5, 1, False)]
 # threads split the outputs: Qwen2.5-1.5B's attention and MLP widths at a decoding batch
 BIG_LINEAR_SHAPES = [((8, 1), 1536, 2048, True), ((16,), 8960, 300, False)]

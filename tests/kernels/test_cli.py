@@ -24,7 +24,8 @@ def test_info_says_the_anchored_route(monkeypatch):
 def test_check_passes_on_cpu(capsys):
     assert cli.main(["kernels", "check"]) == 0
     out = capsys.readouterr().out
-    assert "FAIL" not in out and "33/33 cases match the reference on cpu" in out
+    assert "FAIL" not in out and "36/36 cases match the reference on cpu" in out
+    assert out.count("decode_linear") == 3
     # the fused scoring-and-tiers path (what retrieval calls) is checked: scores and tiers
     assert out.count("turn_scores_and_tiers") == 6 and "tiers differ" in out
 
@@ -33,6 +34,8 @@ def test_time_reports_both_implementations(capsys):
     assert cli.main(["kernels", "time", "turn_scores", "--shape", "1,4,2,16"]) == 0
     assert "speed-up" in capsys.readouterr().out
     assert cli.main(["kernels", "time", "turn_scores_and_tiers", "--shape", "1,4,2,16"]) == 0
+    assert "speed-up" in capsys.readouterr().out
+    assert cli.main(["kernels", "time", "decode_linear", "--shape", "8,64,96"]) == 0
     assert "speed-up" in capsys.readouterr().out
     res = cli.time_op("anchored_attention", (1, 2, 1, 33, 16), cli.torch.device("cpu"), cli.torch.float32,
                       prefix=5, backward=True)

@@ -40,6 +40,19 @@ def test_op_checks_its_arguments_by_name():
         decode_linear(torch.ones(2, 3), torch.ones(3))
 
 
+@pytest.mark.parametrize("rows", [1, 2, 9])
+def test_op_leaves_its_inputs_alone(rows):
+    """The output starts as a copy of the bias: one row's expanded bias is the bias itself, and summing into it
+    would change the layer's parameter on every call."""
+    _needs_cpp()
+    g = torch.Generator().manual_seed(2)
+    x, w, b = torch.randn(rows, 20, generator=g), torch.randn(7, 20, generator=g), torch.randn(7, generator=g)
+    saved = [t.clone() for t in (x, w, b)]
+    first = decode_linear(x, w, b)
+    assert torch.allclose(decode_linear(x, w, b), first) and torch.allclose(first, x @ w.t() + b, atol=1e-5)
+    assert all(torch.equal(t, s) for t, s in zip((x, w, b), saved))
+
+
 def test_op_takes_strided_weight_rows_and_non_contiguous_inputs():
     _needs_cpp()
     g = torch.Generator().manual_seed(1)
