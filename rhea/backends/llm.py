@@ -139,9 +139,9 @@ class HFGenerator:
         stack = contextlib.ExitStack()
         if is_rhea:
             stack.enter_context(self.model.adapter(self.adapter) if self.adapter else self.model.disable_adapters())
-            stack.enter_context(self.model.decoding())
-        else:
-            stack.enter_context(_plain_decoding(self.model))
+        decoding = getattr(self.model, "decoding", None)  # a RheaForCausalLM decides for itself; others (a plain
+        # HF model, ACR's controller with its adapters) by their backbone's weights
+        stack.enter_context(decoding() if callable(decoding) else _plain_decoding(self._backbone()))
         return stack
 
     def _backbone(self):
