@@ -31,7 +31,7 @@ at::Tensor decode_linear_cpu(const at::Tensor& x, const at::Tensor& weight, cons
   if (!fast) return bias ? at::linear(x, weight, *bias) : at::linear(x, weight);
   const int64_t K = weight.size(1), N = weight.size(0);
   const at::Tensor xc = x.contiguous();
-  const int64_t M = K == 0 ? 0 : xc.numel() / std::max<int64_t>(K, 1);
+  const int64_t M = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1));  // rows: every leading dimension
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = N;
   // y starts as the bias (a fresh tensor: expand().contiguous() of one row would alias the bias itself and the

@@ -319,20 +319,15 @@ class HFGenerator:
 
 
 def _plain_decoding(model):
-    """`rhea_kernels.decode_linears` over a plain HF model whose weights are fp32 on a CPU (where the
-    kernel is built), else nothing: what `RheaForCausalLM.decoding` does for a Rhea model."""
+    """`rhea_kernels.decode_linears` over a plain HF model where it serves (fp32 on a CPU, kernel built), else
+    nothing: what `RheaForCausalLM.decoding` does for a Rhea model."""
     import contextlib
 
     import torch
 
-    try:
-        from rhea_kernels.decode_linear import available, decode_linears
-    except ImportError:  # pragma: no cover - rhea_kernels ships with rhea
-        return contextlib.nullcontext()
-    first = next(iter(model.parameters()), None) if isinstance(model, torch.nn.Module) else None
-    if first is None or first.device.type != "cpu" or first.dtype != torch.float32 or not available():
-        return contextlib.nullcontext()
-    return decode_linears(model)
+    from rhea_kernels.decode_linear import decode_linears, serves
+
+    return decode_linears(model) if isinstance(model, torch.nn.Module) and serves(model) else contextlib.nullcontext()
 
 
 def generate_rows(generators: Sequence[TextGenerator], conversations: Sequence[Sequence[Message]], *,

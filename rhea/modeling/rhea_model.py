@@ -805,11 +805,9 @@ class RheaForCausalLM(nn.Module):
     def decodes_with_kernel(self) -> bool:
         """Whether `generate` routes decoding steps' linear layers to `rhea_kernels.decode_linear`:
         ``decode_kernel``, or when None on a CPU with fp32 weights where the C++ kernel is built."""
-        from rhea_kernels.decode_linear import available
+        from rhea_kernels.decode_linear import serves
 
-        if self.decode_kernel is None:
-            return self.device.type == "cpu" and self.dtype == torch.float32 and available()
-        return bool(self.decode_kernel)
+        return serves(self.peft_model) if self.decode_kernel is None else bool(self.decode_kernel)
 
     def decoding(self):
         """The block `generate` decodes in: the decoding steps' linear layers routed to

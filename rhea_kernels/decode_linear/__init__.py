@@ -54,6 +54,13 @@ def available() -> bool:
     return OP.cpu_backend == "cpp"
 
 
+def serves(module: torch.nn.Module) -> bool:
+    """Whether `decode_linears` over `module` is worth entering: the C++ kernel is built and the module's weights
+    are fp32 on a CPU (judged by its first parameter; layers are still checked call by call)."""
+    first = next(iter(module.parameters()), None)
+    return first is not None and first.device.type == "cpu" and first.dtype == torch.float32 and available()
+
+
 def _kernel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return torch.ops.rhea_kernels.decode_linear(x, weight, bias)
 
@@ -105,4 +112,4 @@ def decode_linears(module: torch.nn.Module, *, min_rows: int = MIN_ROWS, max_row
             del layer.forward
 
 
-__all__ = ["MAX_ROWS", "MIN_ROWS", "OP", "available", "decode_linear", "decode_linears", "reference"]
+__all__ = ["MAX_ROWS", "MIN_ROWS", "OP", "available", "decode_linear", "decode_linears", "reference", "serves"]

@@ -53,6 +53,13 @@ def test_op_leaves_its_inputs_alone(rows):
     assert all(torch.equal(t, s) for t, s in zip((x, w, b), saved))
 
 
+def test_op_with_no_columns_gives_the_bias_per_row():
+    _needs_cpp()
+    x, w, b = torch.ones(2, 3, 0), torch.ones(4, 0), torch.arange(4.0)
+    assert torch.equal(decode_linear(x, w, b), torch.nn.functional.linear(x, w, b))
+    assert decode_linear(x, w).shape == (2, 3, 4)
+
+
 def test_op_takes_strided_weight_rows_and_non_contiguous_inputs():
     _needs_cpp()
     g = torch.Generator().manual_seed(1)
