@@ -21,10 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rhea.eval.checkers import InstructionSpec  # noqa: E402
 from rhea.eval.report import write_outputs  # noqa: E402
 from rhea.eval.runner import _scores_only  # noqa: E402
-from rhea.eval.suites import Episode, SuiteTurn, get_suite  # noqa: E402
+from rhea.eval.suites import Episode, get_suite  # noqa: E402
 
 SUITES = ("instruction-retention", "state-tracking")
 #: Score fields of the old rows that the new scoring replaces (everything else is kept).
@@ -33,21 +32,10 @@ SCORE_KEYS = ("iar", "iar_loose", "adherence", "adherence_loose", "non_answer", 
               "n_updates", "turns_since_update")
 
 
-def _turn(data: dict) -> SuiteTurn:
-    meta = dict(data.get("meta") or {})
-    for key in ("revoked", "given"):
-        if key in meta:
-            meta[key] = tuple(InstructionSpec.from_dict(s) for s in meta[key])
-    return SuiteTurn(data["user"], data["kind"],
-                     tuple(InstructionSpec.from_dict(s) for s in data["active_instructions"]),
-                     data.get("expected"), meta)
-
-
 def rescore(results: dict) -> dict:
     """`results` with every row re-scored and every aggregate recomputed (a new dict)."""
     suite = get_suite(results["config"]["suite"], n_episodes=1)
-    episodes = {e["episode_id"]: Episode(e["episode_id"], suite, [_turn(t) for t in e["turns"]], e["meta"])
-                for e in results["episodes"]}
+    episodes = {e["episode_id"]: Episode.from_dict(e, suite) for e in results["episodes"]}
     out = json.loads(json.dumps(results))
     for policy, data in out["policies"].items():
         rows = []

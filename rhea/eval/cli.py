@@ -90,6 +90,73 @@ def resolve_local_judge(value: str | None, *, judge_url: str | None, installed=N
     return DEFAULT_LOCAL_JUDGE if installed(DEFAULT_LOCAL_JUDGE) else None
 
 
+def _resolve_judge(args, command: str = "bench"):
+    """The endpoint judge of ``--judge-url`` (a `Judge`), or None with ``args.judge_local`` set to the
+    local judge's model name (None for no judge); `--judge-url` with a named local judge is an error."""
+    from rhea.eval.runner import BenchError
+
+    if args.judge_url and args.judge_local not in (None, "auto", "none"):
+        raise BenchError("--judge-url and --judge-local both name a judge; pass one")
+    asked = args.judge_local
+    args.judge_local = resolve_local_judge(asked, judge_url=args.judge_url)
+    if asked == "auto" and args.judge_local is not None:
+        print(f"rhea {command}: long-horizon replies are judged offline by {DEFAULT_LOCAL_JUDGE} (agreement with "
+              "MT-Bench's references 0.69 [0.50, 0.85], docs/evaluation.md); --judge-local none skips the ratings, "
+              "--judge-url names an endpoint instead.", file=sys.stderr)
+    if not args.judge_url:
+        return None
+    from rhea.backends.llm import OpenAICompatibleGenerator
+    from rhea.eval.judge import Judge
+
+    return Judge(OpenAICompatibleGenerator(args.judge_url, model=args.judge_model),
+                 max_new_tokens=args.judge_max_new_tokens or 2048)
+
+
+def _local_judge(args, batch_size: int, model=None):
+    """A `Judge` on ``args.judge_local`` (loaded unless `model` is given), adapters disabled; 256 new
+    tokens by default: the setting of its measured agreement."""
+    from rhea.backends.llm import HFGenerator
+    from rhea.eval.judge import Judge
+    from rhea.modeling.loading import load_rhea_model
+
+    model = model if model is not None else load_rhea_model(args.judge_local, device=args.device)
+    return Judge(HFGenerator(model), max_new_tokens=args.judge_max_new_tokens or 256, batch_size=batch_size)
+
+
+def _cmd_judge(args) -> int:
+    from rhea.eval.judge_run import judge_run, read_run
+    from rhea.eval.runner import BenchError
+
+    read_run(args.run)  # a folder that cannot be judged fails before any model loads
+    judge = _resolve_judge(args, "judge")
+    if judge is not None:
+        judge.batch_size = args.batch
+    elif args.judge_local:
+        from rhea.modeling.loading import check_model_path
+
+        check_model_path(args.judge_local)
+        judge = _local_judge(args, args.batch)
+    else:
+        raise BenchError(f"no judge: `rhea models install {DEFAULT_LOCAL_JUDGE}` for the offline default, "
+                         "--judge-local MODEL for another local model, or --judge-url URL --judge-model NAME")
+    judge_run(args.run, judge, rejudge=args.rejudge, progress=not args.quiet,
+              log=lambda line: print(f"rhea judge: {line}", file=sys.stderr))
+    print((Path(args.run) / "summary.md").read_text())
+    return 0
+
+
+def _add_judge_arguments(parser, int_at_least) -> None:
+    parser.add_argument("--judge-url", default=None, help="OpenAI-compatible endpoint for the long-horizon judge")
+    parser.add_argument("--judge-model", default="gpt-4", help="model name to ask the judge endpoint for")
+    parser.add_argument("--judge-local", default="auto", metavar="MODEL",
+                        help="judge long-horizon replies offline with a local model (zoo name or path, adapters "
+                             f"disabled); 'auto' (default): {DEFAULT_LOCAL_JUDGE} when installed and no --judge-url "
+                             "is given; 'none': no ratings. See benchmarks/judge_agreement.py for how far to trust it")
+    parser.add_argument("--judge-max-new-tokens", type=int_at_least(16, "judge tokens"), default=None,
+                        help="tokens the judge may write before its rating: default 256 for a local judge (the "
+                             "setting its agreement was measured with), 2048 for an endpoint (FastChat's)")
+
+
 def _cmd_bench(args) -> int:
     from rhea.eval.runner import BenchError, run_suite
     from rhea.policies import policy_class
@@ -118,21 +185,11 @@ def _cmd_bench(args) -> int:
     for policy, name, value in (parse_policy_option(o, policies) for o in args.policy_option or ()):
         policy_kwargs.setdefault(policy, {})[name] = value
     judge = None
-    if args.judge_url and args.judge_local not in (None, "auto", "none"):
-        raise BenchError("--judge-url and --judge-local both name a judge; pass one")
-    asked = args.judge_local
-    args.judge_local = resolve_local_judge(asked, judge_url=args.judge_url) if "long-horizon" in suites else None
-    if asked == "auto" and args.judge_local is not None:
-        print(f"rhea bench: long-horizon replies are judged offline by {DEFAULT_LOCAL_JUDGE} (agreement with "
-              "MT-Bench's references 0.69 [0.50, 0.85], docs/evaluation.md); --judge-local none skips the ratings, "
-              "--judge-url names an endpoint instead.", file=sys.stderr)
-    if args.judge_url:
-        from rhea.eval.judge import Judge
-        from rhea.backends.llm import OpenAICompatibleGenerator
-
-        judge = Judge(OpenAICompatibleGenerator(args.judge_url, model=args.judge_model),
-                      max_new_tokens=args.judge_max_new_tokens or 2048)
-    elif "long-horizon" in suites and not args.judge_local:
+    if "long-horizon" in suites:
+        judge = _resolve_judge(args)
+    else:
+        args.judge_local = None
+    if "long-horizon" in suites and judge is None and not args.judge_local:
         print("rhea bench: no judge configured (--judge-url URL --judge-model NAME, any OpenAI-compatible "
               f"endpoint, or `rhea models install {DEFAULT_LOCAL_JUDGE}` for the offline default): long-horizon "
               "quality ratings are skipped; its recall and reference checks still run.", file=sys.stderr)
@@ -149,14 +206,10 @@ def _cmd_bench(args) -> int:
 
     model = load_rhea_model(args.model, device=args.device)
     if args.judge_local and "long-horizon" in suites:
-        from rhea.backends.llm import HFGenerator
-        from rhea.eval.judge import Judge
-
         # the judge runs the plain base model (adapters disabled); the same model when it is the one benched
-        judge_model = model if args.judge_local == args.model else load_rhea_model(args.judge_local, device=args.device)
-        # K episodes' replies of a turn are rated in one batch; 256 new tokens: the setting of its measured agreement
-        kwargs_of["long-horizon"]["judge"] = Judge(HFGenerator(judge_model), max_new_tokens=args.judge_max_new_tokens or 256,
-                                                   batch_size=args.batch_episodes)
+        # K episodes' replies of a turn are rated in one batch
+        kwargs_of["long-horizon"]["judge"] = _local_judge(args, args.batch_episodes,
+                                                          model if args.judge_local == args.model else None)
     if not getattr(model, "adapters_trained", False):
         print(f"rhea bench: note: {args.model}'s compress/generate adapters are untrained; latent tiers carry noise.",
               file=sys.stderr)
@@ -207,7 +260,7 @@ def parse_policy_option(option: str, policies) -> tuple[str, str, Any]:
 
 
 def register(sub) -> None:
-    from rhea.modeling.loading import add_device_argument, add_threads_argument, int_at_least
+    from rhea.modeling.loading import _thread_count, add_device_argument, add_threads_argument, int_at_least
 
     bench = sub.add_parser(
         "bench", help="run evaluation suites for context policies; write results.json, summary.md and plots",
@@ -244,15 +297,24 @@ def register(sub) -> None:
                             "in config.json; a new policy may bring its own into a folder of earlier runs")
     bench.add_argument("--tau-low", type=float, default=None, help="HCR drop threshold for the rhea policies")
     bench.add_argument("--tau-high", type=float, default=None, help="HCR raw-text threshold for the rhea policies")
-    bench.add_argument("--judge-url", default=None, help="OpenAI-compatible endpoint for the long-horizon judge")
-    bench.add_argument("--judge-model", default="gpt-4", help="model name to ask the judge endpoint for")
-    bench.add_argument("--judge-local", default="auto", metavar="MODEL",
-                       help="judge long-horizon replies offline with a local model (zoo name or path, adapters "
-                            f"disabled); 'auto' (default): {DEFAULT_LOCAL_JUDGE} when installed and no --judge-url "
-                            "is given; 'none': no ratings. See benchmarks/judge_agreement.py for how far to trust it")
-    bench.add_argument("--judge-max-new-tokens", type=int_at_least(16, "judge tokens"), default=None,
-                       help="tokens the judge may write before its rating: default 256 for a local judge (the "
-                            "setting its agreement was measured with), 2048 for an endpoint (FastChat's)")
+    _add_judge_arguments(bench, int_at_least)
     bench.add_argument("--no-resume", action="store_true", help="start over even if --out holds a run")
     bench.add_argument("--quiet", action="store_true", help="no progress bar")
     bench.set_defaults(func=_cmd_bench)
+
+    judge = sub.add_parser(
+        "judge", help="rate a finished long-horizon run's replies afterwards (a run made with --judge-local none)",
+        description="Rate every question reply of a finished `rhea bench --suite long-horizon` run with an LLM judge "
+                    "(FastChat's MT-Bench prompts) and rewrite its results.json, summary.md and plots as a judged run. "
+                    "Resumable: ratings are kept in RUN/judge/ratings.jsonl as they are made; run it again to continue.")
+    judge.add_argument("run", help="the --out folder of the long-horizon run (holding results.json)")
+    _add_judge_arguments(judge, int_at_least)
+    judge.add_argument("--batch", type=int_at_least(1, "prompts judged together"), default=8,
+                       help="prompts a local judge decodes as one batch (default 8)")
+    judge.add_argument("--rejudge", action="store_true",
+                       help="replace ratings made by another judge (inline or by an earlier rhea judge) instead of refusing")
+    add_device_argument(judge)
+    judge.add_argument("--threads", type=_thread_count, default=None,
+                       help="torch CPU threads (default: torch's, one per core: the judge decodes a batch)")
+    judge.add_argument("--quiet", action="store_true", help="no progress bar")
+    judge.set_defaults(func=_cmd_judge)

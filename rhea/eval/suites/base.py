@@ -53,6 +53,23 @@ class SuiteTurn:
                 "active_instructions": [s.to_dict() for s in self.active_instructions],
                 "meta": _jsonable(dict(self.meta))}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "SuiteTurn":
+        """The turn `to_dict` wrote (a run's ``episodes``): instruction specs, and the ``given`` /
+        ``revoked`` specs of its meta, as `InstructionSpec` again.
+
+        >>> t = SuiteTurn("Hi", "query", expected="x", meta={"index": 3})
+        >>> SuiteTurn.from_dict(t.to_dict()) == t
+        True
+        """
+        meta = dict(data.get("meta") or {})
+        for key in ("revoked", "given"):
+            if key in meta:
+                meta[key] = tuple(InstructionSpec.from_dict(s) for s in meta[key])
+        return cls(data["user"], data["kind"],
+                   tuple(InstructionSpec.from_dict(s) for s in data.get("active_instructions") or ()),
+                   data.get("expected"), meta)
+
 
 @dataclass
 class Episode:
@@ -82,6 +99,16 @@ class Episode:
     def to_dict(self) -> dict:
         return {"episode_id": self.episode_id, "suite": self.suite.name,
                 "meta": _jsonable(self.meta), "turns": [t.to_dict() for t in self.turns]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], suite: "Suite") -> "Episode":
+        """The episode `to_dict` wrote, scored by `suite` (a run's ``episodes``, read back to re-score
+        or judge its committed replies)."""
+        if data.get("suite", suite.name) != suite.name:
+            raise SuiteConfigError(f"episode {data.get('episode_id')!r} belongs to suite {data['suite']!r}, "
+                                   f"not {suite.name!r}")
+        return cls(data["episode_id"], suite, [SuiteTurn.from_dict(t) for t in data["turns"]],
+                   dict(data.get("meta") or {}))
 
 
 def _jsonable(value: Any) -> Any:

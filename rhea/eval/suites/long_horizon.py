@@ -101,7 +101,7 @@ class LongHorizonSuite(Suite):
         """Scores of each ``(turn, reply, history)``; every judged reply among them is rated in one
         `Judge.judge_many` call (K episodes' turn t in a batched run: one batch for the judge too)."""
         scores = [self._rule_scores(turn, reply) for turn, reply, _ in items]
-        asked = [(i, self._judge_request(turn, reply, history)) for i, (turn, reply, history) in enumerate(items)
+        asked = [(i, self.judge_request(turn, reply, history)) for i, (turn, reply, history) in enumerate(items)
                  if turn.kind == "query"]
         if self.judge is None:
             for i, _ in asked:
@@ -111,7 +111,7 @@ class LongHorizonSuite(Suite):
         for (i, _), verdict in zip(asked, verdicts):
             scores[i].update({"judge": "ok" if verdict.rating is not None else "error",
                               "judge_rating": verdict.rating, "judge_prompt": verdict.prompt_name,
-                              "judge_error": verdict.error})
+                              "judge_error": verdict.error, "judge_source": verdict.source})
         return scores
 
     @staticmethod
@@ -125,7 +125,7 @@ class LongHorizonSuite(Suite):
                 "rule_correct": value_matches(reply, turn.expected) if short else None}
 
     @staticmethod
-    def _judge_request(turn: SuiteTurn, reply: str, history: Sequence[tuple[str, str]]) -> JudgeRequest:
+    def judge_request(turn: SuiteTurn, reply: str, history: Sequence[tuple[str, str]]) -> JudgeRequest:
         """FastChat's prompt for a question reply: multi-turn for a second turn whose first answer is in
         `history`, the math forms with the reference for math / reasoning / coding."""
         use_reference = turn.meta["category"] in REFERENCE_CATEGORIES and turn.expected
@@ -154,6 +154,8 @@ class LongHorizonSuite(Suite):
             "judge": "ok" if judged else "skipped",
             "judge_mean": mean(s["judge_rating"] for s in rated),
             "judge_errors": sum(s.get("judge") == "error" for s in queries),
+            # a local judge whose text had no [[rating]]: its likeliest rating after its own explanation
+            "judge_completed": sum(s.get("judge_source") == "completed" for s in rated),
             "judge_by_category": {c: mean(v) for c, v in sorted(by_category.items())},
             "judge_by_turn_number": {t: mean(v) for t, v in sorted(by_turn.items())},
         }

@@ -1,0 +1,201 @@
+"""`rhea judge`: rate a finished long-horizon run's replies afterwards, with any judge.
+
+`rhea bench --suite long-horizon` can rate each question reply as it goes (``--judge-local`` /
+``--judge-url``), but the judge then costs as much time as the answering model, on the same
+machine, in the same sitting. ``--judge-local none`` writes the replies unrated; `judge_run`
+rates them later: every question reply of every policy in ``out/results.json`` gets the
+FastChat prompt the suite would have built (``single-v1`` or ``single-v1-multi-turn``, with
+the reference for math / reasoning / coding; `LongHorizonSuite.judge_request`), the second
+turn of a question judged with the first answer the same policy gave. Up to the judge's
+``batch_size`` prompts decode as one batch.
+
+Resumable: each rating is appended to ``out/judge/ratings.jsonl`` (with the judge's text) as
+it is made, under the judge recorded in ``out/judge/config.json``; a second call with the same
+judge continues, another judge is refused (``rejudge=True`` starts over). Once every reply is
+rated, ``results.json``, ``summary.md``, the plots and the run's own checkpoint rows are rewritten as a
+judged run would have written them, and the judge's settings go into ``config.json``'s ``suite_kwargs`` exactly as
+``rhea bench`` records an inline judge, so the folder then resumes or grows under ``rhea bench``
+with that judge like any judged run.
+
+>>> import json, tempfile
+>>> from pathlib import Path
+>>> from rhea.backends.llm import ScriptedGenerator
+>>> from rhea.eval.judge import Judge
+>>> from rhea.eval.runner import run_suite
+>>> from rhea.testing import tiny_rhea
+>>> out = Path(tempfile.mkdtemp()) / "lh"
+>>> _ = run_suite(tiny_rhea(), "long-horizon", ["vanilla"], n_turns=5, n_episodes=1, max_new_tokens=2,
+...               suite_kwargs={"n_facts": 1}, out=out, progress=False)
+>>> judged = judge_run(out, Judge(ScriptedGenerator(["Fine. [[7]]"] * 3)), progress=False)
+>>> judged["policies"]["vanilla"]["aggregate"]["judge_mean"]
+7.0
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from rhea.eval.checkpoint import BenchError, environment, read_rows
+
+JUDGE_DIR = "judge"
+RATINGS_FILE = "ratings.jsonl"
+SUITE = "long-horizon"
+
+
+def read_run(out: str | Path) -> dict:
+    """``out/results.json`` of a finished long-horizon `rhea bench` run, checked (a `BenchError`
+    says what is wrong and how to go on); nothing is loaded or written."""
+    from rhea.eval.runner import RESULTS_FORMAT
+
+    path = Path(out) / "results.json"
+    if not path.is_file():
+        raise BenchError(f"{path} does not exist: pass the --out folder of a finished `rhea bench --suite "
+                         "long-horizon` run (the folder holding results.json)")
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise BenchError(f"{path} is not valid JSON ({e}); restore it from git or rerun the benchmark") from None
+    if not isinstance(results, dict) or results.get("format") != RESULTS_FORMAT:
+        raise BenchError(f"{path} is not a `rhea bench` results file (format {RESULTS_FORMAT!r} expected)")
+    suite = results.get("config", {}).get("suite")
+    if suite != SUITE:
+        raise BenchError(f"{path} holds a {suite!r} run; only {SUITE!r} replies are judged (the other suites "
+                         "score by rule: benchmarks/rescore.py re-scores them)")
+    if not results.get("policies"):
+        raise BenchError(f"{path} holds no policy's turns yet; finish the `rhea bench` run first")
+    expected = len(results.get("episodes", [])) and sum(len(e["turns"]) for e in results["episodes"])
+    for policy, data in results["policies"].items():
+        if len(data.get("turns", [])) != expected:
+            raise BenchError(f"{path}: policy {policy!r} has {len(data.get('turns', []))} of {expected} turns; "
+                             "finish the `rhea bench` run (run the same command again) before judging it")
+    return results
+
+
+def _key(policy: str, row: dict) -> tuple[str, str, int]:
+    return policy, row["episode_id"], row["turn_index"]
+
+
+def pending(results: dict) -> list[tuple[tuple[str, str, int], "Any"]]:
+    """``[(key, JudgeRequest)]`` for every question reply of `results`, key = (policy, episode id,
+    turn index), ordered by policy, then turn index, then episode (a turn index's replies batch
+    together: prompts of alike length)."""
+    from rhea.eval.suites import get_suite
+    from rhea.eval.suites.base import Episode
+
+    suite = get_suite(SUITE, n_episodes=1)
+    episodes = {e["episode_id"]: Episode.from_dict(e, suite) for e in results["episodes"]}
+    asked = []
+    for policy, data in results["policies"].items():
+        history: dict[str, list[tuple[str, str]]] = {}
+        for row in sorted(data["turns"], key=lambda r: (r["episode_id"], r["turn_index"])):
+            turn = episodes[row["episode_id"]].turns[row["turn_index"]]
+            seen = history.setdefault(row["episode_id"], [])
+            reply = row.get("reply", "")
+            if turn.kind == "query":
+                asked.append((_key(policy, row), suite.judge_request(turn, reply, list(seen))))
+            if "error" not in row:  # as the runner builds history: a failed turn is not in it
+                seen.append((turn.user, reply))
+    order = {e["episode_id"]: n for n, e in enumerate(results["episodes"])}
+    policies = list(results["policies"])
+    return sorted(asked, key=lambda kr: (policies.index(kr[0][0]), kr[0][2], order[kr[0][1]]))
+
+
+def judge_run(out: str | Path, judge, *, rejudge: bool = False, progress: bool = True,
+              log=None) -> dict:
+    """Rate every unrated question reply of the long-horizon run in `out` with `judge` (a
+    `rhea.eval.judge.Judge`) and rewrite the run's results as judged; returns the results.
+
+    A run already rated by this judge is left as it is; one rated by another judge (inline or by
+    an earlier call) raises `BenchError` unless `rejudge`, which replaces every rating.
+    """
+    from rhea.eval.report import write_outputs
+    from rhea.eval.runner import _cost_summary, _label, _scores_only
+    from rhea.eval.suites import get_suite
+
+    out = Path(out)
+    results = read_run(out)
+    described = _label(judge)
+    before = (results["config"].get("suite_kwargs") or {}).get("judge")
+    if before is not None and not rejudge:
+        if before == described:
+            if log:
+                log(f"{out} is already rated by this judge ({described['judge']}); nothing to do")
+            return results
+        raise BenchError(f"{out} is rated by another judge ({before}); pass the same judge settings, or "
+                         f"--rejudge to replace its ratings with {described}'s")
+    folder = out / JUDGE_DIR
+    settings = folder / "config.json"
+    if rejudge:
+        shutil.rmtree(folder, ignore_errors=True)
+    if settings.is_file():
+        saved = json.loads(settings.read_text())
+        if saved.get("judge") != described:
+            raise BenchError(f"{folder} holds ratings by another judge ({saved.get('judge')}); pass the same "
+                             f"judge settings to resume them, or --rejudge to start over with {described}")
+    folder.mkdir(parents=True, exist_ok=True)
+    settings.write_text(json.dumps({"judge": described, "batch_size": judge.batch_size}, indent=1))
+    ratings_path = folder / RATINGS_FILE
+    done = {(r["policy"], r["episode_id"], r["turn_index"]): r for r in read_rows(ratings_path)}
+    todo = [(k, req) for k, req in pending(results) if k not in done]
+    started = time.perf_counter()
+    bar = _progress(len(done) + len(todo), len(done), progress)
+    try:
+        with ratings_path.open("a", encoding="utf-8") as f:
+            for start in range(0, len(todo), judge.batch_size):
+                chunk = todo[start:start + judge.batch_size]
+                began = time.perf_counter()
+                verdicts = judge.judge_many([req for _, req in chunk])
+                seconds = (time.perf_counter() - began) / len(chunk)
+                for (key, _), verdict in zip(chunk, verdicts):
+                    record = {"policy": key[0], "episode_id": key[1], "turn_index": key[2],
+                              "rating": verdict.rating, "prompt": verdict.prompt_name, "source": verdict.source,
+                              "error": verdict.error, "judgment": verdict.raw, "seconds": round(seconds, 3)}
+                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    done[key] = record
+                f.flush()
+                bar.update(len(chunk))
+    finally:
+        bar.close()
+    suite = get_suite(SUITE, n_episodes=1)
+    for policy, data in results["policies"].items():
+        for row in data["turns"]:
+            record = done.get(_key(policy, row))
+            if record is None:
+                continue
+            row.update({"judge": "ok" if record["rating"] is not None else "error",
+                        "judge_rating": record["rating"], "judge_prompt": record["prompt"],
+                        "judge_error": record["error"], "judge_source": record["source"]})
+        data["aggregate"] = suite.aggregate([_scores_only(r) for r in data["turns"]])
+        data["cost"] = _cost_summary(data["turns"])
+        _rate_checkpoints(out / "state" / policy, results["episodes"], data["turns"])
+    results["config"]["suite_kwargs"] = {**(results["config"].get("suite_kwargs") or {}), "judge": described}
+    results["judged"] = {"judge": described, "batch_size": judge.batch_size, "ratings": len(done),
+                         "seconds": round(time.perf_counter() - started, 1),
+                         "environment": environment(getattr(getattr(judge.generator, "model", None), "device", None))}
+    (out / "config.json").write_text(json.dumps(results["config"], indent=1))
+    write_outputs(results, out)
+    return results
+
+
+def _rate_checkpoints(state: Path, episodes: list[dict], rows: list[dict]) -> None:
+    """Put the ratings into the run's own checkpoints too (``state/<policy>/<n>/rows.jsonl``, when the
+    run's machine still has them): `rhea bench` resuming the folder reads those rows, not results.json."""
+    for number, episode in enumerate(episodes):
+        path = state / str(number) / "rows.jsonl"
+        saved = read_rows(path)
+        mine = [r for r in rows if r["episode_id"] == episode["episode_id"]]
+        if not saved or [(r.get("episode_id"), r.get("turn_index")) for r in saved] != \
+                [(r["episode_id"], r["turn_index"]) for r in mine]:
+            continue
+        temporary = path.with_suffix(".jsonl.tmp")
+        temporary.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in mine), encoding="utf-8")
+        temporary.replace(path)
+
+
+def _progress(total: int, initial: int, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc="rhea judge", unit="rating", disable=not enabled)

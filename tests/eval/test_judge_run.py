@@ -1,0 +1,149 @@
+"""`rhea judge`: a long-horizon run's replies rated afterwards get the ratings an inline judge gives,
+resume after an interruption, and refuse a second judge unless asked."""
+import json
+
+import pytest
+
+from rhea.eval.judge import Judge
+from rhea.eval.judge_run import JUDGE_DIR, RATINGS_FILE, judge_run, read_run
+from rhea.eval.runner import BenchError, run_suite
+from rhea.testing import tiny_rhea
+
+SETTINGS = dict(n_turns=7, n_episodes=3, max_new_tokens=3, progress=False, suite_kwargs={"n_facts": 1})
+
+
+class PromptRater:
+    """A judge model whose rating depends only on the prompt (so order and batching cannot change it)."""
+
+    def __init__(self, fail_after: int | None = None):
+        self.calls = 0
+        self.fail_after = fail_after
+
+    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None) -> str:
+        if self.fail_after is not None and self.calls >= self.fail_after:
+            raise KeyboardInterrupt  # the judging stopped part-way
+        self.calls += 1
+        text = "".join(m["content"] for m in messages)
+        return f"Looks fine. Rating: [[{1 + sum(map(ord, text)) % 10}]]"
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_rhea().eval()
+
+
+@pytest.fixture(scope="module")
+def runs(model, tmp_path_factory):
+    """The same episodes judged inline, and unjudged (judged afterwards by each test on a copy)."""
+    root = tmp_path_factory.mktemp("runs")
+    inline = run_suite(model, "long-horizon", ["vanilla", "recent-k"], out=root / "inline", batch_episodes=3,
+                       **{**SETTINGS, "suite_kwargs": {**SETTINGS["suite_kwargs"], "judge": Judge(PromptRater())}})
+    run_suite(model, "long-horizon", ["vanilla", "recent-k"], out=root / "plain", batch_episodes=3, **SETTINGS)
+    return inline, root / "plain"
+
+
+def _copy(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_ratings_afterwards_equal_ratings_inline(runs, tmp_path):
+    inline, plain = runs
+    out = _copy(plain, tmp_path / "run")
+    judged = judge_run(out, Judge(PromptRater(), batch_size=4), progress=False)
+    for policy in ("vanilla", "recent-k"):
+        a, b = inline["policies"][policy]["turns"], judged["policies"][policy]["turns"]
+        queries = [r for r in a if r["kind"] == "query"]
+        assert len(queries) == 3 * 5 and all(r["judge_rating"] is not None for r in queries)
+        for key in ("judge", "judge_rating", "judge_prompt", "judge_source"):
+            assert [r.get(key) for r in a] == [r.get(key) for r in b]
+        assert judged["policies"][policy]["aggregate"]["judge_mean"] == inline["policies"][policy]["aggregate"]["judge_mean"]
+    # the multi-turn prompt carries the first answer of the same policy's own conversation
+    assert {r["judge_prompt"] for r in b if r["kind"] == "query"} >= {"single-v1-multi-turn"}
+    # recorded as an inline judge records it; the files on disk say the same
+    assert judged["config"] == inline["config"] | {"policies": judged["config"]["policies"]}
+    assert json.loads((out / "config.json").read_text())["suite_kwargs"] == inline["config"]["suite_kwargs"]
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["judged"]["ratings"] == 2 * 15 and saved["policies"]["vanilla"]["aggregate"]["judge"] == "ok"
+    assert "judge (1-10)" in (out / "summary.md").read_text()
+    lines = (out / JUDGE_DIR / RATINGS_FILE).read_text().splitlines()
+    assert len(lines) == 30 and "Looks fine" in json.loads(lines[0])["judgment"]
+
+
+def test_a_judged_folder_resumes_under_rhea_bench_with_that_judge(model, runs, tmp_path):
+    _, plain = runs
+    out = _copy(plain, tmp_path / "run")
+    judge_run(out, Judge(PromptRater()), progress=False)
+    ran = run_suite(model, "long-horizon", ["vanilla"], out=out, batch_episodes=3,
+                    **{**SETTINGS, "suite_kwargs": {**SETTINGS["suite_kwargs"], "judge": Judge(PromptRater())}})
+    # taken from results.json: every rating kept, no reply generated again
+    assert all(r.get("judge_rating") is not None for r in ran["policies"]["vanilla"]["turns"] if r["kind"] == "query")
+
+
+def test_an_interrupted_judging_resumes_where_it_stopped(runs, tmp_path):
+    _, plain = runs
+    out = _copy(plain, tmp_path / "run")
+    with pytest.raises(KeyboardInterrupt):
+        judge_run(out, Judge(PromptRater(fail_after=5), batch_size=2), progress=False)
+    assert len((out / JUDGE_DIR / RATINGS_FILE).read_text().splitlines()) == 4  # two whole batches kept
+    assert "judge" not in json.loads((out / "config.json").read_text())["suite_kwargs"]  # not judged yet
+    rater = PromptRater()
+    judged = judge_run(out, Judge(rater, batch_size=2), progress=False)
+    assert rater.calls == 30 - 4
+    fresh = judge_run(_copy(plain, tmp_path / "fresh"), Judge(PromptRater()), progress=False)
+    assert [r.get("judge_rating") for r in judged["policies"]["vanilla"]["turns"]] == \
+        [r.get("judge_rating") for r in fresh["policies"]["vanilla"]["turns"]]
+    again = PromptRater()
+    judge_run(out, Judge(again), progress=False)  # already rated by this judge: nothing to do
+    assert again.calls == 0
+
+
+def test_another_judge_is_refused_unless_rejudge(runs, tmp_path):
+    _, plain = runs
+    out = _copy(plain, tmp_path / "run")
+    judge_run(out, Judge(PromptRater()), progress=False)
+    with pytest.raises(BenchError, match="another judge.*--rejudge"):
+        judge_run(out, Judge(PromptRater(), max_new_tokens=64), progress=False)
+    rater = PromptRater()
+    judged = judge_run(out, Judge(rater, max_new_tokens=64), rejudge=True, progress=False)
+    assert rater.calls == 30 and judged["config"]["suite_kwargs"]["judge"]["max_new_tokens"] == 64
+    # a part-judged folder under another judge is refused as well
+    part = _copy(plain, tmp_path / "part")
+    with pytest.raises(KeyboardInterrupt):
+        judge_run(part, Judge(PromptRater(fail_after=1), batch_size=1), progress=False)
+    with pytest.raises(BenchError, match="holds ratings by another judge"):
+        judge_run(part, Judge(PromptRater(), max_new_tokens=64), progress=False)
+
+
+def test_folders_that_cannot_be_judged_are_named(model, runs, tmp_path):
+    _, plain = runs
+    with pytest.raises(BenchError, match="does not exist"):
+        read_run(tmp_path / "nowhere")
+    run_suite(model, "efficiency", ["vanilla"], n_turns=2, max_new_tokens=2, progress=False, out=tmp_path / "eff")
+    with pytest.raises(BenchError, match="'efficiency' run; only 'long-horizon'"):
+        read_run(tmp_path / "eff")
+    out = _copy(plain, tmp_path / "cut")
+    results = json.loads((out / "results.json").read_text())
+    results["policies"]["vanilla"]["turns"] = results["policies"]["vanilla"]["turns"][:5]
+    (out / "results.json").write_text(json.dumps(results))
+    with pytest.raises(BenchError, match="'vanilla' has 5 of 21 turns"):
+        read_run(out)
+    (out / "results.json").write_text("{not json")
+    with pytest.raises(BenchError, match="not valid JSON"):
+        read_run(out)
+
+
+def test_the_cli_checks_the_folder_and_the_judge_before_loading_a_model(runs, tmp_path, capsys, monkeypatch):
+    from rhea import cli
+    import rhea.modeling.loading as loading
+
+    monkeypatch.setattr(loading, "load_rhea_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    assert cli.main(["judge", str(tmp_path / "nowhere")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    _, plain = runs
+    assert cli.main(["judge", str(plain), "--judge-local", "none"]) == 1
+    assert "no judge" in capsys.readouterr().err
+    assert cli.main(["judge", str(plain), "--judge-local", "tiny-x", "--judge-url", "http://x"]) == 1
+    assert "both name a judge" in capsys.readouterr().err
