@@ -4,9 +4,10 @@
 //
 // With M between 2 and 16, MKL's sgemm on this project's CPUs (AMD EPYC, AVX2) is far from both
 // bounds: Qwen2.5-1.5B's MLP projection at M = 8 ran at ~2 of the ~12 GB/s one row's GEMV
-// streams (benchmarks/decode_linear.py). Here each weight row is read once per block of 8 input
-// rows (vec.h linear_rows: register-blocked dots), and the outputs are split across threads by
-// weight rows, so a step stays close to the cost of streaming the weights once.
+// streams (benchmarks/decode_linear.py). Here a block of 24 weight rows is read from memory once and
+// meets the input rows 4 at a time, 3 weight rows x 4 input rows per register block (vec.h
+// linear_rows), and the outputs are split across threads by weight rows, so a step stays close to
+// the cost of streaming the weights once.
 // fp32 only; other dtypes (and a weight whose rows are not contiguous) go to at::linear.
 #include "common.h"
 #include "vec.h"
@@ -18,7 +19,7 @@ namespace rhea_kernels {
 namespace {
 
 constexpr int64_t kSerialMacs = int64_t{1} << 20;  // below this many multiply-adds, stay on one thread
-constexpr int64_t kRowBlock = 64;                 // weight rows per inner block (64 x 768 fp32 stay in L2)
+constexpr int64_t kRowBlock = 24;                 // weight rows per inner block (24 x 3072 fp32 = 288 KiB, in L2)
 
 at::Tensor decode_linear_cpu(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
   TORCH_CHECK(weight.dim() == 2, "decode_linear: weight must be [N, K], got ", weight.sizes());

@@ -220,11 +220,11 @@ class RheaForCausalLM(nn.Module):
         #: in memory. None (default) = on CUDA where the copy fits (docs/gpu.md: 2.05x -> 1.12x
         #: the base model per token on an H100); True / False force it.
         self.decode_merged: bool | None = None
-        #: `generate` runs the linear layers of a batch's decoding steps (2-16 rows: one token per
-        #: sequence) through `rhea_kernels.decode_linear`, the C++ kernel built for that shape, and
-        #: leaves one row's steps and the prompt's prefill to BLAS. None (default) = on a CPU with fp32 weights where the
-        #: extension has the kernel (docs/kernels.md: 8 rows of Qwen2.5-1.5B's MLP projections 1.6-2.5x
-        #: faster than MKL on this project's AVX2 CPU); True / False force it.
+        #: `generate` runs the linear layers of its decoding steps (1-16 rows: one token per sequence; one
+        #: row only on layers of >= 1M weights) through `rhea_kernels.decode_linear`, the C++ kernel built for
+        #: that shape, and leaves the prompt's prefill to BLAS. None (default) = on a CPU with fp32 weights where
+        #: the extension has the kernel (docs/kernels.md: Qwen2.5-1.5B's decoding step 1.74x faster than MKL at
+        #: batch 1 and 2.71x at batch 8 on this project's AVX2 CPU); True / False force it.
         self.decode_kernel: bool | None = None
         self._merged_cache: dict[str, tuple[tuple, list]] = {}
 

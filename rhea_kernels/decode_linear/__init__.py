@@ -5,10 +5,11 @@
   step's product of a few rows (one token per sequence) by a weight matrix is where BLAS is
   weakest: MKL's sgemm at 8 rows ran Qwen2.5-1.5B's MLP projections at a fraction of the
   memory bandwidth one row's GEMV reaches (`benchmarks/decode_linear.py`, docs/kernels.md).
-* `decode_linears(module, min_rows=2, max_rows=16)`: inside the block, every plain ``nn.Linear``
+* `decode_linears(module, min_rows=1, max_rows=16)`: inside the block, every plain ``nn.Linear``
   of `module` with fp32 CPU weights sends calls of `min_rows` to `max_rows` rows (and no
-  autograd) to the op; one row (BLAS's GEMV is as fast), longer inputs (a prompt's prefill) and
-  anything else keep ``F.linear``. Nothing is
+  autograd) to the op, one row only for a layer of at least ``ONE_ROW_MIN_WEIGHTS`` weights (on a
+  small layer BLAS's GEMV is as fast); longer inputs (a prompt's prefill) and anything else keep
+  ``F.linear``. Nothing is
   copied: the layers read their current weights at each call (a merged adapter swapped in by
   `RheaForCausalLM.merged` included). Outputs equal ``F.linear``'s up to float reassociation
   (another summation order), so a greedy token can differ where two logits nearly tie, as
@@ -23,11 +24,14 @@ import torch
 from rhea_kernels.decode_linear import reference
 from rhea_kernels.decode_linear.op import OP
 
-#: rows (tokens x sequences) from which and up to which `decode_linears` routes a call to the op: a
-#: decoding step of a batch of 2 to 16 sequences. One row (a single chat) stays with BLAS, whose GEMV
-#: already streams the weights at the memory bound (the op was 0.7-0.9x on SmolLM2's small layers),
-#: and so does a prefill of more rows (benchmarks/decode_linear.py, docs/kernels.md)
-MIN_ROWS, MAX_ROWS = 2, 16
+#: rows (tokens x sequences) from which and up to which `decode_linears` routes a call to the op: a decoding
+#: step of 1 to 16 sequences; a prompt's prefill (more rows) stays with BLAS (benchmarks/decode_linear.py,
+#: docs/kernels.md)
+MIN_ROWS, MAX_ROWS = 1, 16
+#: a call of one row goes to the op only for a layer with at least this many weights: on Qwen2.5-1.5B's layers
+#: of 2.4M weights and more the op's one-row loop (8 weight rows at a time) streamed 1.5-2.4x faster than BLAS's
+#: GEMV, but on SmolLM2's small ones (0.1-0.9M) its fixed cost of a few µs made it 0.75-1.1x
+ONE_ROW_MIN_WEIGHTS = 1 << 20
 
 
 def decode_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -65,11 +69,13 @@ def _kernel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
     return torch.ops.rhea_kernels.decode_linear(x, weight, bias)
 
 
-def _routed_forward(layer: torch.nn.Linear, min_rows: int, max_rows: int):
+def _routed_forward(layer: torch.nn.Linear, min_rows: int, max_rows: int, one_row_min_weights: int):
     def forward(x: torch.Tensor) -> torch.Tensor:
         weight, bias = layer.weight, layer.bias
+        k = weight.shape[1]
         if (x.dtype == torch.float32 and weight.dtype == torch.float32 and x.device.type == "cpu"
-                and weight.device.type == "cpu" and min_rows * weight.shape[1] <= x.numel() <= max_rows * weight.shape[1]
+                and weight.device.type == "cpu" and min_rows * k <= x.numel() <= max_rows * k
+                and (x.numel() > k or weight.numel() >= one_row_min_weights)
                 and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):
             return _kernel(x, weight, bias)
         return torch.nn.functional.linear(x, weight, bias)
@@ -78,9 +84,10 @@ def _routed_forward(layer: torch.nn.Linear, min_rows: int, max_rows: int):
 
 
 @contextlib.contextmanager
-def decode_linears(module: torch.nn.Module, *, min_rows: int = MIN_ROWS, max_rows: int = MAX_ROWS):
+def decode_linears(module: torch.nn.Module, *, min_rows: int = MIN_ROWS, max_rows: int = MAX_ROWS,
+                   one_row_min_weights: int = ONE_ROW_MIN_WEIGHTS):
     """Inside the block, `module`'s plain ``nn.Linear`` layers send calls of `min_rows` to `max_rows` rows to
-    `decode_linear`.
+    `decode_linear` (a call of one row only for a layer of at least `one_row_min_weights` weights).
 
     Yields how many layers were routed: 0 when the C++ kernel is not built (nothing to gain
     from the reference), for layers whose ``forward`` is already replaced (hooks of other
@@ -96,6 +103,9 @@ def decode_linears(module: torch.nn.Module, *, min_rows: int = MIN_ROWS, max_row
     for name, value in (("min_rows", min_rows), ("max_rows", max_rows)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name}={value!r} must be an integer >= 1 (rows routed to the op)")
+    if not isinstance(one_row_min_weights, int) or isinstance(one_row_min_weights, bool) or one_row_min_weights < 0:
+        raise ValueError(f"one_row_min_weights={one_row_min_weights!r} must be an integer >= 0 (weights of the "
+                         "smallest layer whose one-row calls go to the op)")
     if min_rows > max_rows:
         raise ValueError(f"min_rows={min_rows} > max_rows={max_rows}: no call would be routed; pass min_rows <= max_rows")
     routed: list[torch.nn.Linear] = []
@@ -103,7 +113,7 @@ def decode_linears(module: torch.nn.Module, *, min_rows: int = MIN_ROWS, max_row
         for layer in module.modules():
             if (isinstance(layer, torch.nn.Linear) and type(layer).forward is torch.nn.Linear.forward
                     and "forward" not in vars(layer)):
-                layer.forward = _routed_forward(layer, min_rows, max_rows)
+                layer.forward = _routed_forward(layer, min_rows, max_rows, one_row_min_weights)
                 routed.append(layer)
     try:
         yield len(routed)
@@ -112,4 +122,4 @@ def decode_linears(module: torch.nn.Module, *, min_rows: int = MIN_ROWS, max_row
             del layer.forward
 
 
-__all__ = ["MAX_ROWS", "MIN_ROWS", "OP", "available", "decode_linear", "decode_linears", "reference", "serves"]
+__all__ = ["MAX_ROWS", "MIN_ROWS", "ONE_ROW_MIN_WEIGHTS", "OP", "available", "decode_linear", "decode_linears", "reference", "serves"]

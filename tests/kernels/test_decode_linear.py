@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import rhea_kernels as rk
-from rhea_kernels.decode_linear import MAX_ROWS, MIN_ROWS, decode_linear, decode_linears
+from rhea_kernels.decode_linear import MAX_ROWS, MIN_ROWS, ONE_ROW_MIN_WEIGHTS, decode_linear, decode_linears
 
 dl_module = sys.modules["rhea_kernels.decode_linear"]  # the attribute rhea_kernels.decode_linear is the function
 
@@ -77,19 +77,33 @@ def test_layers_route_short_inputs_only_and_are_restored(calls):
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.ReLU(), torch.nn.Linear(40, 8, bias=False))
     short, long, one = torch.randn(2, 1, 24), torch.randn(3, MAX_ROWS, 24), torch.randn(1, 1, 24)  # 2, 48, 1 rows
-    assert MIN_ROWS == 2
+    assert MIN_ROWS == 1
     with torch.no_grad():
         want_short, want_long, want_one = net(short), net(long), net(one)
         with decode_linears(net) as n:
             assert n == 2
             got_short, got_long, got_one = net(short), net(long), net(one)
-    assert calls == [(2, 1, 24), (2, 1, 40)]  # one row and the long input stayed with F.linear
+    assert calls == [(2, 1, 24), (2, 1, 40)]  # the long input, and one row of these small layers, stayed with F.linear
     assert torch.allclose(got_short, want_short, atol=1e-6) and torch.equal(got_long, want_long)
     assert torch.equal(got_one, want_one)
-    with torch.no_grad(), decode_linears(net, min_rows=1):
+    with torch.no_grad(), decode_linears(net, one_row_min_weights=0):
         net(one)
     assert calls[-2:] == [(1, 1, 24), (1, 1, 40)]
+    with torch.no_grad(), decode_linears(net, min_rows=2, one_row_min_weights=0):
+        net(one)
+    assert len(calls) == 4  # min_rows=2: one row stays with F.linear whatever the layer's size
     assert all("forward" not in vars(m) for m in net.modules())
+
+
+def test_one_row_goes_to_the_op_for_a_large_layer(calls):
+    _needs_cpp()
+    big = torch.nn.Linear(1024, ONE_ROW_MIN_WEIGHTS // 1024, bias=False)  # exactly ONE_ROW_MIN_WEIGHTS weights
+    x = torch.randn(1, 1024)
+    with torch.no_grad():
+        want = big(x)
+        with decode_linears(big):
+            got = big(x)
+    assert calls == [(1, 1024)] and torch.allclose(got, want, atol=1e-4)
 
 
 def test_autograd_keeps_f_linear(calls):
@@ -196,3 +210,10 @@ def test_hf_generator_uses_the_kernel_for_plain_models(calls):
 
 def test_cpu_op_is_what_the_library_reports():
     assert rk.OPS["decode_linear"].cpu_backend == ("cpp" if dl_module.available() else "reference")
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True])
+def test_one_row_min_weights_is_checked(bad):
+    with pytest.raises(ValueError, match="one_row_min_weights"):
+        with decode_linears(torch.nn.Linear(2, 2), one_row_min_weights=bad):
+            pass
