@@ -13,7 +13,10 @@ with a 95% bootstrap interval over questions; a rating that cannot be parsed cou
 disagreement. A local judge whose text holds no ``[[rating]]`` is asked for its likeliest
 completion of "Rating: [[" after its own explanation (`rhea.eval.judge.Judge`,
 ``--no-complete-rating`` turns that off); agreement is also reported counting only the ratings
-written in the text. Mean ratings and parse failures are reported too. Writes ``<out>.json`` and
+written in the text, and by the probability-weighted rating where the judge's ten probabilities were
+read (G-Eval's reading). ``--direct`` asks a local judge for no explanation at all: its rating is
+its likeliest completion of "Rating: [[" right after the prompt (one prefill per rating instead of
+a generation; ``Judge(explain=False)``). Mean ratings and parse failures are reported too. Writes ``<out>.json`` and
 ``<out>.md``.
 """
 from __future__ import annotations
@@ -42,6 +45,9 @@ def main(argv=None) -> int:
                         "decode as one batch on a local judge (verdicts equal one-by-one up to float reassociation)")
     parser.add_argument("--out", type=Path, required=True, help="output path without extension")
     parser.add_argument("--no-resume", action="store_true", help="start over instead of continuing <out>.rows.jsonl")
+    parser.add_argument("--direct", action="store_true",
+                        help="a local judge rates without an explanation: its likeliest completion of 'Rating: [[' right "
+                             "after FastChat's prompt (one prefill per rating; rhea.eval.judge.Judge(explain=False))")
     parser.add_argument("--no-complete-rating", action="store_true",
                         help="a local judge's text without [[rating]] stays unrated (FastChat's rule) instead of taking "
                              "the judge's likeliest completion of 'Rating: [['")
@@ -50,6 +56,8 @@ def main(argv=None) -> int:
         parser.error(f"--batch {args.batch}: judge at least 1 question at a time")
     if bool(args.judge_local) == bool(args.judge_url):
         parser.error("pass exactly one of --judge-local MODEL and --judge-url URL")
+    if args.direct and not args.judge_local:
+        parser.error("--direct reads the rating from a local judge's probabilities; pass --judge-local MODEL")
     questions_path, references_path = args.data / "question.jsonl", args.data / "reference_answer_gpt-4.jsonl"
     for path in (questions_path, references_path):
         if not path.is_file():
@@ -65,6 +73,8 @@ def main(argv=None) -> int:
     # one row per question, appended as it is rated, so a killed run continues where it stopped
     settings = {"judge_local": args.judge_local, "judge_url": args.judge_url, "judge_model": args.judge_model,
                 "max_new_tokens": args.max_new_tokens, "complete_rating": not args.no_complete_rating}
+    if args.direct:  # recorded only when set, so the explaining runs' rows resume as before
+        settings = {**settings, "max_new_tokens": None, "explain": False}
     rows_path = args.out.with_suffix(".rows.jsonl")
     done = {}
     if rows_path.is_file() and not args.no_resume:
@@ -94,7 +104,7 @@ def main(argv=None) -> int:
 
         generator = OpenAICompatibleGenerator(args.judge_url, model=args.judge_model)
     judge = (Judge(generator, max_new_tokens=args.max_new_tokens, complete_rating=not args.no_complete_rating,
-                   batch_size=2 * args.batch) if generator is not None else None)
+                   batch_size=2 * args.batch, explain=not args.direct) if generator is not None else None)
     started = time.perf_counter() - sum(r.get("seconds", 0.0) for r in done.values())
     todo = [i for i, q in enumerate(questions) if q.question_id not in done]
     for start in range(0, len(todo), args.batch):
@@ -114,6 +124,8 @@ def main(argv=None) -> int:
                 "agree": good.rating is not None and bad.rating is not None and good.rating > bad.rating,
                 "tie": good.rating is not None and good.rating == bad.rating,
                 "reference_source": good.source, "mismatched_source": bad.source,
+                # the probability-weighted rating where the judge's ten probabilities are known (else the rating)
+                "reference_expected": good.expected, "mismatched_expected": bad.expected,
                 "reference_raw": good.raw, "mismatched_raw": bad.raw,  # whole: the rating is at the end
                 "seconds": seconds}  # the chunk's time per question
             with rows_path.open("a", encoding="utf-8") as fh:
@@ -122,6 +134,10 @@ def main(argv=None) -> int:
                                                                    "mismatched_rating")}), flush=True)
     rows = [done[q.question_id] for q in questions]
     agreement = bootstrap_ci([float(r["agree"]) for r in rows])
+    # G-Eval's reading: the probability-weighted ratings (= the ratings where no probabilities were read)
+    expected = [(r.get("reference_expected", r["reference_rating"]), r.get("mismatched_expected", r["mismatched_rating"]))
+                for r in rows]
+    agreement_expected = bootstrap_ci([float(a is not None and b is not None and a > b) for a, b in expected])
     # FastChat's reading alone: both ratings written in the judge's text (completed ones count as unparsed)
     parsed = [float(r["agree"] and r.get("reference_source", "parsed") == "parsed"
                     and r.get("mismatched_source", "parsed") == "parsed") for r in rows]
@@ -131,23 +147,30 @@ def main(argv=None) -> int:
     summary = {
         "judge": judge_name, "questions": len(rows), "agreement": agreement.to_dict(),
         "agreement_text_ratings_only": agreement_parsed.to_dict(), "completed_ratings": completed,
+        "agreement_expected_rating": agreement_expected.to_dict(),
+        "ties_expected_rating": sum(a is not None and a == b for a, b in expected),
+        "direct": bool(args.direct),
         "ties": sum(r["tie"] for r in rows),
         "unparsed_ratings": sum((r["reference_rating"] is None) + (r["mismatched_rating"] is None) for r in rows),
         "mean_reference_rating": (sum(r["reference_rating"] for r in rated) / len(rated)) if rated else None,
         "mean_mismatched_rating": (sum(r["mismatched_rating"] for r in rated) / len(rated)) if rated else None,
-        "judge_max_new_tokens": args.max_new_tokens, "wall_s": time.perf_counter() - started,
+        "judge_max_new_tokens": None if args.direct else args.max_new_tokens, "wall_s": time.perf_counter() - started,
         "command": "python benchmarks/judge_agreement.py " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
     lines = [f"# Judge agreement: {judge_name}", "",
              f"{len(rows)} MT-Bench questions with GPT-4 reference answers; the judge (FastChat single-v1, no "
-             "reference shown) rates the question's reference answer and another question's reference answer.", "",
+             "reference shown) rates the question's reference answer and another question's reference answer"
+             + (" without an explanation (--direct: its likeliest 'Rating: [[k]]' right after the prompt)." if args.direct
+                else "."), "",
              f"- agreement (reference rated strictly above the mismatched answer): **{agreement.format()}** "
              "(95% bootstrap interval over questions; chance for a judge that rates at random on 10 levels ≈ 0.45)",
              f"- the same counting only ratings written in the judge's text (FastChat's rule): "
              f"**{agreement_parsed.format()}**; {completed} of {2 * len(rows)} ratings were completed "
              "(no [[rating]] in the text: the judge's likeliest completion of 'Rating: [[' after its explanation)",
+             f"- by the probability-weighted rating (G-Eval's reading; a rating read from the text counts as itself): "
+             f"**{agreement_expected.format()}**, {summary['ties_expected_rating']} ties",
              f"- ties: {summary['ties']}; unparsed ratings: {summary['unparsed_ratings']} of {2 * len(rows)}",
              f"- mean rating, reference: {summary['mean_reference_rating']}; mismatched: "
              f"{summary['mean_mismatched_rating']}", "", f"Reproduce: `{summary['command']}`", ""]

@@ -97,6 +97,9 @@ def _resolve_judge(args, command: str = "bench"):
 
     if args.judge_url and args.judge_local not in (None, "auto", "none"):
         raise BenchError("--judge-url and --judge-local both name a judge; pass one")
+    if args.judge_url and args.judge_direct:
+        raise BenchError("--judge-direct reads the rating from a local judge's probabilities, which an endpoint does "
+                         "not give; drop --judge-direct or judge with --judge-local MODEL")
     asked = args.judge_local
     args.judge_local = resolve_local_judge(asked, judge_url=args.judge_url)
     if asked == "auto" and args.judge_local is not None:
@@ -120,7 +123,8 @@ def _local_judge(args, batch_size: int, model=None):
     from rhea.modeling.loading import load_rhea_model
 
     model = model if model is not None else load_rhea_model(args.judge_local, device=args.device)
-    return Judge(HFGenerator(model), max_new_tokens=args.judge_max_new_tokens or 256, batch_size=batch_size)
+    return Judge(HFGenerator(model), max_new_tokens=args.judge_max_new_tokens or 256, batch_size=batch_size,
+                 explain=not args.judge_direct)
 
 
 def _cmd_judge(args) -> int:
@@ -155,6 +159,9 @@ def _add_judge_arguments(parser, int_at_least) -> None:
     parser.add_argument("--judge-max-new-tokens", type=int_at_least(16, "judge tokens"), default=None,
                         help="tokens the judge may write before its rating: default 256 for a local judge (the "
                              "setting its agreement was measured with), 2048 for an endpoint (FastChat's)")
+    parser.add_argument("--judge-direct", action="store_true",
+                        help="a local judge rates without writing an explanation: its likeliest 'Rating: [[k]]' right "
+                             "after FastChat's prompt, one prefill per rating (docs/evaluation.md gives its agreement)")
 
 
 def _cmd_bench(args) -> int:

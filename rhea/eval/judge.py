@@ -130,8 +130,22 @@ class Judgment:
     prompt_name: str
     error: str | None = None
     #: "parsed" (read from the judge's text, as FastChat does), "completed" (the text had none: the judge's
-    #: likeliest completion of "Rating: [[" after its own explanation) or "none"
+    #: likeliest completion of "Rating: [[" after its own explanation), "direct" (no explanation asked: the
+    #: likeliest completion of "Rating: [[" right after the prompt; `Judge(explain=False)`) or "none"
     source: str = "parsed"
+    #: for a completed or direct rating, the judge's probabilities of "1]]" ... "10]]" (normalised over the ten)
+    distribution: tuple[float, ...] | None = None
+
+    @property
+    def expected(self) -> float | None:
+        """The probability-weighted mean rating (G-Eval's reading) when `distribution` is known, else `rating`.
+
+        >>> Judgment(2.0, "", "single-v1", distribution=(0.0, 0.6, 0.4) + (0.0,) * 7).expected
+        2.4
+        """
+        if self.distribution is None:
+            return self.rating
+        return round(sum((k + 1) * p for k, p in enumerate(self.distribution)), 6)
 
 
 class Judge:
@@ -152,7 +166,7 @@ class Judge:
     """
 
     def __init__(self, generator: TextGenerator, *, max_new_tokens: int = 512, complete_rating: bool = True,
-                 batch_size: int = 8):
+                 batch_size: int = 8, explain: bool = True):
         if not isinstance(generator, TextGenerator):
             raise TypeError(f"generator={generator!r} must implement rhea.backends.llm.TextGenerator "
                             "(a generate(messages, ...) -> str method)")
@@ -167,6 +181,13 @@ class Judge:
         #: a local judge (one that can score continuations) whose text has no rating is asked for its
         #: likeliest rating after its own explanation; endpoints keep FastChat's rule (no rating: None)
         self.complete_rating = bool(complete_rating) and callable(getattr(generator, "continuation_logprobs", None))
+        #: False: no explanation is generated; the rating is the judge's likeliest completion of "Rating: [["
+        #: right after FastChat's prompt (one prefill per rating instead of a 256-token generation; a local
+        #: judge only). How far that agrees with the explaining judge is measured by benchmarks/judge_agreement.py
+        self.explain = bool(explain)
+        if not self.explain and not callable(getattr(generator, "continuation_logprobs", None)):
+            raise RheaConfigError("explain=False reads the rating from the judge's next-token probabilities, which "
+                                  f"{type(generator).__name__} does not give; use a local judge (HFGenerator) or explain=True")
 
     def describe(self) -> dict:
         """What decides this judge's ratings, as config.json records it (a resumed run must match)."""
@@ -176,8 +197,9 @@ class Judge:
             target = getattr(config, "base_model", None) or getattr(config, "_name_or_path", None) or type(
                 self.generator).__name__
         where = getattr(self.generator, "base_url", None)
-        return {"judge": f"{where}:{target}" if where else str(target), "max_new_tokens": self.max_new_tokens,
-                "complete_rating": self.complete_rating}
+        described = {"judge": f"{where}:{target}" if where else str(target), "max_new_tokens": self.max_new_tokens,
+                     "complete_rating": self.complete_rating}
+        return described if self.explain else {**described, "explain": False}
 
     def rate(self, question: str, answer: str, *, reference: str | None = None) -> Judgment:
         """Rate one answer (FastChat ``single-v1``, or ``single-math-v1`` with a reference)."""
@@ -194,6 +216,8 @@ class Judge:
         A batch's verdicts equal one-by-one verdicts up to floating-point reassociation (padding
         changes the reduction order), as for `rhea.backends.llm.generate_rows`.
         """
+        if not self.explain:
+            return [self._direct(r) for r in requests]
         verdicts: list[Judgment] = []
         for start in range(0, len(requests), self.batch_size):
             chunk = list(requests[start:start + self.batch_size])
@@ -211,13 +235,29 @@ class Judge:
         if rating is not None:
             return Judgment(rating, raw, request.prompt_name)
         if self.complete_rating:
-            return Judgment(self._complete(list(request.messages), raw), raw, request.prompt_name, source="completed")
+            distribution = self._distribution(list(request.messages), raw.rstrip() + "\n")
+            return Judgment(_likeliest(distribution), raw, request.prompt_name, source="completed",
+                            distribution=distribution)
         return Judgment(None, raw, request.prompt_name, "no [[rating]] in 1-10 found in judge output", source="none")
 
-    def _complete(self, messages: list[dict], raw: str) -> float:
-        """The rating 1-10 the judge finds likeliest after its own explanation and "Rating: [["."""
+    def _direct(self, request: JudgeRequest) -> Judgment:
+        distribution = self._distribution(list(request.messages), "")
+        return Judgment(_likeliest(distribution), "", request.prompt_name, source="direct", distribution=distribution)
+
+    def _distribution(self, messages: list[dict], written: str) -> tuple[float, ...]:
+        """The judge's probabilities of rating 1..10 after the prompt, what it `written`, and "Rating: [["."""
+        import math
+
         from rhea.backends.chat_template import apply_chat_template
 
-        prompt = apply_chat_template(self.generator.tokenizer, messages) + raw.rstrip() + "\nRating: [["
+        prompt = apply_chat_template(self.generator.tokenizer, messages) + written + "Rating: [["
         scores, _ = self.generator.continuation_logprobs(prompt, [f"{k}]]" for k in range(1, 11)])
-        return float(1 + max(range(10), key=scores.__getitem__))
+        top = max(scores)
+        weights = [math.exp(s - top) for s in scores]
+        total = sum(weights)
+        return tuple(w / total for w in weights)
+
+
+def _likeliest(distribution: Sequence[float]) -> float:
+    """The rating 1-10 of highest probability (the lowest on a tie)."""
+    return float(1 + max(range(len(distribution)), key=distribution.__getitem__))

@@ -111,3 +111,20 @@ def test_local_judge_defaults_to_the_capable_model_when_installed():
     assert resolve_local_judge("auto", judge_url="http://judge/v1", installed=yes) is None  # the endpoint judges
     assert resolve_local_judge("none", judge_url=None, installed=yes) is None
     assert resolve_local_judge("tiny", judge_url=None, installed=no) == "tiny"
+
+
+def test_a_direct_judge_rates_from_its_probabilities(tmp_path, monkeypatch):
+    import rhea.modeling.loading as loading
+    from rhea.testing import tiny_rhea
+
+    data = _write_mt_bench(tmp_path)
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name, **kw: tiny_rhea().eval())
+    module = _load()
+    assert module.main(["--data", str(data), "--judge-local", "tiny", "--direct", "--out", str(tmp_path / "d")]) == 0
+    saved = json.loads((tmp_path / "d.json").read_text())
+    assert saved["summary"]["direct"] is True and saved["summary"]["judge_max_new_tokens"] is None
+    assert saved["summary"]["unparsed_ratings"] == 0 and "agreement_expected_rating" in saved["summary"]
+    assert all(r["reference_source"] == "direct" and 1 <= r["reference_expected"] <= 10 for r in saved["rows"])
+    assert "without an explanation" in (tmp_path / "d.md").read_text()
+    with pytest.raises(SystemExit):  # an endpoint gives no probabilities to read
+        module.main(["--data", str(data), "--judge-url", "http://x", "--direct", "--out", str(tmp_path / "e")])

@@ -147,3 +147,22 @@ def test_the_cli_checks_the_folder_and_the_judge_before_loading_a_model(runs, tm
     assert "no judge" in capsys.readouterr().err
     assert cli.main(["judge", str(plain), "--judge-local", "tiny-x", "--judge-url", "http://x"]) == 1
     assert "both name a judge" in capsys.readouterr().err
+
+
+def test_the_cli_judges_a_run_directly_with_a_local_model(runs, tmp_path, capsys, monkeypatch):
+    from rhea import cli
+    import rhea.modeling.loading as loading
+
+    _, plain = runs
+    out = _copy(plain, tmp_path / "run")
+    loaded = []
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name, **kw: loaded.append(name) or tiny_rhea().eval())
+    monkeypatch.setattr(loading, "check_model_path", lambda name: None)
+    assert cli.main(["judge", str(out), "--judge-local", "tiny", "--judge-direct", "--quiet"]) == 0
+    saved = json.loads((out / "results.json").read_text())
+    assert loaded == ["tiny"] and saved["config"]["suite_kwargs"]["judge"]["explain"] is False
+    rows = [r for r in saved["policies"]["vanilla"]["turns"] if r["kind"] == "query"]
+    assert rows and all(r["judge_source"] == "direct" and 1 <= r["judge_rating"] <= 10 for r in rows)
+    assert "judge (1-10)" in capsys.readouterr().out
+    assert cli.main(["judge", str(out), "--judge-url", "http://x", "--judge-direct"]) == 1
+    assert "--judge-direct reads the rating" in capsys.readouterr().err
