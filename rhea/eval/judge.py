@@ -131,7 +131,7 @@ class Judgment:
     error: str | None = None
     #: "parsed" (read from the judge's text, as FastChat does), "completed" (the text had none: the judge's
     #: likeliest completion of "Rating: [[" after its own explanation), "direct" (no explanation asked: the
-    #: likeliest completion of "Rating: [[" right after the prompt; `Judge(explain=False)`) or "none"
+    #: probability-weighted rating after "Rating: [[" right after the prompt; `Judge(explain=False)`) or "none"
     source: str = "parsed"
     #: for a completed or direct rating, the judge's probabilities of "1]]" ... "10]]" (normalised over the ten)
     distribution: tuple[float, ...] | None = None
@@ -145,7 +145,7 @@ class Judgment:
         """
         if self.distribution is None:
             return self.rating
-        return round(sum((k + 1) * p for k, p in enumerate(self.distribution)), 6)
+        return _weighted(self.distribution)
 
 
 class Judge:
@@ -181,9 +181,9 @@ class Judge:
         #: a local judge (one that can score continuations) whose text has no rating is asked for its
         #: likeliest rating after its own explanation; endpoints keep FastChat's rule (no rating: None)
         self.complete_rating = bool(complete_rating) and callable(getattr(generator, "continuation_logprobs", None))
-        #: False: no explanation is generated; the rating is the judge's likeliest completion of "Rating: [["
-        #: right after FastChat's prompt (one prefill per rating instead of a 256-token generation; a local
-        #: judge only). How far that agrees with the explaining judge is measured by benchmarks/judge_agreement.py
+        #: False: no explanation is generated; the rating is the probability-weighted mean of the judge's
+        #: completions "1]]" ... "10]]" of "Rating: [[" right after FastChat's prompt (one prefill per rating
+        #: instead of a 256-token generation; a local judge only; benchmarks/judge_agreement.py --direct)
         self.explain = bool(explain)
         if not self.explain and not callable(getattr(generator, "continuation_logprobs", None)):
             raise RheaConfigError("explain=False reads the rating from the judge's next-token probabilities, which "
@@ -241,8 +241,11 @@ class Judge:
         return Judgment(None, raw, request.prompt_name, "no [[rating]] in 1-10 found in judge output", source="none")
 
     def _direct(self, request: JudgeRequest) -> Judgment:
+        """No explanation: the probability-weighted rating after "Rating: [[" (G-Eval's reading). Its likeliest
+        rating alone is too coarse: Qwen2.5-Coder-1.5B put 1 or 5 first for nearly every answer
+        (benchmarks/results/judge_agreement_qwen_direct)."""
         distribution = self._distribution(list(request.messages), "")
-        return Judgment(_likeliest(distribution), "", request.prompt_name, source="direct", distribution=distribution)
+        return Judgment(_weighted(distribution), "", request.prompt_name, source="direct", distribution=distribution)
 
     def _distribution(self, messages: list[dict], written: str) -> tuple[float, ...]:
         """The judge's probabilities of rating 1..10 after the prompt, what it `written`, and "Rating: [["."""
@@ -256,6 +259,11 @@ class Judge:
         weights = [math.exp(s - top) for s in scores]
         total = sum(weights)
         return tuple(w / total for w in weights)
+
+
+def _weighted(distribution: Sequence[float]) -> float:
+    """The probability-weighted rating (1-10), to 4 decimals."""
+    return round(sum((k + 1) * p for k, p in enumerate(distribution)), 4)
 
 
 def _likeliest(distribution: Sequence[float]) -> float:

@@ -122,16 +122,16 @@ def test_rating_completion_on_a_real_tiny_model():
 
 
 def test_a_direct_judge_rates_without_an_explanation():
-    """explain=False: no text is generated; the rating is the likeliest "k]]" right after "Rating: [[", with the
-    ten probabilities kept (their weighted mean is `expected`)."""
+    """explain=False: no text is generated; the rating is the probability-weighted mean of "k]]" right after
+    "Rating: [[", the ten probabilities kept."""
     model = _RatingModel(best=3)
     judge = Judge(model, explain=False)
     j = judge.rate("Q?", "A.")
-    assert (j.rating, j.source, j.raw, j.error) == (3.0, "direct", "", None)
+    assert (j.source, j.raw, j.error) == ("direct", "", None) and j.rating == j.expected
     assert model.prompts[0].endswith("Rating: [[")
     assert "A good answer" not in model.prompts[0]  # nothing generated before the rating
     assert abs(sum(j.distribution) - 1) < 1e-9 and max(j.distribution) == j.distribution[2]
-    assert 1.0 < j.expected < 10.0 and judge.describe()["explain"] is False
+    assert 3.0 < j.expected < 5.5 and judge.describe()["explain"] is False  # 3 likeliest, the other nine far behind
     assert "explain" not in Judge(_RatingModel(best=3)).describe()  # the explaining judge's record is unchanged
     with pytest.raises(RheaConfigError, match="explain=False"):
         Judge(ScriptedGenerator(["[[5]]"]), explain=False)
@@ -145,8 +145,7 @@ def test_a_direct_judge_on_a_real_tiny_model():
     judge = Judge(HFGenerator(tiny_rhea().eval()), explain=False)
     verdicts = judge.judge_many([single_request("What is 2+2?", "4"), single_request("What is 2+2?", "5")])
     assert [v.source for v in verdicts] == ["direct", "direct"]
-    assert all(1.0 <= v.rating <= 10.0 and v.rating == 1 + max(range(10), key=v.distribution.__getitem__)
-               for v in verdicts)
+    assert all(1.0 <= v.rating <= 10.0 and v.rating == v.expected for v in verdicts)
 
 
 def test_judge_many_rates_in_order_and_in_chunks(monkeypatch):
