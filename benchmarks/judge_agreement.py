@@ -163,13 +163,15 @@ def main(argv=None) -> int:
     lines = [f"# Judge agreement: {judge_name}", "",
              f"{len(rows)} MT-Bench questions with GPT-4 reference answers; the judge (FastChat single-v1, no "
              "reference shown) rates the question's reference answer and another question's reference answer"
-             + (" without an explanation (--direct: its likeliest 'Rating: [[k]]' right after the prompt)." if args.direct
+             + (" without an explanation (--direct: the probability-weighted rating of 'Rating: [[k]]' right after the "
+                "prompt)." if args.direct
                 else "."), "",
              f"- agreement (reference rated strictly above the mismatched answer): **{agreement.format()}** "
              "(95% bootstrap interval over questions; chance for a judge that rates at random on 10 levels ≈ 0.45)",
-             f"- the same counting only ratings written in the judge's text (FastChat's rule): "
-             f"**{agreement_parsed.format()}**; {completed} of {2 * len(rows)} ratings were completed "
-             "(no [[rating]] in the text: the judge's likeliest completion of 'Rating: [[' after its explanation)",
+             (f"- the same counting only ratings written in the judge's text (FastChat's rule): "
+              f"**{agreement_parsed.format()}**; {completed} of {2 * len(rows)} ratings were completed "
+              "(no [[rating]] in the text: the judge's likeliest completion of 'Rating: [[' after its explanation)")
+             if not args.direct else "- no text is written with --direct: every rating is read from probabilities",
              f"- by the probability-weighted rating (G-Eval's reading; a rating read from the text counts as itself): "
              f"**{agreement_expected.format()}**, {summary['ties_expected_rating']} ties",
              f"- ties: {summary['ties']}; unparsed ratings: {summary['unparsed_ratings']} of {2 * len(rows)}",
