@@ -66,7 +66,7 @@ def read_run(out: str | Path) -> dict:
                          "score by rule: benchmarks/rescore.py re-scores them)")
     if not results.get("policies"):
         raise BenchError(f"{path} holds no policy's turns yet; finish the `rhea bench` run first")
-    expected = len(results.get("episodes", [])) and sum(len(e["turns"]) for e in results["episodes"])
+    expected = sum(len(e["turns"]) for e in results.get("episodes", []))
     for policy, data in results["policies"].items():
         if len(data.get("turns", [])) != expected:
             raise BenchError(f"{path}: policy {policy!r} has {len(data.get('turns', []))} of {expected} turns; "
@@ -112,7 +112,7 @@ def judge_run(out: str | Path, judge, *, rejudge: bool = False, progress: bool =
     an earlier call) raises `BenchError` unless `rejudge`, which replaces every rating.
     """
     from rhea.eval.report import write_outputs
-    from rhea.eval.runner import _cost_summary, _label, _scores_only
+    from rhea.eval.runner import _label, _progress, _scores_only
     from rhea.eval.suites import get_suite
 
     out = Path(out)
@@ -141,7 +141,7 @@ def judge_run(out: str | Path, judge, *, rejudge: bool = False, progress: bool =
     done = {(r["policy"], r["episode_id"], r["turn_index"]): r for r in read_rows(ratings_path)}
     todo = [(k, req) for k, req in pending(results) if k not in done]
     started = time.perf_counter()
-    bar = _progress(len(done) + len(todo), len(done), progress)
+    bar = _progress(len(done) + len(todo), progress, desc="rhea judge", unit="rating", initial=len(done))
     try:
         with ratings_path.open("a", encoding="utf-8") as f:
             for start in range(0, len(todo), judge.batch_size):
@@ -169,7 +169,6 @@ def judge_run(out: str | Path, judge, *, rejudge: bool = False, progress: bool =
                         "judge_rating": record["rating"], "judge_prompt": record["prompt"],
                         "judge_error": record["error"], "judge_source": record["source"]})
         data["aggregate"] = suite.aggregate([_scores_only(r) for r in data["turns"]])
-        data["cost"] = _cost_summary(data["turns"])
         _rate_checkpoints(out / "state" / policy, results["episodes"], data["turns"])
     results["config"]["suite_kwargs"] = {**(results["config"].get("suite_kwargs") or {}), "judge": described}
     results["judged"] = {"judge": described, "batch_size": judge.batch_size, "ratings": len(done),
@@ -193,9 +192,3 @@ def _rate_checkpoints(state: Path, episodes: list[dict], rows: list[dict]) -> No
         temporary = path.with_suffix(".jsonl.tmp")
         temporary.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in mine), encoding="utf-8")
         temporary.replace(path)
-
-
-def _progress(total: int, initial: int, enabled: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, desc="rhea judge", unit="rating", disable=not enabled)

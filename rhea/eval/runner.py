@@ -257,7 +257,7 @@ def _cost_summary(rows: Sequence[dict]) -> dict:
     return summary
 
 
-def _progress(total: int, enabled: bool):
+def _progress(total: int, enabled: bool, *, desc: str = "rhea bench", unit: str = "turn", initial: int = 0):
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc="rhea bench", unit="turn", disable=not enabled)
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, disable=not enabled)
