@@ -166,14 +166,19 @@ class HFGenerator:
                                   "call generate() once instead)")
         return self._run(messages, n, max_new_tokens, temperature, stop)
 
-    def continuation_logprobs(self, prompt: str, continuations: Sequence[str], *, encode=None) -> tuple[list[float], int]:
+    def continuation_logprobs(self, prompt: str, continuations: Sequence[str], *, encode=None,
+                              batch: bool = True) -> tuple[list[float], int]:
         """(log p(c | prompt) for each continuation c, tokens read), from one prefill of the prompt.
 
         `prompt` is rendered text (e.g. a chat template with the generation prompt, plus any
         assistant text already written). Each ``prompt + c`` is tokenized whole, and the tokens
         after the longest prefix every candidate shares are scored, so a continuation whose first
         token merges with the prompt's last one is scored from the same context as the others.
-        Each candidate reads its own copy of the shared prefix's KV cache. `encode` (text -> ids)
+        The candidates' remaining tokens run as one right-padded batch on the prefix's cache
+        repeated per row: one forward instead of one per candidate, holding one copy of the
+        prefix's cache per candidate at once. ``batch=False`` (or a cache without
+        ``batch_repeat_interleave``) runs them one by one, each on its own copy: one copy held at
+        a time, for a long prompt on a large model. `encode` (text -> ids)
         defaults to the generator's tokenizer without special tokens. The counters are not
         charged: callers account the returned token count as their protocol counts it.
         """
@@ -192,18 +197,30 @@ class HFGenerator:
         model = self._backbone()
         device = next(model.parameters()).device
         cache_kw = self._cache_keyword(model)
-        scores = []
+        rests = [ids[shared:] for ids in full]
+        scores = [0.0] * len(full)  # a continuation wholly inside the shared prefix adds nothing
+        todo = [i for i, rest in enumerate(rests) if rest]
         with self._context(), torch.no_grad():
             head = model(input_ids=torch.tensor([full[0][:shared]], device=device), use_cache=True)
             cache, last = head.get(cache_kw), head.logits[0, -1].float()
-            for ids in full:
-                rest = torch.tensor([ids[shared:]], device=device)
-                if rest.shape[1] == 0:  # the continuation is wholly inside the shared prefix
-                    scores.append(0.0)
-                    continue
-                out = model(input_ids=rest, use_cache=True, **{cache_kw: copy.deepcopy(cache)})
-                logits = torch.cat([last[None], out.logits[0, :-1].float()])
-                scores.append(float(torch.log_softmax(logits, -1).gather(-1, rest[0, :, None]).sum()))
+            if todo and batch and hasattr(cache, "batch_repeat_interleave"):
+                width = max(len(rests[i]) for i in todo)
+                rows = torch.tensor([rests[i] + [rests[i][-1]] * (width - len(rests[i])) for i in todo], device=device)
+                if len(todo) > 1:
+                    cache.batch_repeat_interleave(len(todo))
+                # right padding: a causal row's real positions never see its pad tokens
+                out = model(input_ids=rows, use_cache=True, **{cache_kw: cache})
+                logp = torch.log_softmax(torch.cat([last[None, None].expand(len(todo), 1, -1),
+                                                    out.logits[:, :-1].float()], 1), -1)
+                for r, i in enumerate(todo):
+                    n = len(rests[i])
+                    scores[i] = float(logp[r, :n].gather(-1, rows[r, :n, None]).sum())
+            else:
+                for i in todo:
+                    rest = torch.tensor([rests[i]], device=device)
+                    out = model(input_ids=rest, use_cache=True, **{cache_kw: copy.deepcopy(cache)})
+                    logits = torch.cat([last[None], out.logits[0, :-1].float()])
+                    scores[i] = float(torch.log_softmax(logits, -1).gather(-1, rest[0, :, None]).sum())
         return scores, shared + sum(len(ids) - shared for ids in full)
 
     def _eos_ids(self) -> set[int]:

@@ -1,0 +1,59 @@
+"""HFGenerator.continuation_logprobs: one prefill, the candidates as one right-padded batch,
+scores equal to scoring each ``prompt + c`` by a full forward of its own."""
+import pytest
+import torch
+
+from rhea.backends.llm import HFGenerator
+from rhea.errors import RheaConfigError
+from rhea.testing import tiny_llama, tiny_tokenizer
+
+PROMPT = "the cat is blue and the dog is red. Rating: [["
+CANDIDATES = [f"{k}]]" for k in range(1, 11)] + ["", "blue cat and red dog]]"]
+
+
+@pytest.fixture(scope="module")
+def gen():
+    tok = tiny_tokenizer()
+    return HFGenerator(tiny_llama(len(tok)).eval(), tok)
+
+
+def _reference(gen, prompt, continuations):
+    """log p(c | prompt) from one full forward per candidate, over the tokens after the shared prefix."""
+    enc = lambda text: list(gen.tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    full = [enc(prompt + c) for c in continuations]
+    p = enc(prompt)
+    shared = min(min(next((i for i, (a, b) in enumerate(zip(p, ids)) if a != b), min(len(p), len(ids))) for ids in full),
+                 min(next((i for i, (a, b) in enumerate(zip(full[0], ids)) if a != b), min(len(full[0]), len(ids)))
+                     for ids in full))
+    out = []
+    for ids in full:
+        with torch.no_grad():
+            logp = torch.log_softmax(gen.model(input_ids=torch.tensor([ids])).logits[0].float(), -1)
+        out.append(float(sum(logp[t - 1, ids[t]] for t in range(shared, len(ids)))))
+    return out, shared
+
+
+def test_batched_scores_equal_a_full_forward_per_candidate(gen):
+    scores, read = gen.continuation_logprobs(PROMPT, CANDIDATES)
+    ref, shared = _reference(gen, PROMPT, CANDIDATES)
+    assert scores == pytest.approx(ref, abs=1e-4)
+    assert scores[CANDIDATES.index("")] == 0.0 or len(gen.tokenizer(PROMPT)["input_ids"]) > shared
+    assert read >= shared + len(CANDIDATES) - 1
+
+
+def test_one_by_one_on_request_or_for_a_cache_that_cannot_repeat_gives_the_same_scores(gen, monkeypatch):
+    batched, _ = gen.continuation_logprobs(PROMPT, CANDIDATES)
+    from transformers import DynamicCache
+    owner = next(c for c in DynamicCache.__mro__ if "batch_repeat_interleave" in vars(c))
+    monkeypatch.delattr(owner, "batch_repeat_interleave")
+    assert not hasattr(DynamicCache(), "batch_repeat_interleave")
+    assert gen.continuation_logprobs(PROMPT, CANDIDATES)[0] == pytest.approx(batched, abs=1e-4)
+    monkeypatch.undo()
+    assert gen.continuation_logprobs(PROMPT, CANDIDATES, batch=False)[0] == pytest.approx(batched, abs=1e-4)
+
+
+def test_one_candidate_and_errors(gen):
+    (one,), _ = gen.continuation_logprobs(PROMPT, ["7]]"])
+    assert one == pytest.approx(_reference(gen, PROMPT, ["7]]"])[0][0], abs=1e-4)
+    with pytest.raises(RheaConfigError, match="at least one continuation"):
+        gen.continuation_logprobs(PROMPT, [])
