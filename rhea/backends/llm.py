@@ -201,7 +201,8 @@ class HFGenerator:
         scores = [0.0] * len(full)  # a continuation wholly inside the shared prefix adds nothing
         todo = [i for i, rest in enumerate(rests) if rest]
         with self._context(), torch.no_grad():
-            head = model(input_ids=torch.tensor([full[0][:shared]], device=device), use_cache=True)
+            head = model(input_ids=torch.tensor([full[0][:shared]], device=device), use_cache=True,
+                         **_last_logits_only(model))
             cache, last = head.get(cache_kw), head.logits[0, -1].float()
             if todo and batch and hasattr(cache, "batch_repeat_interleave"):
                 width = max(len(rests[i]) for i in todo)
@@ -373,6 +374,16 @@ def generate_rows(generators: Sequence[TextGenerator], conversations: Sequence[S
         for i, text in zip(rows, texts):
             replies[i] = text
     return replies  # type: ignore[return-value]
+
+
+def _last_logits_only(model) -> dict:
+    """``{"logits_to_keep": 1}`` where `model` (or the model a PEFT wrapper holds) takes it: a prefill whose
+    next-token distribution alone is read skips the LM head on every other position (on Qwen2.5-1.5B a
+    1,000-token prompt's full logits are 0.6 GB and ~15% of the prefill's multiply-adds)."""
+    for candidate in (model, getattr(model, "get_base_model", lambda: None)()):
+        if candidate is not None and "logits_to_keep" in inspect.signature(candidate.forward).parameters:
+            return {"logits_to_keep": 1}
+    return {}
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

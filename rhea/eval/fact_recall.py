@@ -280,8 +280,9 @@ def _teacher_forced(model, rendered, target: Sequence[int]):
     n_prompt = rendered.input_ids.shape[1]
     latents = rendered.latent_embeds.to(model.device) if rendered.latent_embeds is not None else None
     with torch.no_grad():
-        logits = model(input_ids=ids.to(model.device), latent_embeds=latents,
-                       prefix_len=torch.tensor([rendered.prefix_len])).logits[0, n_prompt - 1:-1].float().cpu()
+        # the LM head on the answer's positions only (the prompt's are never read)
+        logits = model(input_ids=ids.to(model.device), latent_embeds=latents, prefix_len=torch.tensor([rendered.prefix_len]),
+                       logits_to_keep=len(target) + 1).logits[0, :-1].float().cpu()
     gold = torch.tensor(list(target))
     return torch.log_softmax(logits, dim=-1).gather(1, gold[:, None])[:, 0], logits.argmax(-1) == gold
 

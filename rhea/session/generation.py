@@ -96,7 +96,7 @@ class PrefixKVCache:
             ctx = model.disable_adapters() if adapter == "base" else contextlib.nullcontext()
             with torch.no_grad(), ctx:
                 out = model(input_ids=input_ids[:, :prefix_len].to(model.device),
-                            prefix_len=torch.tensor([prefix_len]), use_cache=True)
+                            prefix_len=torch.tensor([prefix_len]), use_cache=True, logits_to_keep=1)
             kept = getattr(out, "cache", None)  # transformers 5.x; `past_key_values` before
             self._cache = kept if kept is not None else out.past_key_values
             self._key, self._model = key, weakref.ref(model)

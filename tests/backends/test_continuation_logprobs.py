@@ -1,5 +1,7 @@
 """HFGenerator.continuation_logprobs: one prefill, the candidates as one right-padded batch,
 scores equal to scoring each ``prompt + c`` by a full forward of its own."""
+import functools
+
 import pytest
 import torch
 
@@ -57,3 +59,21 @@ def test_one_candidate_and_errors(gen):
     assert one == pytest.approx(_reference(gen, PROMPT, ["7]]"])[0][0], abs=1e-4)
     with pytest.raises(RheaConfigError, match="at least one continuation"):
         gen.continuation_logprobs(PROMPT, [])
+
+
+def test_the_prefill_computes_the_last_position_logits_only(gen, monkeypatch):
+    from rhea.backends.llm import _last_logits_only
+
+    assert _last_logits_only(gen.model) == {"logits_to_keep": 1}
+    seen = []
+    forward = type(gen.model).forward
+
+    @functools.wraps(forward)  # keeps the signature the check reads
+    def spy(self, *args, **kwargs):
+        out = forward(self, *args, **kwargs)
+        seen.append(tuple(out.logits.shape))
+        return out
+
+    monkeypatch.setattr(type(gen.model), "forward", spy)
+    gen.continuation_logprobs(PROMPT, CANDIDATES)
+    assert seen[0][1] == 1  # the shared prefix: one position's logits, not one per prompt token
