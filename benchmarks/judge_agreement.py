@@ -15,8 +15,9 @@ completion of "Rating: [[" after its own explanation (`rhea.eval.judge.Judge`,
 ``--no-complete-rating`` turns that off); agreement is also reported counting only the ratings
 written in the text, and by the probability-weighted rating where the judge's ten probabilities were
 read (G-Eval's reading). ``--direct`` asks a local judge for no explanation at all: its rating is
-its likeliest completion of "Rating: [[" right after the prompt (one prefill per rating instead of
-a generation; ``Judge(explain=False)``). Mean ratings and parse failures are reported too. Writes ``<out>.json`` and
+the probability-weighted mean of its completions "1]]".."10]]" of "Rating: [[" right after the prompt
+(one prefill per rating instead of a generation; ``Judge(explain=False)``; the likeliest rating alone is
+reported too). Mean ratings and parse failures are reported too. Writes ``<out>.json`` and
 ``<out>.md``.
 """
 from __future__ import annotations
@@ -46,8 +47,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="output path without extension")
     parser.add_argument("--no-resume", action="store_true", help="start over instead of continuing <out>.rows.jsonl")
     parser.add_argument("--direct", action="store_true",
-                        help="a local judge rates without an explanation: its likeliest completion of 'Rating: [[' right "
-                             "after FastChat's prompt (one prefill per rating; rhea.eval.judge.Judge(explain=False))")
+                        help="a local judge rates without an explanation: the probability-weighted mean of its ratings "
+                             "1-10 after FastChat's prompt and 'Rating: [[' (one prefill per rating; "
+                             "rhea.eval.judge.Judge(explain=False))")
     parser.add_argument("--no-complete-rating", action="store_true",
                         help="a local judge's text without [[rating]] stays unrated (FastChat's rule) instead of taking "
                              "the judge's likeliest completion of 'Rating: [['")

@@ -160,8 +160,9 @@ def _add_judge_arguments(parser, int_at_least) -> None:
                         help="tokens the judge may write before its rating: default 256 for a local judge (the "
                              "setting its agreement was measured with), 2048 for an endpoint (FastChat's)")
     parser.add_argument("--judge-direct", action="store_true",
-                        help="a local judge rates without writing an explanation: its likeliest 'Rating: [[k]]' right "
-                             "after FastChat's prompt, one prefill per rating (docs/evaluation.md gives its agreement)")
+                        help="a local judge rates without writing an explanation: the probability-weighted mean of its "
+                             "ratings 1-10 after FastChat's prompt and 'Rating: [[', one prefill per rating "
+                             "(docs/evaluation.md gives its agreement)")
 
 
 def _cmd_bench(args) -> int:
