@@ -37,6 +37,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--note", default="", help="what else the machine was doing (recorded in OUT.json)")
     ap.add_argument("--out", required=True, help="writes OUT.json and OUT.png")
     args = ap.parse_args(argv)
     lengths = [int(x) for x in args.answer_tokens.split(",") if x.strip()]
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
               f"(max |Δ log p| {diff:.2e})", flush=True)
 
     result = dict(model=args.model, device=args.device, threads=torch.get_num_threads(), cpu_count=os.cpu_count(),
-                  rounds=args.rounds, rows=rows)
+                  rounds=args.rounds, note=args.note, rows=rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=1))
