@@ -178,7 +178,9 @@ class HFGenerator:
         repeated per row: one forward instead of one per candidate, holding one copy of the
         prefix's cache per candidate at once. ``batch=False`` (or a cache without
         ``batch_repeat_interleave``) runs them one by one, each on its own copy: one copy held at
-        a time, for a long prompt on a large model. `encode` (text -> ids)
+        a time, for a long prompt on a large model. With ``prefix_cache=True`` the prompt prefills
+        only what it adds to the kept cache (a tool loop's transcript), and its cache is kept for
+        the next call (`generate` of the reply that follows reuses it). `encode` (text -> ids)
         defaults to the generator's tokenizer without special tokens. The counters are not
         charged: callers account the returned token count as their protocol counts it.
         """
@@ -200,13 +202,24 @@ class HFGenerator:
         rests = [ids[shared:] for ids in full]
         scores = [0.0] * len(full)  # a continuation wholly inside the shared prefix adds nothing
         todo = [i for i, rest in enumerate(rests) if rest]
+        prefix = full[0][:shared]
+        start, reused = self._start_cache(model, prefix, 1) if self.prefix_cache else (None, 0)
+        self.cached_prompt_tokens += reused
         with self._context(), torch.no_grad():
-            head = model(input_ids=torch.tensor([full[0][:shared]], device=device), use_cache=True,
-                         **_last_logits_only(model))
+            try:
+                head = model(input_ids=torch.tensor([prefix[reused:]], device=device), use_cache=True,
+                             **({cache_kw: start} if start is not None else {}), **_last_logits_only(model))
+            except BaseException:
+                self.reset_prefix_cache()  # the kept cache may hold part of this prompt
+                raise
             cache, last = head.get(cache_kw), head.logits[0, -1].float()
+            if self.prefix_cache:  # the prompt's cache is kept for the next call; the candidates read copies
+                self._cache, self._cache_ids = cache, list(prefix)
             if todo and batch and hasattr(cache, "batch_repeat_interleave"):
                 width = max(len(rests[i]) for i in todo)
                 rows = torch.tensor([rests[i] + [rests[i][-1]] * (width - len(rests[i])) for i in todo], device=device)
+                if self.prefix_cache:
+                    cache = copy.deepcopy(cache)
                 if len(todo) > 1:
                     cache.batch_repeat_interleave(len(todo))
                 # right padding: a causal row's real positions never see its pad tokens

@@ -77,3 +77,25 @@ def test_the_prefill_computes_the_last_position_logits_only(gen, monkeypatch):
     monkeypatch.setattr(type(gen.model), "forward", spy)
     gen.continuation_logprobs(PROMPT, CANDIDATES)
     assert seen[0][1] == 1  # the shared prefix: one position's logits, not one per prompt token
+
+
+def test_a_prefix_cached_generator_scores_the_same_and_reuses_the_transcript(gen):
+    from rhea.backends.chat_template import apply_chat_template
+
+    cached = HFGenerator(gen.model, gen.tokenizer, prefix_cache=True)
+    plain = HFGenerator(gen.model, gen.tokenizer)
+    messages = [{"role": "user", "content": "the cat is blue and the dog is red " * 3}]
+    for step in range(3):
+        prompt = apply_chat_template(gen.tokenizer, messages)
+        before = cached.cached_prompt_tokens
+        scores, _ = cached.continuation_logprobs(prompt + "Rating: [[", CANDIDATES)
+        assert scores == pytest.approx(plain.continuation_logprobs(prompt + "Rating: [[", CANDIDATES)[0], abs=1e-4)
+        if step:  # the transcript up to this turn came from the kept cache
+            assert cached.cached_prompt_tokens - before > 16
+        assert cached._cache.get_seq_length() == len(cached._cache_ids)
+        before = cached.cached_prompt_tokens
+        # the reply that follows reads the scored prompt from the cache, and equals an uncached reply
+        reply = cached.generate(messages, max_new_tokens=3)
+        assert reply == plain.generate(messages, max_new_tokens=3)
+        assert cached.cached_prompt_tokens - before > 16
+        messages = messages + [{"role": "assistant", "content": reply}, {"role": "user", "content": f"and {step}?"}]
