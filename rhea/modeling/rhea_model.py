@@ -1189,8 +1189,10 @@ class RheaForCausalLM(nn.Module):
             deep = self._deep_latents(slots, rows, once=False)
         elif latent_embeds is not None:
             raise ValueError("pass latent_embeds with input_ids, not with inputs_embeds (they would be ignored)")
-        if position_ids is None and attention_mask is not None and kwargs.get("past_key_values") is None:
-            position_ids = positions_from_mask(attention_mask)
+        if position_ids is None and attention_mask is not None:
+            # the mask covers the cached tokens too when a cache (`cache`, or `past_key_values` before
+            # transformers 5) is passed: the new tokens' positions are its last ones
+            position_ids = positions_from_mask(attention_mask)[:, -inputs_embeds.shape[1]:]
         kwargs.update(self._anchor_kwargs(prefix_len, attention_mask, inputs_embeds.shape[0]))
         with self.adapter("generate"), deep:
             return self.peft_model(

@@ -268,3 +268,20 @@ def test_fast_adapter_switch_runs_what_pefts_set_adapter_runs(tiny_model):
         assert torch.equal(fast, slow), name
     assert tiny_model.active_adapter_name == start
     assert {n: p.requires_grad for n, p in tiny_model.named_parameters()} == before
+
+
+def test_a_cached_step_with_the_full_mask_equals_the_full_forward():
+    """forward(cache=..., attention_mask=<past + new>) without position_ids: the new tokens take the mask's last
+    positions (left padding ignored), as a full forward gives them."""
+    model = tiny_rhea().eval()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 100, (2, 14), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # a left-padded row
+    with torch.no_grad():
+        full = model(input_ids=ids, attention_mask=mask).logits
+        first = model(input_ids=ids[:, :9], attention_mask=mask[:, :9], use_cache=True)
+        past = first.cache if getattr(first, "cache", None) is not None else first.past_key_values
+        keyword = "cache" if getattr(first, "cache", None) is not None else "past_key_values"
+        step = model(input_ids=ids[:, 9:], attention_mask=mask, use_cache=True, **{keyword: past}).logits
+    torch.testing.assert_close(step, full[:, 9:], atol=1e-5, rtol=1e-5)
