@@ -4,6 +4,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from rhea.backends.llm import cache_keyword  # noqa: E402
 from rhea_kernels.hf import anchored_keys, register_anchored_attention  # noqa: E402
 
 
@@ -64,7 +65,8 @@ def test_kv_cache_decode_step_matches_full_forward(model):
     full = logits(model, "rhea_anchored", ids, **kw)
     with torch.no_grad():
         first = model(ids[:, :9], use_cache=True, **kw)
-        step = model(ids[:, 9:], past_key_values=first.past_key_values, use_cache=True, **kw).logits
+        keyword = cache_keyword(model)  # `cache` in transformers 5 (`past_key_values` is deprecated there)
+        step = model(ids[:, 9:], use_cache=True, **{keyword: first.get(keyword)}, **kw).logits
     assert torch.allclose(step[0, -1], full[0, -1], atol=1e-4)
 
 
