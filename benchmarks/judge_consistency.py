@@ -60,11 +60,13 @@ def rate(results: dict, judge, policies: tuple[str, str], pairs: list[tuple[str,
     wanted = {(p, e, t) for e, t in pairs for p in policies}
     done = {(r["policy"], r["episode_id"], r["turn_index"]): r for r in read_rows(rows_path)}
     todo = [(k, req) for k, req in pending(results) if k in wanted and k not in done]
-    if todo and judge is None:
+    if not todo:
+        return {k: v for k, v in done.items() if k in wanted}
+    if judge is None:
         raise SystemExit(f"{len(todo)} ratings are still to be made: pass --judge-local or --judge-url")
     rows_path.parent.mkdir(parents=True, exist_ok=True)
     with rows_path.open("a", encoding="utf-8") as f:
-        for start in range(0, len(todo), judge.batch_size if judge else 1):
+        for start in range(0, len(todo), judge.batch_size):
             chunk = todo[start:start + judge.batch_size]
             began = time.perf_counter()
             verdicts = judge.judge_many([req for _, req in chunk])
