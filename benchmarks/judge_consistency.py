@@ -55,7 +55,7 @@ def rate(results: dict, judge, policies: tuple[str, str], pairs: list[tuple[str,
          log=print) -> dict[tuple[str, str, int], dict]:
     """The second judge's rating of both policies' replies on each pair, resumed from and appended to `rows_path`."""
     from rhea.eval.checkpoint import read_rows
-    from rhea.eval.judge_run import pending
+    from rhea.eval.judge_run import pending, rate_into
 
     wanted = {(p, e, t) for e, t in pairs for p in policies}
     done = {(r["policy"], r["episode_id"], r["turn_index"]): r for r in read_rows(rows_path)}
@@ -64,20 +64,8 @@ def rate(results: dict, judge, policies: tuple[str, str], pairs: list[tuple[str,
         return {k: v for k, v in done.items() if k in wanted}
     if judge is None:
         raise SystemExit(f"{len(todo)} ratings are still to be made: pass --judge-local or --judge-url")
-    rows_path.parent.mkdir(parents=True, exist_ok=True)
-    with rows_path.open("a", encoding="utf-8") as f:
-        for start in range(0, len(todo), judge.batch_size):
-            chunk = todo[start:start + judge.batch_size]
-            began = time.perf_counter()
-            verdicts = judge.judge_many([req for _, req in chunk])
-            seconds = (time.perf_counter() - began) / len(chunk)
-            for (key, _), verdict in zip(chunk, verdicts):
-                record = {"policy": key[0], "episode_id": key[1], "turn_index": key[2], "rating": verdict.rating,
-                          "source": verdict.source, "judgment": verdict.raw, "seconds": round(seconds, 3)}
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
-                done[key] = record
-            f.flush()
-            log(f"{len(done)} of {len(wanted)} ratings ({seconds:.1f} s each)")
+    rate_into(rows_path, todo, judge, done,
+              on_batch=lambda _, seconds: log(f"{len(done)} of {len(wanted)} ratings ({seconds:.1f} s each)"))
     return {k: v for k, v in done.items() if k in wanted}
 
 

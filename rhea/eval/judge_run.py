@@ -103,6 +103,29 @@ def pending(results: dict) -> list[tuple[tuple[str, str, int], "Any"]]:
     return sorted(asked, key=lambda kr: (policies.index(kr[0][0]), kr[0][2], order[kr[0][1]]))
 
 
+def rate_into(path: Path, todo: list, judge, done: dict, on_batch=None) -> dict:
+    """Rate each ``(key, request)`` of `todo` with `judge`, `judge.batch_size` at a time, appending one
+    JSON line per rating to `path` (flushed after each batch, so a stopped run resumes from the file)
+    and putting it into `done` under its key; `on_batch(n, seconds_each)` after each batch."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        for start in range(0, len(todo), judge.batch_size):
+            chunk = todo[start:start + judge.batch_size]
+            began = time.perf_counter()
+            verdicts = judge.judge_many([req for _, req in chunk])
+            seconds = (time.perf_counter() - began) / len(chunk)
+            for (key, _), verdict in zip(chunk, verdicts):
+                record = {"policy": key[0], "episode_id": key[1], "turn_index": key[2],
+                          "rating": verdict.rating, "prompt": verdict.prompt_name, "source": verdict.source,
+                          "error": verdict.error, "judgment": verdict.raw, "seconds": round(seconds, 3)}
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+                done[key] = record
+            f.flush()
+            if on_batch is not None:
+                on_batch(len(chunk), seconds)
+    return done
+
+
 def judge_run(out: str | Path, judge, *, rejudge: bool = False, progress: bool = True,
               log=None) -> dict:
     """Rate every unrated question reply of the long-horizon run in `out` with `judge` (a
@@ -143,20 +166,7 @@ def judge_run(out: str | Path, judge, *, rejudge: bool = False, progress: bool =
     started = time.perf_counter()
     bar = _progress(len(done) + len(todo), progress, desc="rhea judge", unit="rating", initial=len(done))
     try:
-        with ratings_path.open("a", encoding="utf-8") as f:
-            for start in range(0, len(todo), judge.batch_size):
-                chunk = todo[start:start + judge.batch_size]
-                began = time.perf_counter()
-                verdicts = judge.judge_many([req for _, req in chunk])
-                seconds = (time.perf_counter() - began) / len(chunk)
-                for (key, _), verdict in zip(chunk, verdicts):
-                    record = {"policy": key[0], "episode_id": key[1], "turn_index": key[2],
-                              "rating": verdict.rating, "prompt": verdict.prompt_name, "source": verdict.source,
-                              "error": verdict.error, "judgment": verdict.raw, "seconds": round(seconds, 3)}
-                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
-                    done[key] = record
-                f.flush()
-                bar.update(len(chunk))
+        rate_into(ratings_path, todo, judge, done, on_batch=lambda n, _: bar.update(n))
     finally:
         bar.close()
     suite = get_suite(SUITE, n_episodes=1)

@@ -5,7 +5,7 @@ import functools
 import pytest
 import torch
 
-from rhea.backends.llm import HFGenerator
+from rhea.backends.llm import HFGenerator, _common_prefix
 from rhea.errors import RheaConfigError
 from rhea.testing import tiny_llama, tiny_tokenizer
 
@@ -24,9 +24,7 @@ def _reference(gen, prompt, continuations):
     enc = lambda text: list(gen.tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
     full = [enc(prompt + c) for c in continuations]
     p = enc(prompt)
-    shared = min(min(next((i for i, (a, b) in enumerate(zip(p, ids)) if a != b), min(len(p), len(ids))) for ids in full),
-                 min(next((i for i, (a, b) in enumerate(zip(full[0], ids)) if a != b), min(len(full[0]), len(ids)))
-                     for ids in full))
+    shared = min(min(_common_prefix(p, ids) for ids in full), min(_common_prefix(full[0], ids) for ids in full))
     out = []
     for ids in full:
         with torch.no_grad():
