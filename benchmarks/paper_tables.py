@@ -15,8 +15,11 @@ with the benchmark of ours that relates to it. Our cells show the mean over epis
 when the run has two or more episodes, its 95% bootstrap interval (``rhea.eval.stats_report``);
 ``(n=1)`` marks a single episode, which gives no interval. Same idea, different data and
 judge:
-- Table 1 "Acc": ours has no GPT-4 judge offline; beside it our strict IAR, state-tracking
-  accuracy ×10 and context tokens per turn.
+- Table 1 "Acc": ours is the long-horizon suite's judged rating (MT-Bench questions chained into
+  one conversation, MT-Bench's single-answer prompts, rated by the judge the run records, a local
+  model offline rather than GPT-4; "not judged" until `rhea judge` has rated the run), with its
+  paired difference against vanilla; beside it our strict IAR, state-tracking accuracy ×10 and
+  context tokens per turn.
 - Table 2 (JGA, Laban et al. subsets): our state-tracking JGA (final probe, every key exact).
 - Table 3 (IM ablation): rhea vs rhea-no-im vs vanilla IAR.
 - Table 4 (EM strategies): rhea vs rhea-all-raw (preserve) vs rhea-drop-all (abandon).
@@ -31,10 +34,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def load_results(root: Path) -> dict[str, dict]:
-    """``{suite: results}`` for every results.json under `root` (the newest wins per suite)."""
+def load_results(*roots: Path) -> dict[str, dict]:
+    """``{suite: results}`` for every results.json under the `roots` (the newest wins per suite)."""
     found: dict[str, tuple[float, dict]] = {}
-    for path in sorted(root.rglob("results.json")):
+    for path in sorted(p for root in roots for p in root.rglob("results.json")):
         data = json.loads(path.read_text())
         if data.get("format") != "rhea-bench/1":
             continue
@@ -42,7 +45,8 @@ def load_results(root: Path) -> dict[str, dict]:
         if suite not in found or mtime > found[suite][0]:
             found[suite] = (mtime, data)
     if not found:
-        raise SystemExit(f"no rhea-bench results.json under {root}; run `rhea bench ... --out {root}/<suite>` first")
+        where = ", ".join(map(str, roots))
+        raise SystemExit(f"no rhea-bench results.json under {where}; run `rhea bench ... --out DIR/<suite>` first")
     return {suite: data for suite, (_, data) in found.items()}
 
 
@@ -70,6 +74,32 @@ def ours(results: dict[str, dict], suite: str, policy: str, key: str, *, scale: 
                 f"(n={interval['n']})")
     value = metric(results, suite, policy, "mean_context_tokens" if key == "context_tokens" else key, scale=scale)
     return cell(value) if not isinstance(value, float) else f"{value:.{digits}f}"
+
+
+def judged(results: dict[str, dict], policy: str) -> str:
+    """The long-horizon run's mean judge rating (0-10) of `policy`'s question replies, with its interval and
+    the paired difference against vanilla; "not judged" for a run made with ``--judge-local none`` and not
+    rated afterwards (``rhea judge``)."""
+    run = results.get("long-horizon", {})
+    if policy not in run.get("policies", {}):
+        return "not run"
+    if run["policies"][policy]["aggregate"].get("judge_mean") is None:
+        return "not judged"
+    text = ours(results, "long-horizon", policy, "judge_mean")
+    if policy != "vanilla" and versus(results, "long-horizon", policy, "judge_mean") != "–":
+        text += f"; vs vanilla {versus(results, 'long-horizon', policy, 'judge_mean')}"
+    return text
+
+
+def _judge_note(results: dict[str, dict]) -> str:
+    """Who rated the long-horizon replies, as the run records it (no GPT-4 judge here)."""
+    described = ((results.get("long-horizon", {}).get("config", {}).get("suite_kwargs") or {}).get("judge")
+                 or {})
+    if not isinstance(described, dict) or described.get("judge") in (None, "none"):
+        return "; no judge"
+    mode = "direct rating" if described.get("explain") is False else "explanation, then rating"
+    return (f"; long-horizon replies rated with MT-Bench's prompts by `{described['judge']}` ({mode}), "
+            "not GPT-4")
 
 
 def versus(results: dict[str, dict], suite: str, policy: str, key: str) -> str:
@@ -265,7 +295,7 @@ def render(results: dict[str, dict], paper: dict, variants: dict[str, dict] | No
         "# Our numbers beside the papers' tables",
         "",
         f"**Different model and setting.** Ours: {model}, the project's own seeded suites scored by rule-based "
-        f"checkers (strict reading, non-answers fail; no GPT-4 judge), greedy decoding, {runs}. Our cells: mean "
+        f"checkers (strict reading, non-answers fail){_judge_note(results)}, greedy decoding, {runs}. Our cells: mean "
         "over episodes, [95% bootstrap interval] when there are 2+ episodes, (n=1) for one episode (no interval "
         f"possible). Paper (Rhea): {rhea['setting']}. Paper cells are as printed in the paper's full text "
         "(`benchmarks/paper_tables.json`, each with its table reference); (best) marks the paper's bold.",
@@ -278,8 +308,8 @@ def render(results: dict[str, dict], paper: dict, variants: dict[str, dict] | No
     t1 = _table(paper, "rhea", "Table 1")
     lines += [f"## Rhea Table 1 — main results (GPT-4-judged Acc 0-10, latency s)", "",
               "| paper row | paper MT-Bench Acc | paper MT-Eval Acc | paper Long-MT-Bench+ Acc | paper Long-MT-Bench+ "
-              "latency | ours: policy | ours: IAR strict (0-10) | ours: state accuracy ×10 | ours: context "
-              "tokens/turn |", "|---|---|---|---|---|---|---|---|---|"]
+              "latency | ours: policy | ours: long-horizon judged (0-10) | ours: IAR strict (0-10) | ours: state accuracy "
+              "×10 | ours: context tokens/turn |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in t1["rows"]:
         c = {x["column"]: x for x in row["cells"]}
         paper_cells = " | ".join(paper_cell(c[k]) for k in ("MT-Bench Acc", "MT-Eval Acc", "Long-MT-Bench+ Acc",
@@ -287,11 +317,11 @@ def render(results: dict[str, dict], paper: dict, variants: dict[str, dict] | No
         name = row["name"] + "".join(f"<sup>{n}</sup>" for n in row.get("footnotes", ()))
         policy = TABLE1.get(row["name"])
         if policy is None:
-            lines.append(f"| {name} | {paper_cells} | not implemented | | | |")
+            lines.append(f"| {name} | {paper_cells} | not implemented | | | | |")
             continue
         for i, (label, res) in enumerate(_ours_rows(results, variants, policy)):
             lead = f"{name} | {paper_cells}" if i == 0 else " | | | | "
-            lines.append(f"| {lead} | {label} | {ours(res, 'instruction-retention', policy, 'iar')} | "
+            lines.append(f"| {lead} | {label} | {judged(res, policy)} | {ours(res, 'instruction-retention', policy, 'iar')} | "
                          f"{ours(res, 'state-tracking', policy, 'accuracy', scale=10)} | "
                          f"{ours(res, 'instruction-retention', policy, 'context_tokens', digits=0)} |")
     notes = t1.get("footnotes", {})
@@ -328,7 +358,7 @@ def render(results: dict[str, dict], paper: dict, variants: dict[str, dict] | No
                 continue
             for i, (label, res) in enumerate(_ours_rows(results, variants, policy)):
                 lead = f"{row['name']} | {value}" if i == 0 else " | "
-                lines.append(f"| {lead} | {label} | {ours(res, 'instruction-retention', policy, 'iar')} | "
+                lines.append(f"| {lead} | {label} | {judged(res, policy)} | {ours(res, 'instruction-retention', policy, 'iar')} | "
                              f"{ours(res, 'instruction-retention', policy, 'iar_loose')} | "
                              f"{versus(res, 'instruction-retention', policy, 'iar')} | "
                              f"{ours(res, 'instruction-retention', policy, 'context_tokens', digits=0)} |")
@@ -402,7 +432,9 @@ def plot(results: dict[str, dict], path: Path, variants: dict[str, dict] | None 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--results", required=True, type=Path, help="directory holding rhea bench outputs")
+    parser.add_argument("--results", required=True, type=Path, action="append",
+                        help="directory holding rhea bench outputs (one results.json per suite below it); repeatable, "
+                             "e.g. the long-horizon run kept apart from the others (the newest run of a suite wins)")
     parser.add_argument("--paper", type=Path, default=HERE / "paper_tables.json")
     parser.add_argument("--recognizer", type=Path, default=HERE / "results" / "recognizer.json",
                         help="our recognizer benchmark (benchmarks/results/recognizer.json), for Table 5")
@@ -422,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(path).is_file():
             parser.error(f"--ours {spec!r}: {path} is not a file")
         ours_runs[name] = json.loads(Path(path).read_text())
-    results = load_results(args.results)
+    results = load_results(*args.results)
     variants = {}
     for spec in args.variant:
         label, sep, directory = spec.partition("=")

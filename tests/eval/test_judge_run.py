@@ -166,3 +166,33 @@ def test_the_cli_judges_a_run_directly_with_a_local_model(runs, tmp_path, capsys
     assert "judge (1-10)" in capsys.readouterr().out
     assert cli.main(["judge", str(out), "--judge-url", "http://x", "--judge-direct"]) == 1
     assert "--judge-direct reads the rating" in capsys.readouterr().err
+
+
+def test_paper_tables_put_the_judged_rating_beside_the_papers_long_mt_bench_column(runs, tmp_path):
+    """Rhea Table 1's Acc column gets ours from a judged long-horizon run kept in its own folder
+    (``--results`` twice); an unjudged run says so instead of a number."""
+    from pathlib import Path
+
+    from tests.repo_scripts import load_script
+
+    paper_tables = load_script(Path(__file__).resolve().parents[2] / "benchmarks" / "paper_tables.py")
+    _, plain = runs
+    unjudged = _copy(plain, tmp_path / "unjudged" / "long-horizon")
+    assert paper_tables.main(["--results", str(unjudged.parent), "--out", str(tmp_path / "t0")]) == 0
+    text = (tmp_path / "t0.md").read_text()
+    assert "| Vanilla | 8.54 (best) | 7.77 | 6.32 | 27.29 | vanilla | not judged | not run |" in text
+    assert "; no judge" in text
+
+    judged = judge_run(_copy(plain, tmp_path / "judged" / "long-horizon"), Judge(PromptRater()), progress=False)
+    stats = judged["statistics"]["policies"]
+    (tmp_path / "elsewhere").mkdir()  # a second root without runs adds nothing
+    assert paper_tables.main(["--results", str(tmp_path / "judged"), "--results", str(tmp_path / "elsewhere"),
+                              "--out", str(tmp_path / "t1")]) == 0
+    lines = (tmp_path / "t1.md").read_text().splitlines()
+    vanilla = next(line for line in lines if line.startswith("| Vanilla |"))
+    mean = stats["vanilla"]["intervals"]["judge_mean"]
+    assert f"| vanilla | {mean['mean']:.2f} [{mean['low']:.2f}, {mean['high']:.2f}] (n=3) |" in vanilla
+    recent = next(line for line in lines if line.startswith("| Recent-k |"))
+    diff = stats["recent-k"]["vs_baseline"]["judge_mean"]
+    assert f"; vs vanilla {diff['diff']:+.2f} [{diff['low']:+.2f}, {diff['high']:+.2f}] p=" in recent
+    assert "long-horizon replies rated with MT-Bench's prompts by" in "\n".join(lines)
