@@ -342,7 +342,7 @@ def render(results: dict[str, dict], paper: dict, variants: dict[str, dict] | No
     t1 = _table(paper, "rhea", "Table 1")
     lines += [f"## Rhea Table 1 — main results (GPT-4-judged Acc 0-10, latency s)", "",
               "| paper row | paper MT-Bench Acc | paper MT-Eval Acc | paper Long-MT-Bench+ Acc | paper Long-MT-Bench+ "
-              "latency | ours: policy | ours: long-horizon judged (0-10) | ours: IAR strict (0-10) | ours: state accuracy "
+              "latency | ours: policy | ours: long-horizon judged (1-10) | ours: IAR strict (0-10) | ours: state accuracy "
               "×10 | ours: context tokens/turn |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in t1["rows"]:
         c = {x["column"]: x for x in row["cells"]}
@@ -434,21 +434,37 @@ def plot(results: dict[str, dict], path: Path, variants: dict[str, dict] | None 
     ir = results.get("instruction-retention")
     if ir is None:
         return
-    bars = [(p, data) for p, data in ir["policies"].items()]
+    bars = [(p, ir, p) for p in ir["policies"]]
     for label, extra in (variants or {}).items():
-        bars += [(f"{p} ({label})", data) for p, data in extra.get("instruction-retention", {}).get("policies", {}).items()]
-    names = [name for name, _ in bars]
-    iar = [data["aggregate"].get("iar") or 0.0 for _, data in bars]
-    tokens = [data["cost"].get("mean_context_tokens") or 0.0 for _, data in bars]
+        run = extra.get("instruction-retention", {})
+        bars += [(f"{p} ({label})", run, p) for p in run.get("policies", {})]
+    names = [name for name, _, _ in bars]
+
+    def values(key: str, cost_key: str) -> tuple[list[float], list[list[float]]]:
+        """Each bar's mean and its 95% interval as error-bar lengths (0 where the run has no interval)."""
+        means, errors = [], [[], []]
+        for _, run, policy in bars:
+            data = run["policies"][policy]
+            mean = data["aggregate"].get(key) if key in data["aggregate"] else data["cost"].get(cost_key)
+            interval = ((run.get("statistics") or {}).get("policies", {}).get(policy, {})
+                        .get("intervals", {}).get(key) or {})
+            mean = interval.get("mean", mean) or 0.0
+            means.append(mean)
+            errors[0].append(mean - interval["low"] if interval.get("low") is not None else 0.0)
+            errors[1].append(interval["high"] - mean if interval.get("high") is not None else 0.0)
+        return means, errors
+
+    iar, iar_err = values("iar", "iar")
+    tokens, tokens_err = values("context_tokens", "mean_context_tokens")
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 0.9 + 0.35 * len(bars)))
-    a.barh(names, iar, color="tab:blue")
+    a.barh(names, iar, xerr=iar_err, color="tab:blue", ecolor="k", capsize=2)
     a.axvline(8.18, color="k", linestyle="--", linewidth=1, label="paper: Rhea IAR 8.18 (Rhea Table 3, other model)")
     a.set_xlim(0, 10)
-    a.set_xlabel("IAR strict (0-10), mean over episodes")
+    a.set_xlabel("IAR strict (0-10), mean over episodes, 95% interval")
     a.legend(fontsize=7)
     a.invert_yaxis()
-    b.barh(names, tokens, color="tab:orange")
-    b.set_xlabel("context tokens per turn (text + latent slots)")
+    b.barh(names, tokens, xerr=tokens_err, color="tab:orange", ecolor="k", capsize=2)
+    b.set_xlabel("context tokens per turn (text + latent slots), 95% interval")
     b.invert_yaxis()
     fig.suptitle(f"instruction-retention on {ir['config']['model']} "
                  f"({ir['config']['n_episodes']}×{ir['config']['n_turns']} turns)", fontsize=10)
