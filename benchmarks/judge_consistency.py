@@ -35,13 +35,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 N_BOOT = 2000
 
 
-def paired_turns(results: dict, policies: tuple[str, str]) -> list[tuple[str, int]]:
-    """(episode id, turn index) of every question turn both `policies` answered and the run's judge rated."""
-    rated = []
+def paired_turns(results: dict, policies: tuple[str, str], differing: bool = False) -> list[tuple[str, int]]:
+    """(episode id, turn index) of every question turn both `policies` answered and the run's judge rated;
+    with `differing`, only those where the two replies are not word for word the same (a judge given the same
+    reply in the same conversation rates it the same, so those pairs say nothing about a difference)."""
+    rated, replies = [], []
     for policy in policies:
-        rows = results["policies"][policy]["turns"]
-        rated.append({(r["episode_id"], r["turn_index"]): r.get("judge_rating") for r in rows if r["kind"] == "query"})
-    return sorted(k for k in rated[0] if k in rated[1] and rated[0][k] is not None and rated[1][k] is not None)
+        rows = [r for r in results["policies"][policy]["turns"] if r["kind"] == "query"]
+        rated.append({(r["episode_id"], r["turn_index"]): r.get("judge_rating") for r in rows})
+        replies.append({(r["episode_id"], r["turn_index"]): r.get("reply") for r in rows})
+    return sorted(k for k in rated[0] if k in rated[1] and rated[0][k] is not None and rated[1][k] is not None
+                  and not (differing and replies[0][k] == replies[1][k]))
 
 
 def draw(turns: list[tuple[str, int]], n: int, seed: int) -> list[tuple[str, int]]:
@@ -226,6 +230,8 @@ def main(argv=None, judge=None) -> int:
     ap.add_argument("--policies", default=None, help="the two policies to pair, a,b (default: the run's first two)")
     ap.add_argument("--pairs", type=int, default=16, help="turns to draw (both policies' replies rated on each)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--differing", action="store_true",
+                    help="draw only turns where the two policies' replies differ (identical replies rate alike)")
     ap.add_argument("--judge-local", default=None, help="zoo name or path of the second judge")
     ap.add_argument("--judge-url", default=None, help="OpenAI-compatible endpoint of the second judge")
     ap.add_argument("--judge-model", default="gpt-4")
@@ -255,7 +261,7 @@ def main(argv=None, judge=None) -> int:
     policies = tuple(args.policies.split(",")) if args.policies else tuple(results["policies"])[:2]
     if len(policies) != 2 or any(p not in results["policies"] for p in policies) or policies[0] == policies[1]:
         ap.error(f"--policies: name two different policies of the run ({', '.join(results['policies'])})")
-    pairs = draw(paired_turns(results, policies), args.pairs, args.seed)
+    pairs = draw(paired_turns(results, policies, differing=args.differing), args.pairs, args.seed)
     if len(pairs) < 2:
         ap.error(f"{args.run}: fewer than 2 turns rated for both {policies[0]} and {policies[1]}")
 

@@ -81,6 +81,12 @@ def test_preference_agreement_counts_the_pairs_neither_judge_ties():
     second = {(p, "e", t): {"rating": cells[t][1][i]} for t in range(len(cells)) for i, p in enumerate(("a", "b"))}
     pairs = module.paired_turns(results, ("a", "b"))
     assert pairs == [("e", t) for t in range(5)] and module.draw(pairs, 9, 0) == pairs
+    for p in ("a", "b"):
+        for t, row in enumerate(results["policies"][p]["turns"]):
+            row["reply"] = f"{p} answers {t}"
+    for t, p in ((1, "a"), (1, "b"), (2, "a")):  # turn 1 answered alike, turn 2 not
+        results["policies"][p]["turns"][t]["reply"] = "same"
+    assert module.paired_turns(results, ("a", "b"), differing=True) == [("e", t) for t in (0, 2, 3, 4)]
     s = module.summarise(results, ("a", "b"), pairs, second)
     assert s["pairs_rated"] == 4 and s["pairs_both_decided"] == 3 and s["ties_run_judge"] == 1
     assert s["preference_agreement"]["value"] == pytest.approx(2 / 3)
