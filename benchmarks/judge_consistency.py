@@ -64,12 +64,11 @@ def rate(results: dict, judge, policies: tuple[str, str], pairs: list[tuple[str,
     wanted = {(p, e, t) for e, t in pairs for p in policies}
     done = {(r["policy"], r["episode_id"], r["turn_index"]): r for r in read_rows(rows_path)}
     todo = [(k, req) for k, req in pending(results) if k in wanted and k not in done]
-    if not todo:
-        return {k: v for k, v in done.items() if k in wanted}
-    if judge is None:
+    if todo and judge is None:
         raise SystemExit(f"{len(todo)} ratings are still to be made: pass --judge-local or --judge-url")
-    rate_into(rows_path, todo, judge, done,
-              on_batch=lambda _, seconds: log(f"{len(done)} of {len(wanted)} ratings ({seconds:.1f} s each)"))
+    if todo:
+        rate_into(rows_path, todo, judge, done,
+                  on_batch=lambda _, seconds: log(f"{len(done)} of {len(wanted)} ratings ({seconds:.1f} s each)"))
     return {k: v for k, v in done.items() if k in wanted}
 
 

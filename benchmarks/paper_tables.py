@@ -86,9 +86,8 @@ def judged(results: dict[str, dict], policy: str) -> str:
     if run["policies"][policy]["aggregate"].get("judge_mean") is None:
         return "not judged"
     text = ours(results, "long-horizon", policy, "judge_mean")
-    if policy != "vanilla" and versus(results, "long-horizon", policy, "judge_mean") != "–":
-        text += f"; vs vanilla {versus(results, 'long-horizon', policy, 'judge_mean')}"
-    return text
+    paired = versus(results, "long-horizon", policy, "judge_mean")
+    return text if paired == "–" else f"{text}; vs vanilla {paired}"
 
 
 def _judge_note(results: dict[str, dict]) -> str:
@@ -171,7 +170,7 @@ def _describe(results: dict[str, dict]) -> tuple[str, str]:
                      + (f" (adapters {state[s]})" if mixed else "") for s, d in sorted(results.items()))
     if mixed:  # runs of different sessions side by side: say which had trained adapters
         return f"`{some['model']}` (compress/generate adapters: per suite, as listed)", runs
-    return f"`{some['model']}` (compress/generate adapters {state[next(iter(state))]})", runs
+    return f"`{some['model']}` (compress/generate adapters {next(iter(state.values()))})", runs
 
 
 def _ours_rows(results, variants, policy):
