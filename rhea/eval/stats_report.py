@@ -76,7 +76,37 @@ def statistics(results: Mapping[str, Any], *, baseline: str = BASELINE, seed: in
         out["non_answers"] = {p: {"count": d["aggregate"].get("non_answers"),
                                   "by_reason": d["aggregate"].get("non_answers_by_reason", {})}
                               for p, d in results["policies"].items()}
+    repeats = {p: repeated_replies(d["turns"]) for p, d in results["policies"].items()}
+    if any(r["replies"] for r in repeats.values()):
+        out["repeated_replies"] = repeats
     return out
+
+
+def repeated_replies(turns: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """How many non-empty replies repeat, verbatim (whitespace aside), an earlier reply of the same episode.
+
+    A diagnostic, not a failure: a repeated "My answer is yes." can be right every time; a model that
+    answers every question with its first reply is not. Counted over `turns` (a policy's rows in
+    ``results.json``), in turn order within each episode.
+
+    >>> rows = [{"episode_id": "e", "turn_index": i, "reply": r} for i, r in enumerate(["a  b", "c", "a b", ""])]
+    >>> repeated_replies(rows)
+    {'replies': 3, 'repeats': 1, 'episodes_with_repeats': 1}
+    """
+    seen: dict[str, set[str]] = {}
+    replies = repeats = 0
+    episodes: set[str] = set()
+    for row in sorted(turns, key=lambda r: (str(r.get("episode_id")), int(r.get("turn_index") or 0))):
+        text = " ".join(str(row.get("reply") or "").split())
+        if not text:
+            continue
+        episode = str(row.get("episode_id"))
+        replies += 1
+        if text in seen.setdefault(episode, set()):
+            repeats += 1
+            episodes.add(episode)
+        seen[episode].add(text)
+    return {"replies": replies, "repeats": repeats, "episodes_with_repeats": len(episodes)}
 
 
 def _rule_statistics(per_policy: Mapping[str, Mapping[str, Mapping[str, float]]], seed: int) -> dict:
@@ -163,6 +193,11 @@ def statistics_markdown(stats: Mapping[str, Any]) -> str:
                   + "; ".join(f"{p} {v['count']}" + (f" ({', '.join(f'{k} {c}' for k, c in v['by_reason'].items())})"
                                                     if v["by_reason"] else "")
                               for p, v in stats["non_answers"].items() if v["count"] is not None)]
+    if stats.get("repeated_replies"):
+        lines += ["", "Replies that repeat an earlier reply of the same episode verbatim (a diagnostic, not a "
+                  "failure: a repeated \"My answer is yes.\" can be right; one reply for every question is "
+                  "not): " + "; ".join(f"{p} {v['repeats']}/{v['replies']}"
+                                      for p, v in stats["repeated_replies"].items() if v["replies"])]
     return "\n".join(lines) + "\n"
 
 

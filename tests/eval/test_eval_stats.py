@@ -74,8 +74,9 @@ def _retention_results(n_episodes=8):
     policies = {}
     for name, reply in (("vanilla", vanilla), ("good", good)):
         rows = run(episodes, reply)
-        for row in rows:
-            row.update({"context_tokens": 100 + row["turn_index"], "latency_s": 0.5})
+        turns = [turn for episode in episodes for turn in episode.turns]  # run's order
+        for row, turn in zip(rows, turns, strict=True):
+            row.update({"context_tokens": 100 + row["turn_index"], "latency_s": 0.5, "reply": reply(turn)})
         policies[name] = {"aggregate": suite.aggregate(rows), "turns": rows, "cost": {}}
     return {"config": {"suite": "instruction-retention", "model": "tiny", "n_episodes": n_episodes},
             "policies": policies}
@@ -97,6 +98,10 @@ def test_statistics_are_over_episodes_with_a_paired_test(tmp_path):
     text = statistics_markdown(stats)
     assert "n = 8" in text and "| good |" in text and "p=0.0078" in text
     assert "Pass rate of each rule" in text and "Non-answers" in text
+    # 'good' gives one reply to every turn: all but each episode's first repeat it
+    repeats = stats["repeated_replies"]["good"]
+    assert repeats["repeats"] == repeats["replies"] - 8 and repeats["episodes_with_repeats"] == 8
+    assert f"good {repeats['repeats']}/{repeats['replies']}" in text and "repeat an earlier reply" in text
     paths = plot_bands(results, tmp_path)
     assert {p.name for p in paths} == {"iar_by_turn_bands.png", "iar_by_distance_bands.png"}
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths)
