@@ -173,6 +173,33 @@ def _describe(results: dict[str, dict]) -> tuple[str, str]:
     return f"`{some['model']}` (compress/generate adapters {next(iter(state.values()))})", runs
 
 
+def pair_with_main_baseline(results: dict[str, dict], variant: dict[str, dict],
+                            baseline: str = "vanilla") -> dict[str, dict]:
+    """`variant` with each suite's statistics recomputed against the main runs' `baseline` where the variant
+    lacks one of its own and both answered the same episodes (equal ``config.episodes_sha256``).
+
+    A variant folder usually reruns only the policies that changed (e.g. with trained adapters); its
+    rows are paired episode by episode with the main run's vanilla, as ``benchmarks/pair_runs.py`` does.
+    A suite whose episodes differ, or that has no digest, is left as it is (its rows say "–").
+    """
+    from rhea.eval.stats_report import statistics
+
+    out = {}
+    for suite, run in variant.items():
+        main = results.get(suite)
+        digest = run["config"].get("episodes_sha256")
+        if (baseline in run["policies"] or main is None or baseline not in main["policies"]
+                or not digest or digest != main["config"].get("episodes_sha256")):
+            out[suite] = run
+            continue
+        merged = {**run, "policies": {baseline: main["policies"][baseline], **run["policies"]}}
+        stats = statistics(merged, baseline=baseline)
+        stats["policies"].pop(baseline)
+        stats["baseline_from"] = "main runs (same episodes)"
+        out[suite] = {**run, "statistics": stats}
+    return out
+
+
 def _ours_rows(results, variants, policy):
     """(label, results) for `policy` in the main runs, then in each variant that ran it."""
     rows = [(policy, results)]
@@ -336,7 +363,10 @@ def render(results: dict[str, dict], paper: dict, variants: dict[str, dict] | No
     ]
     for label, extra in variants.items():
         extra_model, extra_runs = _describe(extra)
-        lines += [f"Rows marked **({label})**: {extra_model}, {extra_runs}.", ""]
+        paired = sorted(s for s, d in extra.items() if (d.get("statistics") or {}).get("baseline_from"))
+        lines += [f"Rows marked **({label})**: {extra_model}, {extra_runs}"
+                  + (f"; their 'vs vanilla' cells pair them with the main runs' vanilla on the same episodes "
+                     f"({', '.join(paired)})" if paired else "") + ".", ""]
 
     t1 = _table(paper, "rhea", "Table 1")
     lines += [f"## Rhea Table 1 — main results (GPT-4-judged Acc 0-10, latency s)", "",
@@ -502,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         label, sep, directory = spec.partition("=")
         if not sep or not label or not directory:
             parser.error(f"--variant takes LABEL=DIR, got {spec!r}")
-        variants[label] = load_results(Path(directory))
+        variants[label] = pair_with_main_baseline(results, load_results(Path(directory)))
     recognizer = json.loads(args.recognizer.read_text()) if args.recognizer.is_file() else None
     text = render(results, json.loads(args.paper.read_text()), variants, recognizer, ours_runs)
     args.out.parent.mkdir(parents=True, exist_ok=True)

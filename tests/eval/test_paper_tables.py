@@ -69,3 +69,24 @@ def test_table5_shows_each_recognizer_variant_held_out_with_its_intervals():
     old = paper_tables._recognizer_rows({"test_rules_only": {"n": 10, "tp": 2, "tn": 7, "precision": 1.0, "recall": 0.5}})
     assert old == ["| ours: rules only (test split, n=10) | 0.90 | 1.00 | 0.50 |"]
     assert paper_tables._recognizer_rows({}) == []
+
+
+def test_variant_rows_are_paired_with_the_main_runs_vanilla_on_the_same_episodes():
+    from tests.repo_scripts import load_script
+
+    from .test_eval_stats import _retention_results
+
+    paper_tables = load_script(PATH.parent / "paper_tables.py")
+    main = _retention_results()
+    main["config"]["episodes_sha256"] = "same"
+    rerun = {"config": dict(main["config"]), "policies": {"good": main["policies"]["good"]}}
+    paired = paper_tables.pair_with_main_baseline({"instruction-retention": main}, {"instruction-retention": rerun})
+    stats = paired["instruction-retention"]["statistics"]
+    assert set(stats["policies"]) == {"good"} and stats["baseline"] == "vanilla"
+    cell = paper_tables.versus(paired, "instruction-retention", "good", "iar")
+    assert cell.startswith("+") and "p=0.0078" in cell
+    # other episodes (or no digest): nothing is paired, the row keeps its "–"
+    rerun["config"]["episodes_sha256"] = "other"
+    other = paper_tables.pair_with_main_baseline({"instruction-retention": main}, {"instruction-retention": rerun})
+    assert "statistics" not in other["instruction-retention"]
+    assert paper_tables.versus(other, "instruction-retention", "good", "iar") == "–"
