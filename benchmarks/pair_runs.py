@@ -11,7 +11,9 @@ rerun is compared with the earlier baseline episode by episode.
         --policy rhea-trained=benchmarks/results/bench_qwen_ep8_trained/instruction-retention:rhea \\
         --baseline vanilla --out benchmarks/results/bench_qwen_ep8_trained/instruction-retention/paired
 
-Writes ``<out>.json`` (the statistics, and where each label came from) and ``<out>.md``.
+``--pair LABEL=OTHER`` (repeatable) adds the paired differences of two other labels (e.g. a rerun with trained
+adapters against its untrained row) under "Further pairs". Writes ``<out>.json`` (the statistics, and where each
+label came from) and ``<out>.md``.
 """
 from __future__ import annotations
 
@@ -61,20 +63,59 @@ def merge(specs: list[tuple[str, Path, str]]) -> dict:
     return merged
 
 
+def parse_pair(spec: str, labels: list[str]) -> tuple[str, str]:
+    """``LABEL=OTHER`` -> (label, other), both among `labels`."""
+    label, sep, other = spec.partition("=")
+    if not sep or label not in labels or other not in labels or label == other:
+        raise SystemExit(f"--pair {spec!r}: write LABEL=OTHER with two different labels of --policy ({labels})")
+    return label, other
+
+
+def further_pairs(merged: dict, pairs: list[tuple[str, str]], seed: int) -> list[dict]:
+    """For each (label, other): the paired differences label − other on every metric, as for the baseline."""
+    from rhea.eval.stats_report import statistics
+
+    out = []
+    for label, other in pairs:
+        two = {**merged, "policies": {other: merged["policies"][other], label: merged["policies"][label]}}
+        stats = statistics(two, baseline=other, seed=seed)
+        out.append({"label": label, "other": other, "vs": stats["policies"][label]["vs_baseline"]})
+    return out
+
+
+def pairs_markdown(pairs: list[dict], metrics: list[str]) -> list[str]:
+    from rhea.eval.stats_report import LABELS, _versus
+
+    if not pairs:
+        return []
+    lines = ["", "Further pairs (label − other, the same episodes):", "",
+             "| pair | " + " | ".join(LABELS.get(m, m) for m in metrics) + " |", "|---|" + "---|" * len(metrics)]
+    for pair in pairs:
+        lines.append(f"| {pair['label']} − {pair['other']} | " + " | ".join(
+            _versus(pair["vs"].get(m), 0 if m == "context_tokens" else 2) for m in metrics) + " |")
+    return lines
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", action="append", required=True, metavar="LABEL=RUN_DIR:POLICY")
     p.add_argument("--baseline", default="vanilla", help="the label the others are paired with")
+    p.add_argument("--pair", action="append", default=[], metavar="LABEL=OTHER",
+                   help="also pair LABEL with OTHER (two of the labels), e.g. a rerun with its earlier row; repeatable")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, type=Path, help="path stem of the report (.json and .md are written)")
     args = p.parse_args(argv)
     specs = [parse_policy(s) for s in args.policy]
     if args.baseline not in {label for label, _, _ in specs}:
         raise SystemExit(f"--baseline {args.baseline!r} is none of the labels {[label for label, _, _ in specs]}")
+    labels = [label for label, _, _ in specs]
+    pairs = [parse_pair(s, labels) for s in args.pair]
     merged = merge(specs)
     from rhea.eval.stats_report import statistics, statistics_markdown
 
     stats = statistics(merged, baseline=args.baseline, seed=args.seed)
+    if pairs:
+        stats["pairs"] = further_pairs(merged, pairs, args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {"sources": merged["sources"], "baseline": args.baseline, "statistics": stats,
               "command": "python benchmarks/pair_runs.py " + " ".join(sys.argv[1:] if argv is None else argv)}
@@ -83,7 +124,8 @@ def main(argv=None) -> int:
              "| label | run | policy | adapters trained | options |", "|---|---|---|---|---|"]
     lines += [f"| {label} | `{s['run']}` | {s['policy']} | {s['adapters_trained']} | {s['policy_kwargs'] or ''} |"
               for label, s in merged["sources"].items()]
-    lines += ["", statistics_markdown(stats), "", f"Command: `{report['command']}`", ""]
+    lines += ["", statistics_markdown(stats)] + pairs_markdown(stats.get("pairs") or [], stats["metrics"])
+    lines += ["", f"Command: `{report['command']}`", ""]
     args.out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
     return 0

@@ -45,3 +45,25 @@ def test_bad_specs_and_other_episodes_are_refused(tmp_path):
         PR.merge([PR.parse_policy(f"v={tmp_path / 'none'}:vanilla")])
     with pytest.raises(SystemExit, match="--baseline 'vanilla' is none of the labels"):
         PR.main(["--policy", f"r={a}:vanilla", "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit, match="--pair 'v=x'"):
+        PR.parse_pair("v=x", ["v", "r"])
+
+
+def test_further_pairs_compare_two_labels_on_the_same_episodes(tmp_path):
+    from .test_eval_stats import _retention_results
+
+    results = _retention_results()
+    results.update({"format": "rhea-bench/1", "episodes": []})
+    results["config"]["episodes_sha256"] = "s1"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "results.json").write_text(json.dumps(results))
+    a = tmp_path / "a"
+    assert PR.main(["--policy", f"vanilla={a}:vanilla", "--policy", f"good={a}:good", "--policy", f"again={a}:good",
+                    "--pair", "good=again", "--pair", "again=vanilla", "--out", str(tmp_path / "p")]) == 0
+    report = json.loads((tmp_path / "p.json").read_text())
+    (same, versus) = report["statistics"]["pairs"]
+    assert (same["label"], same["other"]) == ("good", "again") and same["vs"]["iar"]["diff"] == 0.0
+    # a pair with the baseline gives what the baseline table gives
+    assert versus["vs"]["iar"] == report["statistics"]["policies"]["again"]["vs_baseline"]["iar"]
+    text = (tmp_path / "p.md").read_text()
+    assert "| good − again | +0.00" in text and "| again − vanilla |" in text and "--pair good=again" in text
