@@ -200,6 +200,19 @@ def pair_with_main_baseline(results: dict[str, dict], variant: dict[str, dict],
     return out
 
 
+def _options_note(runs: dict[str, dict]) -> str:
+    """``"; options: rhea-no-im latent_tier=on (instruction-retention)"`` from the runs' recorded per-policy
+    options (``config.policy_kwargs``), or "" when every policy ran its defaults.
+
+    >>> _options_note({"ir": {"config": {"policy_kwargs": {"rhea-no-im": {"latent_tier": "on"}, "rhea": {}}}}})
+    '; options: rhea-no-im latent_tier=on (ir)'
+    """
+    notes = [f"{policy} " + " ".join(f"{k}={v}" for k, v in options.items()) + f" ({suite})"
+             for suite, run in sorted(runs.items())
+             for policy, options in (run["config"].get("policy_kwargs") or {}).items() if options]
+    return f"; options: {', '.join(notes)}" if notes else ""
+
+
 def _ours_rows(results, variants, policy):
     """(label, results) for `policy` in the main runs, then in each variant that ran it."""
     rows = [(policy, results)]
@@ -355,7 +368,7 @@ def render(results: dict[str, dict], paper: dict, variants: dict[str, dict] | No
         "# Our numbers beside the papers' tables",
         "",
         f"**Different model and setting.** Ours: {model}, the project's own seeded suites scored by rule-based "
-        f"checkers (strict reading, non-answers fail){_judge_note(results)}, greedy decoding, {runs}. Our cells: mean "
+        f"checkers (strict reading, non-answers fail){_judge_note(results)}, greedy decoding, {runs}{_options_note(results)}. Our cells: mean "
         "over episodes, [95% bootstrap interval] when there are 2+ episodes, (n=1) for one episode (no interval "
         f"possible). Paper (Rhea): {rhea['setting']}. Paper cells are as printed in the paper's full text "
         "(`benchmarks/paper_tables.json`, each with its table reference); (best) marks the paper's bold.",
@@ -364,7 +377,7 @@ def render(results: dict[str, dict], paper: dict, variants: dict[str, dict] | No
     for label, extra in variants.items():
         extra_model, extra_runs = _describe(extra)
         paired = sorted(s for s, d in extra.items() if (d.get("statistics") or {}).get("baseline_from"))
-        lines += [f"Rows marked **({label})**: {extra_model}, {extra_runs}"
+        lines += [f"Rows marked **({label})**: {extra_model}, {extra_runs}" + _options_note(extra)
                   + (f"; their 'vs vanilla' cells pair them with the main runs' vanilla on the same episodes "
                      f"({', '.join(paired)})" if paired else "") + ".", ""]
 

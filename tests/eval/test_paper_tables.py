@@ -90,3 +90,14 @@ def test_variant_rows_are_paired_with_the_main_runs_vanilla_on_the_same_episodes
     other = paper_tables.pair_with_main_baseline({"instruction-retention": main}, {"instruction-retention": rerun})
     assert "statistics" not in other["instruction-retention"]
     assert paper_tables.versus(other, "instruction-retention", "good", "iar") == "–"
+
+
+def test_a_variants_recorded_policy_options_are_named():
+    from tests.repo_scripts import load_script
+
+    paper_tables = load_script(PATH.parent / "paper_tables.py")
+    runs = {"state-tracking": {"config": {"policy_kwargs": {}}},
+            "instruction-retention": {"config": {"policy_kwargs": {"rhea-no-im": {"latent_tier": "on", "recent_raw": 0},
+                                                                   "rhea": {}}}}}
+    assert paper_tables._options_note(runs) == "; options: rhea-no-im latent_tier=on recent_raw=0 (instruction-retention)"
+    assert paper_tables._options_note({"x": {"config": {}}}) == ""
