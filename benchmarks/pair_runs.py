@@ -84,16 +84,13 @@ def further_pairs(merged: dict, pairs: list[tuple[str, str]], seed: int) -> list
 
 
 def pairs_markdown(pairs: list[dict], metrics: list[str]) -> list[str]:
-    from rhea.eval.stats_report import LABELS, _versus
+    from rhea.eval.stats_report import LABELS, versus_row
 
     if not pairs:
         return []
     lines = ["", "Further pairs (label − other, the same episodes):", "",
              "| pair | " + " | ".join(LABELS.get(m, m) for m in metrics) + " |", "|---|" + "---|" * len(metrics)]
-    for pair in pairs:
-        lines.append(f"| {pair['label']} − {pair['other']} | " + " | ".join(
-            _versus(pair["vs"].get(m), 0 if m == "context_tokens" else 2) for m in metrics) + " |")
-    return lines
+    return lines + [versus_row(f"{pair['label']} − {pair['other']}", pair["vs"], metrics) for pair in pairs]
 
 
 def main(argv=None) -> int:
@@ -106,9 +103,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True, type=Path, help="path stem of the report (.json and .md are written)")
     args = p.parse_args(argv)
     specs = [parse_policy(s) for s in args.policy]
-    if args.baseline not in {label for label, _, _ in specs}:
-        raise SystemExit(f"--baseline {args.baseline!r} is none of the labels {[label for label, _, _ in specs]}")
     labels = [label for label, _, _ in specs]
+    if args.baseline not in labels:
+        raise SystemExit(f"--baseline {args.baseline!r} is none of the labels {labels}")
     pairs = [parse_pair(s, labels) for s in args.pair]
     merged = merge(specs)
     from rhea.eval.stats_report import statistics, statistics_markdown

@@ -145,6 +145,12 @@ def _versus(cmp: Mapping[str, Any] | None, digits: int = 2) -> str:
             f"p={cmp['p_value']:.2g}")
 
 
+def versus_row(label: str, comparisons: Mapping[str, Any], metrics: Sequence[str]) -> str:
+    """One markdown row of paired differences (``comparisons``: metric -> Comparison dict) over `metrics`."""
+    return f"| {label} | " + " | ".join(
+        _versus(comparisons.get(m), 0 if m == "context_tokens" else 2) for m in metrics) + " |"
+
+
 def statistics_markdown(stats: Mapping[str, Any]) -> str:
     """The ``summary.md`` section for `stats` (from `statistics`)."""
     n = stats["n_episodes"]
@@ -169,11 +175,8 @@ def statistics_markdown(stats: Mapping[str, Any]) -> str:
             lines += ["", f"Paired difference vs {stats['baseline']} (policy − {stats['baseline']}):", ""]
             lines.append("| policy | " + " | ".join(LABELS.get(m, m) for m in metrics) + " |")
             lines.append("|---|" + "---|" * len(metrics))
-            for policy, data in stats["policies"].items():
-                if policy != stats["baseline"]:
-                    lines.append(f"| {policy} | " + " | ".join(
-                        _versus(data["vs_baseline"].get(m), 0 if m == "context_tokens" else 2)
-                        for m in metrics) + " |")
+            lines += [versus_row(policy, data["vs_baseline"], metrics)
+                      for policy, data in stats["policies"].items() if policy != stats["baseline"]]
     if stats.get("rules"):
         policies = list(stats["policies"])
         lines += ["", "Pass rate of each rule (0-10; strict / loose; the interval is over the episodes "
