@@ -71,6 +71,14 @@ def check_config(out: Path, config: dict, resume: bool) -> dict:
                 f"{out} holds a run of other conversations: the suite now generates different turns from the "
                 "same settings (its code or data changed since), so the checkpointed replies answer other "
                 "questions; pass another --out, or --no-resume to start this run over")
+        _check_dtype(out, saved, config)
+        judge_now = (config.get("suite_kwargs") or {}).get("judge")
+        judge_then = (saved.get("suite_kwargs") or {}).get("judge")
+        if isinstance(judge_now, dict) and judge_then != judge_now:
+            from rhea.eval.judge_run import same_judge
+
+            if same_judge(judge_then, judge_now):  # recorded before a local judge's dtype was named
+                saved["suite_kwargs"] = {**saved["suite_kwargs"], "judge": judge_now}
         # the policy list may change: each policy's episodes are checkpointed on their own
         per_policy = ("policies", "policy_kwargs")
         diff = sorted(k for k in set(saved) | set(config) if k not in per_policy and saved.get(k) != config.get(k))
@@ -95,6 +103,50 @@ def check_config(out: Path, config: dict, resume: bool) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(config, indent=1))
     return config
+
+
+def recorded_dtypes(out: Path) -> dict[str, str]:
+    """``{policy/episode: dtype}``: what each checkpointed episode of `out` (and each policy finished in
+    its ``results.json``) last ran in, as its recorded environments say; runs recorded without a dtype
+    contribute nothing."""
+    found: dict[str, str] = {}
+    results = out / "results.json"
+    if results.is_file():
+        try:
+            policies = json.loads(results.read_text(encoding="utf-8")).get("policies", {})
+        except json.JSONDecodeError:
+            policies = {}
+        for policy, data in policies.items():
+            dtypes = [e["dtype"] for e in (data.get("environments") or []) if isinstance(e, dict) and "dtype" in e]
+            if dtypes:
+                found[policy] = dtypes[-1]
+    for path in sorted((out / "state").glob(f"*/*/{ENVIRONMENTS_FILE}")):
+        dtypes = [e["dtype"] for e in read_rows(path) if "dtype" in e]
+        if dtypes:
+            found.pop(path.parent.parent.name, None)  # the checkpoints are newer than results.json's rows
+            found[f"{path.parent.parent.name}/{path.parent.name}"] = dtypes[-1]
+    return found
+
+
+def _check_dtype(out: Path, saved: dict, config: dict) -> None:
+    """Refuse to resume or grow `out` in another dtype than its turns ran in: a reply decoded in
+    bfloat16 differs from one in float32, so a run that changes dtype part-way, or policies run in
+    different dtypes, would compare numerics as well as policies. A config recorded before the dtype
+    was (no ``dtype``) takes it from the recorded environments, and then records it."""
+    dtype = config.get("dtype")
+    if dtype is None:
+        return
+    if "dtype" in saved:
+        other = {"the run": saved["dtype"]} if saved["dtype"] != dtype else {}
+    else:
+        other = {k: v for k, v in recorded_dtypes(out).items() if v != dtype}
+    if other:
+        where = ", ".join(f"{k}: {v}" for k, v in sorted(other.items()))
+        then = sorted(set(other.values()))[0]
+        raise BenchError(f"{out} holds turns that ran in {where}, and this invocation loads the model in {dtype}; "
+                         f"pass --dtype {then} to resume it as it began (dtype={then!r} from Python), or another "
+                         "--out for a run in this dtype")
+    saved["dtype"] = dtype
 
 
 def has_turns(out: Path, policy: str) -> bool:

@@ -122,7 +122,10 @@ def _local_judge(args, batch_size: int, model=None):
     from rhea.eval.judge import Judge
     from rhea.modeling.loading import load_rhea_model
 
-    model = model if model is not None else load_rhea_model(args.judge_local, device=args.device)
+    from rhea.modeling.loading import resolve_dtype
+
+    model = model if model is not None else load_rhea_model(args.judge_local, device=args.device,
+                                                            dtype=resolve_dtype(args.dtype))
     return Judge(HFGenerator(model), max_new_tokens=args.judge_max_new_tokens or 256, batch_size=batch_size,
                  explain=not args.judge_direct)
 
@@ -210,9 +213,9 @@ def _cmd_bench(args) -> int:
         get_suite(name, path=args.data, **kwargs)
         kwargs_of[name] = kwargs
 
-    from rhea.modeling.loading import load_rhea_model
+    from rhea.modeling.loading import load_rhea_model, resolve_dtype
 
-    model = load_rhea_model(args.model, device=args.device)
+    model = load_rhea_model(args.model, device=args.device, dtype=resolve_dtype(args.dtype))
     if args.judge_local and "long-horizon" in suites:
         # the judge runs the plain base model (adapters disabled); the same model when it is the one benched
         # K episodes' replies of a turn are rated in one batch
@@ -268,7 +271,8 @@ def parse_policy_option(option: str, policies) -> tuple[str, str, Any]:
 
 
 def register(sub) -> None:
-    from rhea.modeling.loading import _thread_count, add_device_argument, add_threads_argument, int_at_least
+    from rhea.modeling.loading import (_thread_count, add_device_argument, add_dtype_argument, add_threads_argument,
+                                       int_at_least)
 
     bench = sub.add_parser(
         "bench", help="run evaluation suites for context policies; write results.json, summary.md and plots",
@@ -283,6 +287,7 @@ def register(sub) -> None:
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--model", default="smollm2-135m", help="model-zoo name, Rhea directory, or base model path")
     add_device_argument(bench)
+    add_dtype_argument(bench)
     add_threads_argument(bench)
     bench.add_argument("--out", required=True, help="output directory (one sub-directory per suite with several)")
     bench.add_argument("--data", default=None, help="the suite's public data file (MT-Eval, IFEval, MT-Bench, ...)")
@@ -322,6 +327,7 @@ def register(sub) -> None:
     judge.add_argument("--rejudge", action="store_true",
                        help="replace ratings made by another judge (inline or by an earlier rhea judge) instead of refusing")
     add_device_argument(judge)
+    add_dtype_argument(judge)
     judge.add_argument("--threads", type=_thread_count, default=None,
                        help="torch CPU threads (default: torch's, one per core: the judge decodes a batch)")
     judge.add_argument("--quiet", action="store_true", help="no progress bar")

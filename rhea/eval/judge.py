@@ -192,14 +192,18 @@ class Judge:
     def describe(self) -> dict:
         """What decides this judge's ratings, as config.json records it (a resumed run must match)."""
         target = getattr(self.generator, "model", None)
+        dtype = None
         if not isinstance(target, str):  # a local model: its zoo name / base model, else its class
             config = getattr(target, "config", None)
+            # what it computes in: ratings differ between float32 and bfloat16
+            dtype = str(getattr(target, "dtype", "")).replace("torch.", "") or None
             target = getattr(config, "base_model", None) or getattr(config, "_name_or_path", None) or type(
                 self.generator).__name__
         where = getattr(self.generator, "base_url", None)
         described = {"judge": f"{where}:{target}" if where else str(target), "max_new_tokens": self.max_new_tokens,
                      "complete_rating": self.complete_rating}
-        return described if self.explain else {**described, "explain": False}
+        described = described if self.explain else {**described, "explain": False}
+        return described if dtype is None else {**described, "dtype": dtype}
 
     def rate(self, question: str, answer: str, *, reference: str | None = None) -> Judgment:
         """Rate one answer (FastChat ``single-v1``, or ``single-math-v1`` with a reference)."""

@@ -45,6 +45,16 @@ RATINGS_FILE = "ratings.jsonl"
 SUITE = "long-horizon"
 
 
+def same_judge(recorded, described: dict) -> bool:
+    """Whether ratings recorded under the judge description `recorded` were made by `described`. A local
+    judge's description names its dtype since session 39; one recorded before (no ``dtype``) matches on
+    the rest, as those runs did not say which they used."""
+    if recorded == described:
+        return True
+    return (isinstance(recorded, dict) and "dtype" not in recorded
+            and recorded == {k: v for k, v in described.items() if k != "dtype"})
+
+
 def read_run(out: str | Path) -> dict:
     """``out/results.json`` of a finished long-horizon `rhea bench` run, checked (a `BenchError`
     says what is wrong and how to go on); nothing is loaded or written."""
@@ -143,7 +153,7 @@ def judge_run(out: str | Path, judge, *, rejudge: bool = False, progress: bool =
     described = _label(judge)
     before = (results["config"].get("suite_kwargs") or {}).get("judge")
     if before is not None and not rejudge:
-        if before == described:
+        if same_judge(before, described):
             if log:
                 log(f"{out} is already rated by this judge ({described['judge']}); nothing to do")
             return results
@@ -155,7 +165,7 @@ def judge_run(out: str | Path, judge, *, rejudge: bool = False, progress: bool =
         shutil.rmtree(folder, ignore_errors=True)
     if settings.is_file():
         saved = json.loads(settings.read_text())
-        if saved.get("judge") != described:
+        if not same_judge(saved.get("judge"), described):
             raise BenchError(f"{folder} holds ratings by another judge ({saved.get('judge')}); pass the same "
                              f"judge settings to resume them, or --rejudge to start over with {described}")
     folder.mkdir(parents=True, exist_ok=True)

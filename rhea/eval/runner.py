@@ -120,6 +120,9 @@ def run_suite(
               "policy_kwargs": policy_kwargs,
               "model": model_name or getattr(model.config, "base_model", None) or type(model).__name__,
               "adapters_trained": bool(getattr(model, "adapters_trained", False)),
+              # what the replies were decoded in: a resume in another dtype is refused (`check_config`)
+              **({"dtype": str(model.dtype).replace("torch.", "")}
+                 if str(getattr(model, "dtype", "")).startswith("torch.") else {}),
               # what the checkpointed replies answered: a resume after the suite changed is refused
               "episodes_sha256": hashlib.sha256(
                   json.dumps([e.to_dict() for e in episodes], sort_keys=True, default=json_default).encode()

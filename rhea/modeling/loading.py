@@ -104,6 +104,31 @@ def add_device_argument(parser) -> None:
                         help="where the model runs: auto (a CUDA GPU if torch sees one, else the CPU), cpu, cuda, cuda:N")
 
 
+#: ``--dtype`` names the CLIs take; "auto" is the zoo entry's dtype on this device (`default_dtype`)
+DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
+
+
+def add_dtype_argument(parser) -> None:
+    """The CLIs' shared ``--dtype`` option: what the model computes in (`resolve_dtype`)."""
+    parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
+                        help="what the model computes in: auto (default: the zoo entry's dtype, bfloat16 for "
+                             "qwen2.5-coder-1.5b where the device computes bf16 natively, else float32), float32, "
+                             "bfloat16, float16. Replies differ between dtypes: a run resumes in the dtype it began in")
+
+
+def resolve_dtype(name: str | None) -> torch.dtype | None:
+    """The torch dtype a ``--dtype`` name asks for; None for "auto" (the loader decides).
+
+    >>> resolve_dtype("bfloat16"), resolve_dtype("auto")
+    (torch.bfloat16, None)
+    """
+    if name in (None, "auto"):
+        return None
+    if name not in DTYPE_CHOICES:
+        raise DeviceError(f"dtype {name!r} is not one of {', '.join(DTYPE_CHOICES)}")
+    return getattr(torch, name)
+
+
 def int_at_least(minimum: int, meaning: str):
     """An argparse ``type=`` that takes an int >= `minimum`, so a count like ``--turns 0`` is a usage
     error before any model loads; `meaning` says what the number counts.

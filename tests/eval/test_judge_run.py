@@ -196,3 +196,36 @@ def test_paper_tables_put_the_judged_rating_beside_the_papers_long_mt_bench_colu
     diff = stats["recent-k"]["vs_baseline"]["judge_mean"]
     assert f"; vs vanilla {diff['diff']:+.2f} [{diff['low']:+.2f}, {diff['high']:+.2f}] p=" in recent
     assert "long-horizon replies rated with MT-Bench's prompts by" in "\n".join(lines)
+
+
+def test_a_local_judge_names_its_dtype_and_older_records_without_one_still_match(runs, tmp_path, monkeypatch):
+    import torch
+
+    from rhea import cli
+    from rhea.backends.llm import HFGenerator
+    from rhea.eval.judge_run import same_judge
+    import rhea.modeling.loading as loading
+
+    described = Judge(HFGenerator(tiny_rhea().eval()), explain=False).describe()
+    assert described["dtype"] == "float32"
+    assert same_judge({k: v for k, v in described.items() if k != "dtype"}, described)  # recorded before session 39
+    assert not same_judge({**described, "dtype": "bfloat16"}, described)
+
+    _, plain = runs
+    out = _copy(plain, tmp_path / "run")
+    asked = []
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name, **kw: asked.append(kw["dtype"]) or tiny_rhea().eval())
+    monkeypatch.setattr(loading, "check_model_path", lambda name: None)
+    assert cli.main(["judge", str(out), "--judge-local", "tiny", "--judge-direct", "--quiet", "--dtype",
+                     "float32"]) == 0
+    assert asked == [torch.float32]
+    settings = json.loads((out / JUDGE_DIR / "config.json").read_text())
+    assert settings["judge"]["dtype"] == "float32"
+    # ratings recorded in bfloat16 are another judge's
+    (out / JUDGE_DIR / "config.json").write_text(json.dumps({**settings, "judge": {**settings["judge"],
+                                                                                  "dtype": "bfloat16"}}))
+    results = json.loads((out / "results.json").read_text())
+    results["config"]["suite_kwargs"].pop("judge")
+    (out / "results.json").write_text(json.dumps(results))
+    with pytest.raises(BenchError, match="another judge"):
+        judge_run(out, Judge(HFGenerator(tiny_rhea().eval()), explain=False), progress=False)

@@ -344,3 +344,44 @@ def test_each_finished_policy_is_written_before_the_next_runs(model, tmp_path, m
     written = json.loads((tmp_path / "results.json").read_text())
     assert list(written["policies"]) == ["vanilla"] and len(written["policies"]["vanilla"]["turns"]) == 3
     assert (tmp_path / "summary.md").is_file()
+
+
+def test_a_run_resumes_only_in_the_dtype_it_began_in(model, tmp_path):
+    """Replies decoded in bfloat16 differ from float32 ones: a folder holds one dtype (session 39: a run
+    resumed on a machine with native bf16 switched part-way, silently)."""
+    run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
+    path = tmp_path / "config.json"
+    saved = json.loads(path.read_text())
+    assert saved["dtype"] == "float32"
+    path.write_text(json.dumps({**saved, "dtype": "bfloat16"}))
+    with pytest.raises(BenchError, match=r"ran in the run: bfloat16.*loads the model in float32.*--dtype bfloat16"):
+        run_suite(model, "efficiency", ["vanilla", "recent-k"], out=tmp_path, **RUN)
+
+    # a config recorded before the dtype was: the recorded environments say what the turns ran in
+    legacy = {k: v for k, v in saved.items() if k != "dtype"}
+    path.write_text(json.dumps(legacy))
+    envs = tmp_path / "state" / "vanilla" / "0" / "environments.jsonl"
+    recorded = json.loads(envs.read_text().splitlines()[-1])
+    envs.write_text(json.dumps({**recorded, "dtype": "bfloat16"}) + "\n")
+    with pytest.raises(BenchError, match=r"vanilla/0: bfloat16.*--dtype bfloat16"):
+        run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
+    envs.write_text(json.dumps(recorded) + "\n")
+    run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
+    assert json.loads(path.read_text())["dtype"] == "float32", "the legacy config gets its dtype recorded"
+
+    # a finished policy kept only in results.json (no state/) counts too
+    import shutil
+
+    shutil.rmtree(tmp_path / "state")
+    results = json.loads((tmp_path / "results.json").read_text())
+    results["policies"]["vanilla"]["environments"] = [{**recorded, "dtype": "bfloat16"}]
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    path.write_text(json.dumps(legacy))
+    with pytest.raises(BenchError, match=r"vanilla: bfloat16"):
+        run_suite(model, "efficiency", ["vanilla", "recent-k"], out=tmp_path, **RUN)
+
+
+def test_bench_dtype_flag_is_checked_before_loading(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--suite", "efficiency", "--out", "x", "--dtype", "float8"])
+    assert "--dtype" in capsys.readouterr().err
