@@ -71,6 +71,16 @@ def summary_rows(results: dict) -> list[dict]:
     return table
 
 
+def _machine(env: dict) -> str:
+    """Where turns ran, as summary.md names it: device, dtype (when recorded), torch, threads.
+
+    >>> _machine({"device": "cpu", "dtype": "bfloat16", "torch": "2.13.0", "threads": 2})
+    'cpu, bfloat16, torch 2.13.0, 2 threads'
+    """
+    dtype = f"{env['dtype']}, " if env.get("dtype") else ""
+    return f"{env.get('device', '?')}, {dtype}torch {env.get('torch', '?')}, {env.get('threads', '?')} threads"
+
+
 def summary_markdown(results: dict) -> str:
     """``summary.md``: the run's settings, then a policy × metric table."""
     config, env = results["config"], results.get("environment", {})
@@ -79,15 +89,13 @@ def summary_markdown(results: dict) -> str:
              f"model `{config['model']}` (adapters {'trained' if config.get('adapters_trained') else 'UNTRAINED'}), "
              f"{config['n_episodes']} episode(s) × {config['n_turns']} turns, seed {config['seed']}, "
              f"max_new_tokens {config['max_new_tokens']}, greedy; data: {config['data'] or 'built-in'}; "
-             f"{env.get('device', '?')}, torch {env.get('torch', '?')}, {env.get('threads', '?')} threads"
+             f"{_machine(env)}"
              + (f"; turn time {results['turn_seconds'] / 60:.1f} min over all policies" if "turn_seconds" in results else "")
              + (f" (wall of the last invocation {results['wall_s'] / 60:.1f} min)" if "wall_s" in results else ""), ""]
     where = {p: d.get("environments") or [] for p, d in results["policies"].items()}
     if any(e != env for envs in where.values() for e in envs):
         lines += ["Turns ran on more than this invocation's machine (as recorded per policy):", ""]
-        lines += [f"- {p}: " + "; ".join(f"{e.get('device', '?')}, torch {e.get('torch', '?')}, "
-                                          f"{e.get('threads', '?')} threads" for e in envs)
-                  for p, envs in where.items() if envs]
+        lines += [f"- {p}: " + "; ".join(map(_machine, envs)) for p, envs in where.items() if envs]
         lines.append("")
     if rows:
         headers = list(rows[0])

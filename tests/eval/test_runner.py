@@ -112,6 +112,7 @@ def test_a_run_resumed_elsewhere_records_both_machines(model, tmp_path, monkeypa
     assert result["policies"]["vanilla"]["environments"] == [here, gpu]
     summary = (tmp_path / "summary.md").read_text()
     assert "Turns ran on more than this invocation's machine" in summary and "cuda:Some GPU" in summary
+    assert "cpu, float32, torch" in summary  # the dtype is named: two runs may differ only by it
     # a finished run read back on the same machine adds nothing
     monkeypatch.setattr(checkpoint, "environment", lambda device=None, dtype=None: here)
     again = run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
