@@ -58,9 +58,21 @@ def merge(specs: list[tuple[str, Path, str]]) -> dict:
         merged["policies"][label] = res["policies"][policy]
         merged["sources"][label] = {"run": str(run), "policy": policy,
                                     "adapters_trained": res["config"].get("adapters_trained"),
-                                    "policy_kwargs": (res["config"].get("policy_kwargs") or {}).get(policy, {})}
+                                    "policy_kwargs": (res["config"].get("policy_kwargs") or {}).get(policy, {}),
+                                    "dtype": dtypes_of(res["policies"][policy])}
     merged["config"]["policies"] = list(merged["policies"])
     return merged
+
+
+def dtypes_of(entry: dict) -> str:
+    """What a policy's turns were decoded in, as its recorded machines say ("float32", "float32, bfloat16"
+    for a run that changed part-way; "" when not recorded): labels from runs in different dtypes compare
+    numerics as well as policies."""
+    seen: list[str] = []
+    for env in entry.get("environments") or []:
+        if isinstance(env, dict) and env.get("dtype") and env["dtype"] not in seen:
+            seen.append(env["dtype"])
+    return ", ".join(seen)
 
 
 def parse_pair(spec: str, labels: list[str]) -> tuple[str, str]:
@@ -118,9 +130,9 @@ def main(argv=None) -> int:
               "command": "python benchmarks/pair_runs.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     lines = [f"# {merged['config']['suite']}: runs paired episode by episode", "",
-             "| label | run | policy | adapters trained | options |", "|---|---|---|---|---|"]
-    lines += [f"| {label} | `{s['run']}` | {s['policy']} | {s['adapters_trained']} | {s['policy_kwargs'] or ''} |"
-              for label, s in merged["sources"].items()]
+             "| label | run | policy | adapters trained | options | dtype |", "|---|---|---|---|---|---|"]
+    lines += [f"| {label} | `{s['run']}` | {s['policy']} | {s['adapters_trained']} | {s['policy_kwargs'] or ''} | "
+              f"{s.get('dtype') or 'not recorded'} |" for label, s in merged["sources"].items()]
     lines += ["", statistics_markdown(stats)] + pairs_markdown(stats.get("pairs") or [], stats["metrics"])
     lines += ["", f"Command: `{report['command']}`", ""]
     args.out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")

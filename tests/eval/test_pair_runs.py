@@ -22,12 +22,16 @@ def _run(folder: Path, sha: str, policies: dict, trained=False, kwargs=None) -> 
 def test_merge_labels_policies_of_runs_on_the_same_episodes(tmp_path):
     a = _run(tmp_path / "a", "s1", {"vanilla": [{"x": 1}], "rhea": [{"x": 2}]})
     b = _run(tmp_path / "b", "s1", {"rhea": [{"x": 3}]}, trained=True, kwargs={"rhea": {"replan_every": 8}})
+    results = json.loads((b / "results.json").read_text())
+    results["policies"]["rhea"]["environments"] = [{"dtype": "float32"}, {"dtype": "bfloat16"}]
+    (b / "results.json").write_text(json.dumps(results))
     merged = PR.merge([PR.parse_policy(f"vanilla={a}:vanilla"), PR.parse_policy(f"old={a}:rhea"),
                        PR.parse_policy(f"new={b}:rhea")])
     assert list(merged["policies"]) == merged["config"]["policies"] == ["vanilla", "old", "new"]
     assert merged["policies"]["new"]["turns"] == [{"x": 3}] and merged["policies"]["old"]["turns"] == [{"x": 2}]
     assert merged["sources"]["new"] == {"run": str(b), "policy": "rhea", "adapters_trained": True,
-                                        "policy_kwargs": {"replan_every": 8}}
+                                        "policy_kwargs": {"replan_every": 8}, "dtype": "float32, bfloat16"}
+    assert merged["sources"]["old"]["dtype"] == ""  # not recorded
 
 
 def test_bad_specs_and_other_episodes_are_refused(tmp_path):
