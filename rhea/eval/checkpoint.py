@@ -34,6 +34,11 @@ def cpu_name() -> str:
     return f"{name} ({len(os.sched_getaffinity(0))} cores)"
 
 
+def dtype_name(dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"``: a dtype as config.json and the environments record it."""
+    return str(dtype).replace("torch.", "")
+
+
 def environment(device: "torch.device | None" = None, dtype: "torch.dtype | None" = None) -> dict:
     """Where turns run: rhea, torch and transformers versions, the machine, threads and device
     (and the model's dtype, when given)."""
@@ -49,7 +54,7 @@ def environment(device: "torch.device | None" = None, dtype: "torch.dtype | None
             "transformers": transformers.__version__, "python": platform.python_version(),
             "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
             "threads": torch.get_num_threads(),
-            "device": where} | ({"dtype": str(dtype).replace("torch.", "")} if dtype is not None else {})
+            "device": where} | ({"dtype": dtype_name(dtype)} if dtype is not None else {})
 
 
 def check_config(out: Path, config: dict, resume: bool) -> dict:

@@ -120,9 +120,7 @@ def _local_judge(args, batch_size: int, model=None):
     tokens by default: the setting of its measured agreement."""
     from rhea.backends.llm import HFGenerator
     from rhea.eval.judge import Judge
-    from rhea.modeling.loading import load_rhea_model
-
-    from rhea.modeling.loading import resolve_dtype
+    from rhea.modeling.loading import load_rhea_model, resolve_dtype
 
     model = model if model is not None else load_rhea_model(args.judge_local, device=args.device,
                                                             dtype=resolve_dtype(args.dtype))

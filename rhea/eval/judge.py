@@ -20,6 +20,7 @@ from typing import Sequence
 
 from rhea.backends.llm import TextGenerator, generate_rows
 from rhea.errors import RheaConfigError
+from rhea.eval.checkpoint import dtype_name
 
 #: MT-Bench categories that FastChat grades against a reference answer.
 REFERENCE_CATEGORIES = ("math", "reasoning", "coding")
@@ -196,7 +197,8 @@ class Judge:
         if not isinstance(target, str):  # a local model: its zoo name / base model, else its class
             config = getattr(target, "config", None)
             # what it computes in: ratings differ between float32 and bfloat16
-            dtype = str(getattr(target, "dtype", "")).replace("torch.", "") or None
+            dtype = getattr(target, "dtype", None)
+            dtype = dtype_name(dtype) if dtype is not None else None
             target = getattr(config, "base_model", None) or getattr(config, "_name_or_path", None) or type(
                 self.generator).__name__
         where = getattr(self.generator, "base_url", None)

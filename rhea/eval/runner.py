@@ -121,7 +121,7 @@ def run_suite(
               "model": model_name or getattr(model.config, "base_model", None) or type(model).__name__,
               "adapters_trained": bool(getattr(model, "adapters_trained", False)),
               # what the replies were decoded in: a resume in another dtype is refused (`check_config`)
-              **({"dtype": str(model.dtype).replace("torch.", "")}
+              **({"dtype": checkpoint.dtype_name(model.dtype)}
                  if str(getattr(model, "dtype", "")).startswith("torch.") else {}),
               # what the checkpointed replies answered: a resume after the suite changed is refused
               "episodes_sha256": hashlib.sha256(
