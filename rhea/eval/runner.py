@@ -198,10 +198,27 @@ def _finished_in_results(out: Path, config: dict, episodes: Sequence) -> dict[st
 
 
 def _timed(results: dict, started: float) -> dict:
-    """Set the run's wall time (this invocation only: a resumed run did less) and summed turn time."""
+    """Set the run's wall time (this invocation only: a resumed run did less) and summed turn time (`turn_share`)."""
     results["wall_s"] = time.perf_counter() - started
-    results["turn_seconds"] = sum(r.get("latency_s") or 0.0 for d in results["policies"].values() for r in d["turns"])
+    results["turn_seconds"] = sum(turn_share(r) for d in results["policies"].values() for r in d["turns"])
     return results
+
+
+def turn_share(row: Mapping[str, Any]) -> float:
+    """A row's share of the time its turn took: its latency, with the parts a batch of K rows shares (prefill,
+    decode and observe, each timed once for the batch) counted 1/K, so that summing rows gives the time spent.
+
+    >>> turn_share({"latency_s": 10.0, "prefill_s": 2.0, "decode_s": 5.0, "observe_s": 1.0, "batch_rows": 4.0})
+    4.0
+    >>> turn_share({"latency_s": 10.0, "prefill_s": 2.0, "decode_s": 5.0})
+    10.0
+    """
+    latency = float(row.get("latency_s") or 0.0)
+    k = float(row.get("batch_rows") or 1.0)
+    if k <= 1.0:
+        return latency
+    shared = sum(float(row.get(f) or 0.0) for f in ("prefill_s", "decode_s", "observe_s"))
+    return latency - shared + shared / k
 
 
 def _check_thresholds(model, policies: Sequence[str], policy_kwargs: Mapping[str, Mapping[str, Any]]) -> None:

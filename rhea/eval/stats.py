@@ -184,3 +184,37 @@ def metric_by_episode(per_episode: Mapping[str, Mapping[str, float]], metric: st
                       ) -> dict[str, float]:
     """One metric's value per episode, for the episodes that have it."""
     return {e: m[metric] for e, m in per_episode.items() if m.get(metric) is not None}
+
+
+def shared_time_units(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """``{episode_id: unit}``: which episodes share the measurement of their turns' time.
+
+    A batched run (``rhea bench --batch-episodes K``) times each turn once for its K rows: they carry
+    ``batch_rows`` > 1 and the same ``prefill_s`` and ``decode_s``. Episodes linked by such a shared
+    measurement (at any turn) are one unit, named by its first episode; an episode never batched is its
+    own unit. For latency the unit is this, not the episode: eight episodes in one batch are one timing.
+
+    >>> rows = [{"episode_id": e, "turn_index": 0, "batch_rows": 2.0, "prefill_s": p, "decode_s": 1.0}
+    ...         for e, p in (("a", 0.5), ("b", 0.5), ("c", 0.7), ("d", 0.7))]
+    >>> shared_time_units(rows + [{"episode_id": "e", "turn_index": 0, "prefill_s": 0.5, "decode_s": 1.0}])
+    {'a': 'a', 'b': 'a', 'c': 'c', 'd': 'c', 'e': 'e'}
+    """
+    parent: dict[str, str] = {}
+
+    def root(e: str) -> str:
+        while parent[e] != e:
+            parent[e] = parent[parent[e]]
+            e = parent[e]
+        return e
+
+    first_of: dict[tuple, str] = {}
+    for row in rows:
+        episode = str(row.get("episode_id"))
+        parent.setdefault(episode, episode)
+        if float(row.get("batch_rows") or 1.0) <= 1.0:
+            continue
+        key = (row.get("turn_index"), row.get("prefill_s"), row.get("decode_s"))
+        other = first_of.setdefault(key, episode)
+        a, b = sorted((root(episode), root(other)))
+        parent[b] = a
+    return {e: root(e) for e in parent}

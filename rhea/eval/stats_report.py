@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from rhea.eval.stats import (StatsError, bootstrap_ci, episode_metrics, metric_by_episode,
-                             paired_comparison)
+                             paired_comparison, shared_time_units)
 
 #: Per suite, the metrics reported with intervals (in this order); then the cost metrics.
 HEADLINE_METRICS = {
@@ -25,6 +25,8 @@ HEADLINE_METRICS = {
     "efficiency": (),
 }
 COST_METRICS = ("context_tokens", "latency_s")
+#: Metrics measured by a clock, which a batch of episodes shares (`rhea.eval.stats.shared_time_units`).
+TIMED_METRICS = ("latency_s",)
 LABELS = {"iar": "IAR strict (0-10)", "iar_loose": "IAR loose (0-10)",
           "non_answer_rate": "non-answer rate", "revoked_still_followed": "revoked still followed",
           "accuracy": "accuracy", "jga": "JGA (final, exact)", "probe_jga": "probe JGA",
@@ -52,6 +54,7 @@ def statistics(results: Mapping[str, Any], *, baseline: str = BASELINE, seed: in
     suite = _suite(suite_name)
     metrics = HEADLINE_METRICS.get(suite_name, ()) + COST_METRICS
     per_policy = {p: episode_metrics(suite, d["turns"]) for p, d in results["policies"].items()}
+    units = {p: shared_time_units(d["turns"]) for p, d in results["policies"].items()}
     out: dict[str, Any] = {"unit": "episode", "baseline": baseline if baseline in per_policy else None,
                            "n_episodes": max((len(v) for v in per_policy.values()), default=0),
                            "metrics": list(metrics), "policies": {}, "rules": {}}
@@ -61,13 +64,23 @@ def statistics(results: Mapping[str, Any], *, baseline: str = BASELINE, seed: in
             values = metric_by_episode(per_episode, metric)
             if not values:
                 continue
+            if metric in TIMED_METRICS and _batched(units[policy], values):
+                intervals[metric], not_compared[metric] = _per_batch(
+                    values, units[policy], seed, paired=bool(out["baseline"]) and policy != baseline)
+                continue
             intervals[metric] = bootstrap_ci(values.values(), seed=seed).to_dict()
+            if metric in TIMED_METRICS and out["baseline"] and policy != baseline and _batched(
+                    units[baseline], metric_by_episode(per_policy[baseline], metric)):
+                not_compared[metric] = (f"{baseline}'s episodes ran in batches that share each turn's time: "
+                                        "its latency is one measurement per batch, not per episode")
+                continue
             if out["baseline"] and policy != baseline:
                 try:
                     versus[metric] = paired_comparison(
                         values, metric_by_episode(per_policy[baseline], metric), seed=seed).to_dict()
                 except StatsError as e:  # e.g. no episode shared with the baseline: say so, do not drop it
                     not_compared[metric] = str(e)
+        not_compared = {m: why for m, why in not_compared.items() if why}
         out["policies"][policy] = {"intervals": intervals, "vs_baseline": versus}
         if not_compared:
             out["policies"][policy]["not_compared"] = not_compared
@@ -80,6 +93,26 @@ def statistics(results: Mapping[str, Any], *, baseline: str = BASELINE, seed: in
     if any(r["replies"] for r in repeats.values()):
         out["repeated_replies"] = repeats
     return out
+
+
+def _batched(units: Mapping[str, str], values: Mapping[str, float]) -> bool:
+    """Whether some of the episodes in `values` share their turns' time (`shared_time_units`)."""
+    return len({units.get(e, e) for e in values}) < len(values)
+
+
+def _per_batch(values: Mapping[str, float], units: Mapping[str, str], seed: int, *,
+               paired: bool) -> tuple[dict, str | None]:
+    """A timed metric of batched episodes: the interval over batches (the unit that was measured), and,
+    where it would have been `paired` with the baseline, why it is not."""
+    by_unit: dict[str, list[float]] = {}
+    for episode, value in values.items():
+        by_unit.setdefault(units.get(episode, episode), []).append(value)
+    interval = {**bootstrap_ci([sum(v) / len(v) for v in by_unit.values()], seed=seed).to_dict(),
+                "unit": "batch", "episodes": len(values)}
+    why = None if not paired else (
+        f"its {len(values)} episodes ran in {len(by_unit)} batch(es) that share each turn's time: latency is "
+        f"one measurement per batch, not per episode, so it is not paired episode by episode")
+    return interval, why
 
 
 def repeated_replies(turns: Sequence[Mapping[str, Any]]) -> dict[str, int]:
@@ -177,6 +210,15 @@ def statistics_markdown(stats: Mapping[str, Any]) -> str:
             lines.append("|---|" + "---|" * len(metrics))
             lines += [versus_row(policy, data["vs_baseline"], metrics)
                       for policy, data in stats["policies"].items() if policy != stats["baseline"]]
+    batched = {p: d["intervals"][m] for m in TIMED_METRICS for p, d in stats["policies"].items()
+               if (d["intervals"].get(m) or {}).get("unit") == "batch"}
+    if batched:
+        lines += ["", "Latency of " + ", ".join(f"{p} ({i['n']} batch{'es' if i['n'] != 1 else ''} of "
+                                                 f"{i['episodes']} episodes)" for p, i in batched.items())
+                  + ": the episodes of a batch share each turn's time, so the unit of a latency is the batch, "
+                  "not the episode: its interval is over batches (none with one batch) and it is not paired "
+                  "episode by episode. Time policies against each other with the benchmarks "
+                  "(docs/session.md)."]
     if stats.get("rules"):
         policies = list(stats["policies"])
         lines += ["", "Pass rate of each rule (0-10; strict / loose; the interval is over the episodes "

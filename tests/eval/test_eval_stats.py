@@ -131,3 +131,41 @@ def test_a_metric_that_cannot_be_paired_with_the_baseline_says_why():
     assert good["vs_baseline"] == {} and good["intervals"]["iar"]["n"] == 8
     assert "share no episode" in good["not_compared"]["iar"]
     assert "not_compared" not in stats["policies"]["vanilla"]
+
+
+def test_latency_of_batched_episodes_is_one_measurement_per_batch():
+    """Episodes that ran as one batch share each turn's time: no interval over them, no paired test."""
+    results = _retention_results()
+    ids = sorted({str(r["episode_id"]) for r in results["policies"]["good"]["turns"]})
+    first_half = set(ids[:4])
+    for row in results["policies"]["good"]["turns"]:  # two batches of 4, each timed once per turn
+        in_first = str(row["episode_id"]) in first_half
+        row.update({"batch_rows": 4.0, "prefill_s": 1.0 if in_first else 2.0, "decode_s": 3.0,
+                    "latency_s": 4.0 if in_first else 5.0})
+    stats = statistics(results)
+    good = stats["policies"]["good"]
+    latency = good["intervals"]["latency_s"]
+    assert latency["unit"] == "batch" and latency["n"] == 2 and latency["episodes"] == 8
+    assert latency["mean"] == pytest.approx(4.5) and latency["low"] == pytest.approx(4.0)
+    assert "latency_s" not in good["vs_baseline"] and "1 batch" not in good["not_compared"]["latency_s"]
+    assert "8 episodes ran in 2 batch(es)" in good["not_compared"]["latency_s"]
+    assert "iar" in good["vs_baseline"]  # the other metrics are still paired by episode
+    vanilla = stats["policies"]["vanilla"]  # one by one: the episode is its unit
+    assert vanilla["intervals"]["latency_s"]["n"] == 8 and "unit" not in vanilla["intervals"]["latency_s"]
+    text = statistics_markdown(stats)
+    assert "Latency of good (2 batches of 8 episodes)" in text and "not paired" in text
+
+    # a batched baseline: the one-by-one policy's latency is not paired with it either
+    results["policies"]["good"], results["policies"]["vanilla"] = (results["policies"]["vanilla"],
+                                                                    results["policies"]["good"])
+    stats = statistics(results)
+    assert "vanilla's episodes ran in batches" in stats["policies"]["good"]["not_compared"]["latency_s"]
+    assert "not_compared" not in stats["policies"]["vanilla"]
+
+
+def test_summed_turn_time_counts_a_batch_once():
+    from rhea.eval.runner import turn_share
+
+    rows = [{"latency_s": 10.0, "prefill_s": 2.0, "decode_s": 6.0, "observe_s": 0.0, "plan_s": 1.0,
+             "render_s": 1.0, "batch_rows": 8.0}] * 8
+    assert sum(turn_share(r) for r in rows) == pytest.approx(8.0 + 16.0)  # shared 8 s once, per-row 2 s each
