@@ -377,9 +377,12 @@ def render(results: dict[str, dict], paper: dict, variants: dict[str, dict] | No
     for label, extra in variants.items():
         extra_model, extra_runs = _describe(extra)
         paired = sorted(s for s, d in extra.items() if (d.get("statistics") or {}).get("baseline_from"))
+        own = sorted(s for s, d in extra.items() if "vanilla" in d.get("policies", {}))
         lines += [f"Rows marked **({label})**: {extra_model}, {extra_runs}" + _options_note(extra)
                   + (f"; their 'vs vanilla' cells pair them with the main runs' vanilla on the same episodes "
-                     f"({', '.join(paired)})" if paired else "") + ".", ""]
+                     f"({', '.join(paired)})" if paired else "")
+                  + (f"; their 'vs vanilla' cells pair them with the vanilla ({label}) of the same runs "
+                     f"({', '.join(own)})" if own else "") + ".", ""]
 
     t1 = _table(paper, "rhea", "Table 1")
     lines += [f"## Rhea Table 1 — main results (GPT-4-judged Acc 0-10, latency s)", "",
@@ -432,7 +435,9 @@ def render(results: dict[str, dict], paper: dict, variants: dict[str, dict] | No
             if policy is None:
                 lines.append(f"| {row['name']} | {value} | no counterpart | | | | |")
                 continue
-            for i, (label, res) in enumerate(_ours_rows(results, variants, policy)):
+            rows = [(label, res) for i, (label, res) in enumerate(_ours_rows(results, variants, policy))
+                    if i == 0 or policy in res.get("instruction-retention", {}).get("policies", {})]
+            for i, (label, res) in enumerate(rows):
                 lead = f"{row['name']} | {value}" if i == 0 else " | "
                 lines.append(f"| {lead} | {label} | {ours(res, 'instruction-retention', policy, 'iar')} | "
                              f"{ours(res, 'instruction-retention', policy, 'iar_loose')} | "

@@ -101,3 +101,21 @@ def test_a_variants_recorded_policy_options_are_named():
                                                                    "rhea": {}}}}}
     assert paper_tables._options_note(runs) == "; options: rhea-no-im latent_tier=on recent_raw=0 (instruction-retention)"
     assert paper_tables._options_note({"x": {"config": {}}}) == ""
+
+
+def test_a_variant_row_appears_only_in_the_tables_its_suites_fill():
+    from tests.repo_scripts import load_script
+
+    from .test_eval_stats import _retention_results
+
+    paper_tables = load_script(PATH.parent / "paper_tables.py")
+    main = _retention_results()
+    main["config"]["n_turns"] = 10
+    other_suite = {"config": {**main["config"], "suite": "long-horizon"},
+                   "policies": {"vanilla": {"aggregate": {}, "turns": [], "cost": {}}}}
+    text = paper_tables.render({"instruction-retention": main}, json.loads(PATH.read_text()),
+                               {"lh": {"long-horizon": other_suite}})
+    table1 = text.split("## Rhea Table 1")[1].split("## Rhea Table 2")[0]
+    table3 = text.split("## Rhea Table 3")[1].split("## Rhea Table 4")[0]
+    assert "| vanilla (lh) |" in table1 and "| vanilla |" in table3 and "vanilla (lh)" not in table3
+    assert "pair them with the vanilla (lh) of the same runs (long-horizon)" in text
