@@ -189,7 +189,8 @@ def pair_with_main_baseline(results: dict[str, dict], variant: dict[str, dict],
         main = results.get(suite)
         digest = run["config"].get("episodes_sha256")
         if (baseline in run["policies"] or main is None or baseline not in main["policies"]
-                or not digest or digest != main["config"].get("episodes_sha256")):
+                or not digest or digest != main["config"].get("episodes_sha256")
+                or _other_dtype(run, main["policies"][baseline])):
             out[suite] = run
             continue
         merged = {**run, "policies": {baseline: main["policies"][baseline], **run["policies"]}}
@@ -198,6 +199,14 @@ def pair_with_main_baseline(results: dict[str, dict], variant: dict[str, dict],
         stats["baseline_from"] = "main runs (same episodes)"
         out[suite] = {**run, "statistics": stats}
     return out
+
+
+def _other_dtype(run: dict, baseline_entry: dict) -> bool:
+    """Whether `run` was decoded in a dtype the baseline's turns were not (as both recorded it): the dtype alone
+    changes nearly every reply, so such rows are not paired with that baseline."""
+    dtype = run["config"].get("dtype")
+    seen = {e.get("dtype") for e in baseline_entry.get("environments") or [] if isinstance(e, dict) and e.get("dtype")}
+    return bool(dtype and seen and dtype not in seen)
 
 
 def _options_note(runs: dict[str, dict]) -> str:
@@ -382,7 +391,11 @@ def render(results: dict[str, dict], paper: dict, variants: dict[str, dict] | No
                   + (f"; their 'vs vanilla' cells pair them with the main runs' vanilla on the same episodes "
                      f"({', '.join(paired)})" if paired else "")
                   + (f"; their 'vs vanilla' cells pair them with the vanilla ({label}) of the same runs "
-                     f"({', '.join(own)})" if own else "") + ".", ""]
+                     f"({', '.join(own)})" if own else "")
+                  + "".join(f"; {s} ran in {d['config']['dtype']}, not paired with the main runs' vanilla "
+                            f"of another dtype" for s, d in sorted(extra.items()) if s not in own and s in results
+                            and "vanilla" in results[s]["policies"]
+                            and _other_dtype(d, results[s]["policies"]["vanilla"])) + ".", ""]
 
     t1 = _table(paper, "rhea", "Table 1")
     lines += [f"## Rhea Table 1 — main results (GPT-4-judged Acc 0-10, latency s)", "",

@@ -119,3 +119,22 @@ def test_a_variant_row_appears_only_in_the_tables_its_suites_fill():
     table3 = text.split("## Rhea Table 3")[1].split("## Rhea Table 4")[0]
     assert "| vanilla (lh) |" in table1 and "| vanilla |" in table3 and "vanilla (lh)" not in table3
     assert "pair them with the vanilla (lh) of the same runs (long-horizon)" in text
+
+
+def test_a_variant_in_another_dtype_is_not_paired_with_the_main_vanilla():
+    from tests.repo_scripts import load_script
+
+    from .test_eval_stats import _retention_results
+
+    paper_tables = load_script(PATH.parent / "paper_tables.py")
+    main = _retention_results()
+    main["config"].update(episodes_sha256="same", n_turns=10)
+    main["policies"]["vanilla"]["environments"] = [{"dtype": "float32"}]
+    rerun = {"config": {**main["config"], "dtype": "bfloat16"}, "policies": {"good": main["policies"]["good"]}}
+    paired = paper_tables.pair_with_main_baseline({"instruction-retention": main}, {"instruction-retention": rerun})
+    assert "statistics" not in paired["instruction-retention"]
+    text = paper_tables.render({"instruction-retention": main}, json.loads(PATH.read_text()), {"bf16": paired})
+    assert "instruction-retention ran in bfloat16, not paired with the main runs' vanilla of another dtype" in text
+    rerun["config"]["dtype"] = "float32"
+    paired = paper_tables.pair_with_main_baseline({"instruction-retention": main}, {"instruction-retention": rerun})
+    assert paired["instruction-retention"]["statistics"]["baseline"] == "vanilla"
