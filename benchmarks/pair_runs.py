@@ -68,11 +68,9 @@ def dtypes_of(entry: dict) -> str:
     """What a policy's turns were decoded in, as its recorded machines say ("float32", "float32, bfloat16"
     for a run that changed part-way; "" when not recorded): labels from runs in different dtypes compare
     numerics as well as policies."""
-    seen: list[str] = []
-    for env in entry.get("environments") or []:
-        if isinstance(env, dict) and env.get("dtype") and env["dtype"] not in seen:
-            seen.append(env["dtype"])
-    return ", ".join(seen)
+    from rhea.eval.checkpoint import environment_dtypes
+
+    return ", ".join(dict.fromkeys(environment_dtypes(entry)))
 
 
 def parse_pair(spec: str, labels: list[str]) -> tuple[str, str]:

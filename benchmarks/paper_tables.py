@@ -204,8 +204,9 @@ def pair_with_main_baseline(results: dict[str, dict], variant: dict[str, dict],
 def _other_dtype(run: dict, baseline_entry: dict) -> bool:
     """Whether `run` was decoded in a dtype the baseline's turns were not (as both recorded it): the dtype alone
     changes nearly every reply, so such rows are not paired with that baseline."""
-    dtype = run["config"].get("dtype")
-    seen = {e.get("dtype") for e in baseline_entry.get("environments") or [] if isinstance(e, dict) and e.get("dtype")}
+    from rhea.eval.checkpoint import environment_dtypes
+
+    dtype, seen = run["config"].get("dtype"), environment_dtypes(baseline_entry)
     return bool(dtype and seen and dtype not in seen)
 
 

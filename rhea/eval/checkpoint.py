@@ -110,6 +110,16 @@ def check_config(out: Path, config: dict, resume: bool) -> dict:
     return config
 
 
+def environment_dtypes(entry: dict) -> list[str]:
+    """The dtypes a policy's entry of ``results.json`` recorded, one per recorded machine, in order (empty when
+    none was recorded).
+
+    >>> environment_dtypes({"environments": [{"dtype": "float32"}, {"threads": 2}, {"dtype": "bfloat16"}]})
+    ['float32', 'bfloat16']
+    """
+    return [e["dtype"] for e in (entry.get("environments") or []) if isinstance(e, dict) and e.get("dtype")]
+
+
 def recorded_dtypes(out: Path) -> dict[str, str]:
     """``{policy/episode: dtype}``: what each checkpointed episode of `out` (and each policy finished in
     its ``results.json``) last ran in, as its recorded environments say; runs recorded without a dtype
@@ -122,7 +132,7 @@ def recorded_dtypes(out: Path) -> dict[str, str]:
         except json.JSONDecodeError:
             policies = {}
         for policy, data in policies.items():
-            dtypes = [e["dtype"] for e in (data.get("environments") or []) if isinstance(e, dict) and "dtype" in e]
+            dtypes = environment_dtypes(data)
             if dtypes:
                 found[policy] = dtypes[-1]
     for path in sorted((out / "state").glob(f"*/*/{ENVIRONMENTS_FILE}")):
