@@ -284,18 +284,22 @@ def generate_is_identity(model) -> bool:
     return all(not p.any() for n, p in model.peft_model.named_parameters() if ".generate." in n and "lora_B" in n)
 
 
-def lr_factor(step: int, args) -> float:
-    """The learning-rate multiplier at optimizer step `step`: linear warm-up over ``--warmup`` steps, then 1, then
-    (``--cooldown N``) a linear fall to 0 over the last N steps before ``--max-steps``.
+def lr_factor(step: int, args, start: int = 0) -> float:
+    """The learning-rate multiplier at this optimizer's step `step` (its own count: a run resumed from a snapshot
+    starts a fresh AdamW at training step `start`): linear warm-up over ``--warmup`` of the optimizer's steps, then 1,
+    then (``--cooldown N``) a linear fall to 0 over the last N *training* steps before ``--max-steps`` (training step
+    ``start + step``).
 
     >>> import argparse
     >>> a = argparse.Namespace(warmup=10, cooldown=100, max_steps=1000)
     >>> [round(lr_factor(s, a), 3) for s in (0, 9, 500, 900, 950, 999)]
     [0.1, 1.0, 1.0, 1.0, 0.5, 0.01]
+    >>> [round(lr_factor(s, a, start=900), 3) for s in (0, 4, 9, 50, 99)]  # resumed at 900: warm-up inside the fall
+    [0.1, 0.48, 0.91, 0.5, 0.01]
     """
     factor = min(1.0, (step + 1) / max(1, args.warmup))
     if getattr(args, "cooldown", 0):
-        factor *= min(1.0, max(0.0, (args.max_steps - step) / args.cooldown))
+        factor *= min(1.0, max(0.0, (args.max_steps - start - step) / args.cooldown))
     return factor
 
 
@@ -434,10 +438,14 @@ def main(argv=None) -> None:
     if len(lrs) > 1:
         groups.append({"params": [params["mem_piece_embeds"]], "lr": lrs[1]})
     opt = torch.optim.AdamW(groups, lr=args.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, args))
+    origin = {"step": 0}  # the training step at which this optimizer (and the scheduler's count) started
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, args, origin["step"]))
     step = 0
     if from_snapshot:
         step = load_snapshot(snap, out, params, args)
+        origin["step"] = step
+        for g, lr in zip(opt.param_groups, lrs):  # the scheduler set its first rate before the step was known
+            g["lr"] = lr * lr_factor(0, args, step)
         print(f"[compressor] resumed from snapshot {snap} at step {step} (fresh AdamW, lr warm-up again)", flush=True)
     elif resuming:
         state = torch.load(ckpt, weights_only=False, map_location=model.device)
@@ -447,13 +455,14 @@ def main(argv=None) -> None:
         opt.load_state_dict(state["opt"])
         sched.load_state_dict(state["sched"])
         step = state["step"]
+        origin["step"] = step - sched.last_epoch  # a checkpoint of a run that began at a snapshot counts from there
         torch.set_rng_state(state["torch_rng"].cpu())
         if not all(math.isclose(a, b) for a, b in zip(sched.base_lrs, lrs)):  # e.g. a lower lr once the curve flattens
             print(f"[compressor] lr {sched.base_lrs[0]:g} -> {args.lr:g} from step {step} (AdamW moments kept)", flush=True)
             sched.base_lrs = list(lrs)
         for g, lr in zip(opt.param_groups, lrs):  # the factor of this command's schedule (--cooldown may be new)
             g["initial_lr"] = lr
-            g["lr"] = lr * lr_factor(step, args)
+            g["lr"] = lr * lr_factor(sched.last_epoch, args, origin["step"])
     (out / "args.json").write_text(json.dumps(vars(args), indent=2))
     print(f"[compressor] {len(train)} train chunks, {len(eval_texts)} held-apart eval chunks, "
           f"{len(qa_train)} fact-QA items ({len(qa_eval)} held apart), "

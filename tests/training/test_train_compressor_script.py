@@ -449,6 +449,28 @@ def test_cooldown_lowers_the_rate_to_zero_at_max_steps_also_when_added_on_resume
         script.parse_args(_argv(data, base_dir, root, 4, cooldown=5))
 
 
+def test_cooldown_counts_training_steps_after_a_snapshot_resume(script, setup):
+    """A snapshot resume starts a fresh AdamW (and the scheduler's count) at the snapshot's step: the warm-up runs
+    over the new optimizer's steps, the cooldown still ends at --max-steps, also through a checkpoint of that run."""
+    data, base_dir, root = setup
+
+    def final_lr():
+        return torch.load(root / "out" / "checkpoint" / "state.pt", weights_only=False)["opt"]["param_groups"][0]["lr"]
+
+    script.main(_argv(data, base_dir, root, 2, warmup=1, lr=1e-3))
+    shutil.rmtree(root / "out")  # only the snapshot (step 2) is left
+    script.main(_argv(data, base_dir, root, 4, warmup=1, lr=1e-3))  # resumed at 2: the optimizer's count is 2 at 4
+    assert final_lr() == pytest.approx(1e-3)
+    script.main(_argv(data, base_dir, root, 6, warmup=1, lr=1e-3, cooldown=4))  # the checkpoint, cooldown new
+    state = torch.load(root / "out" / "checkpoint" / "state.pt", weights_only=False)
+    assert state["step"] == 6 and final_lr() == pytest.approx(0.0)
+    shutil.rmtree(root / "out")  # again from the snapshot (now step 6), with a longer cooldown to step 10
+    script.main(_argv(data, base_dir, root, 10, warmup=1, lr=1e-3, cooldown=8))
+    assert final_lr() == pytest.approx(0.0)
+    log = [json.loads(x) for x in (root / "out" / "log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in log] == [7, 8, 9, 10]
+
+
 def test_a_non_finite_step_is_skipped_logged_and_counted(script, setup, monkeypatch):
     data, base_dir, root = setup
     real = script.guarded_update
