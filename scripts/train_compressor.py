@@ -10,11 +10,13 @@ scheduler, RNG and data position; re-running the same command continues from it.
 scratch (gitignored ``runs/``); for a run that must survive the machine, ``--snapshot-dir DIR``
 writes every ``--snapshot-every`` steps a small committable snapshot: the trainable weights in
 bf16 (``trainable.safetensors``, ~10 MB at r=16 on all linear layers), the step and settings
-(``state.json``) and the learning curve (``curve.jsonl``). A run with no ``OUT/checkpoint`` but
+(``state.json``), the learning curve (``curve.jsonl``) and the per-step log (``log.jsonl``, the
+earlier snapshot's steps continued). A run with no ``OUT/checkpoint`` but
 a snapshot continues from it at the snapshot's step and data position; the optimizer moments
 are not in the snapshot, so AdamW restarts and the learning rate warms up again
-(``--warmup`` steps). Every run ends by writing ``OUT/latest/`` (``save_pretrained``), so the
-same command with ``--max-steps 0`` turns a committed snapshot into a loadable directory. Every
+(``--warmup`` of its steps; a ``--cooldown`` still ends at ``--max-steps``). Every run ends by writing
+``OUT/latest/`` (``save_pretrained``), so the same command with ``--max-steps 0`` turns a committed
+snapshot into a loadable directory (and leaves the snapshot untouched). Every
 ``--eval-every`` steps the reconstruction of held-apart chunks is measured (own latents vs
 another chunk's) into ``OUT/curve.jsonl`` and the adapters are written to ``OUT/latest/``
 (``save_pretrained``).
@@ -360,12 +362,27 @@ def save_snapshot(dir_: Path, out: Path, params: dict, step: int, args) -> None:
     (tmp / "state.json").write_text(json.dumps(state, indent=2) + "\n")
     if (out / "curve.jsonl").is_file():
         shutil.copyfile(out / "curve.jsonl", tmp / "curve.jsonl")
+    log = merged_log(dir_ / "log.jsonl", out / "log.jsonl")
+    if log:
+        (tmp / "log.jsonl").write_text("".join(log))
     old = dir_.with_name(dir_.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if dir_.exists():
         dir_.rename(old)
     tmp.rename(dir_)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def merged_log(earlier: Path, current: Path) -> list[str]:
+    """The per-step log a snapshot keeps: the lines of its earlier log before this run's first step, then this run's
+    (OUT/log.jsonl, which starts after the step the run resumed from), so a resumed run extends the record."""
+    def lines(path: Path) -> list[str]:
+        return [x if x.endswith("\n") else x + "\n" for x in path.read_text().splitlines() if x.strip()] \
+            if path.is_file() else []
+
+    new = lines(current)
+    first = min((json.loads(x)["step"] for x in new), default=math.inf)
+    return [x for x in lines(earlier) if json.loads(x)["step"] < first] + new
 
 
 def load_snapshot(dir_: Path, out: Path, params: dict, args) -> int:
@@ -463,6 +480,7 @@ def main(argv=None) -> None:
         for g, lr in zip(opt.param_groups, lrs):  # the factor of this command's schedule (--cooldown may be new)
             g["initial_lr"] = lr
             g["lr"] = lr * lr_factor(sched.last_epoch, args, origin["step"])
+    first_step = step
     (out / "args.json").write_text(json.dumps(vars(args), indent=2))
     print(f"[compressor] {len(train)} train chunks, {len(eval_texts)} held-apart eval chunks, "
           f"{len(qa_train)} fact-QA items ({len(qa_eval)} held apart), "
@@ -584,7 +602,8 @@ def main(argv=None) -> None:
             window = []
             t_last = time.perf_counter()
     save_checkpoint(out, params, opt, sched, step)
-    if snap is not None:
+    # a run that trained nothing leaves an existing snapshot as it is (e.g. --max-steps 0 making OUT/latest)
+    if snap is not None and (step > first_step or not (snap / "state.json").is_file()):
         save_snapshot(snap, out, params, step, args)
     # also when nothing ran (--max-steps at or below the resumed step): how a committed snapshot
     # becomes a loadable directory on a new machine

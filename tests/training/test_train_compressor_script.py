@@ -134,13 +134,25 @@ def test_max_steps_zero_turns_a_snapshot_into_a_loadable_directory(script, setup
     data, base_dir, root = setup
     script.main(_argv(data, base_dir, root, 2))
     shutil.rmtree(root / "out")
+    before = {f.name: f.read_bytes() for f in (root / "snap").iterdir()}
     script.main(_argv(data, base_dir, root, 0))
+    assert {f.name: f.read_bytes() for f in (root / "snap").iterdir()} == before  # nothing trained: left as it was
     from rhea.modeling import RheaForCausalLM
     loaded = RheaForCausalLM.from_pretrained(root / "out" / "latest", base_model=str(base_dir))
     saved = load_file(str(root / "snap" / "trainable.safetensors"))
     slots = next(v for n, v in saved.items() if "mem_slot" in n)
     assert torch.equal(loaded.mem_slot_embeds.detach().to(torch.bfloat16), slots)
     assert loaded.config.extra["training"]["optimizer_steps"] == 2
+
+
+def test_the_snapshot_keeps_the_per_step_log_across_resumes(script, setup):
+    data, base_dir, root = setup
+    script.main(_argv(data, base_dir, root, 2))
+    shutil.rmtree(root / "out")  # a new machine: the snapshot (step 2, its log) is all that is left
+    script.main(_argv(data, base_dir, root, 4))
+    log = [json.loads(x) for x in (root / "snap" / "log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in log] == [1, 2, 3, 4] and all("loss" in e for e in log)
+    assert [json.loads(x)["step"] for x in (root / "out" / "log.jsonl").read_text().splitlines()] == [3, 4]
 
 
 def test_capacity_sweep_runs_variants_side_by_side(setup):
