@@ -377,8 +377,7 @@ def merged_log(earlier: Path, current: Path) -> list[str]:
     """The per-step log a snapshot keeps: the lines of its earlier log before this run's first step, then this run's
     (OUT/log.jsonl, which starts after the step the run resumed from), so a resumed run extends the record."""
     def lines(path: Path) -> list[str]:
-        return [x if x.endswith("\n") else x + "\n" for x in path.read_text().splitlines() if x.strip()] \
-            if path.is_file() else []
+        return [x + "\n" for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
 
     new = lines(current)
     first = min((json.loads(x)["step"] for x in new), default=math.inf)
