@@ -35,19 +35,28 @@ HERE = Path(__file__).resolve().parent
 
 
 def load_results(*roots: Path) -> dict[str, dict]:
-    """``{suite: results}`` for every results.json under the `roots` (the newest wins per suite)."""
-    found: dict[str, tuple[float, dict]] = {}
+    """``{suite: results}`` for every results.json under the `roots`, one run per suite.
+
+    A suite found twice (e.g. a folder holding ``instruction-retention/`` and ``instruction-retention-latent-off/``)
+    is an error naming both files: which one a table shows must not depend on file times, which a fresh clone
+    does not keep. Pass the folder of the run meant instead (several folders: repeat ``--results``, or
+    ``--variant LABEL=DIR,DIR``).
+    """
+    found: dict[str, Path] = {}
+    runs: dict[str, dict] = {}
     for path in sorted(p for root in roots for p in root.rglob("results.json")):
         data = json.loads(path.read_text())
         if data.get("format") != "rhea-bench/1":
             continue
-        suite, mtime = data["config"]["suite"], path.stat().st_mtime
-        if suite not in found or mtime > found[suite][0]:
-            found[suite] = (mtime, data)
+        suite = data["config"]["suite"]
+        if suite in found and found[suite].resolve() != path.resolve():
+            raise SystemExit(f"two {suite} runs: {found[suite]} and {path}; pass the folder of the one to show "
+                             f"(e.g. {path.parent}) instead of a folder above both")
+        found[suite], runs[suite] = path, data
     if not found:
         where = ", ".join(map(str, roots))
         raise SystemExit(f"no rhea-bench results.json under {where}; run `rhea bench ... --out DIR/<suite>` first")
-    return {suite: data for suite, (_, data) in found.items()}
+    return runs
 
 
 def metric(results: dict[str, dict], suite: str, policy: str, key: str, *, scale: float = 1.0):
@@ -538,14 +547,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--results", required=True, type=Path, action="append",
                         help="directory holding rhea bench outputs (one results.json per suite below it); repeatable, "
-                             "e.g. the long-horizon run kept apart from the others (the newest run of a suite wins)")
+                             "e.g. the long-horizon run kept apart from the others (a suite found twice is an error)")
     parser.add_argument("--paper", type=Path, default=HERE / "paper_tables.json")
     parser.add_argument("--recognizer", type=Path, default=HERE / "results" / "recognizer.json",
                         help="our recognizer benchmark (benchmarks/results/recognizer.json), for Table 5")
     parser.add_argument("--out", type=Path, required=True, help="output path without extension")
-    parser.add_argument("--variant", action="append", default=[], metavar="LABEL=DIR",
+    parser.add_argument("--variant", action="append", default=[], metavar="LABEL=DIR[,DIR...]",
                         help="more runs (e.g. the same model with calibrated thresholds) shown as extra rows "
-                             "'policy (LABEL)'; repeatable")
+                             "'policy (LABEL)', from every results.json under the folders; repeatable")
     parser.add_argument("--ours", action="append", default=[], metavar="NAME=JSON",
                         help=f"our run of another paper's method, shown under its table; NAME is one of "
                              f"{', '.join(OURS)} (the JSON its benchmark script writes); repeatable")
@@ -561,10 +570,13 @@ def main(argv: list[str] | None = None) -> int:
     results = load_results(*args.results)
     variants = {}
     for spec in args.variant:
-        label, sep, directory = spec.partition("=")
-        if not sep or not label or not directory:
-            parser.error(f"--variant takes LABEL=DIR, got {spec!r}")
-        variants[label] = pair_with_main_baseline(results, load_results(Path(directory)))
+        label, sep, directories = spec.partition("=")
+        folders = [Path(d) for d in directories.split(",") if d]
+        if not sep or not label or not folders:
+            parser.error(f"--variant takes LABEL=DIR[,DIR...], got {spec!r}")
+        if missing := [str(d) for d in folders if not d.is_dir()]:
+            parser.error(f"--variant {label}: no such folder: {', '.join(missing)}")
+        variants[label] = pair_with_main_baseline(results, load_results(*folders))
     recognizer = json.loads(args.recognizer.read_text()) if args.recognizer.is_file() else None
     text = render(results, json.loads(args.paper.read_text()), variants, recognizer, ours_runs)
     args.out.parent.mkdir(parents=True, exist_ok=True)

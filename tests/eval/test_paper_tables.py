@@ -138,3 +138,34 @@ def test_a_variant_in_another_dtype_is_not_paired_with_the_main_vanilla():
     rerun["config"]["dtype"] = "float32"
     paired = paper_tables.pair_with_main_baseline({"instruction-retention": main}, {"instruction-retention": rerun})
     assert paired["instruction-retention"]["statistics"]["baseline"] == "vanilla"
+
+
+def test_a_suite_found_twice_is_an_error_naming_both_runs(tmp_path, capsys):
+    import pytest
+
+    from tests.repo_scripts import load_script
+
+    paper_tables = load_script(PATH.parent / "paper_tables.py")
+
+    def write(folder, suite):
+        (tmp_path / folder).mkdir(parents=True)
+        data = {"format": "rhea-bench/1", "config": {"suite": suite}, "policies": {}}
+        (tmp_path / folder / "results.json").write_text(json.dumps(data))
+
+    write("run/instruction-retention", "instruction-retention")
+    write("run/long-horizon", "long-horizon")
+    assert set(paper_tables.load_results(tmp_path / "run")) == {"instruction-retention", "long-horizon"}
+    write("run/instruction-retention-latent-off", "instruction-retention")
+    with pytest.raises(SystemExit, match=r"two instruction-retention runs: .*instruction-retention/results.json and "
+                                         r".*instruction-retention-latent-off/results.json"):
+        paper_tables.load_results(tmp_path / "run")
+    # the folders of the runs meant, several at once (what --variant LABEL=DIR,DIR passes)
+    picked = paper_tables.load_results(tmp_path / "run/instruction-retention-latent-off", tmp_path / "run/long-horizon")
+    assert set(picked) == {"instruction-retention", "long-horizon"}
+    for spec, why in (("x=", "--variant takes LABEL=DIR[,DIR...], got 'x='"),
+                      (f"x={tmp_path / 'run/long-horizon'},{tmp_path / 'nowhere'}", "--variant x: no such folder")):
+        with pytest.raises(SystemExit):
+            paper_tables.main(["--results", str(tmp_path / "run/long-horizon"), "--out", str(tmp_path / "t"),
+                               "--variant", spec])
+        assert why in capsys.readouterr().err
+    assert not (tmp_path / "t.md").exists()
