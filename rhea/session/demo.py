@@ -45,8 +45,10 @@ NAME = "Captain"
 # six-turn script keeps every turn, and the follow-up's turn as text.
 # The latent tier is on whatever the compressor's measured fidelity: the demo is there to show it. Under the default
 # (latent_tier="auto") a compressor below the fidelity target keeps such turns as text; the demo prints which applies.
+# Every query re-decides every earlier turn's tier (replan_every=1, the paper's rule): the library's default keeps a
+# plan up to 8 turns, and a kept plan shows a turn the query needs only when its fresh plan would show it raw.
 DEMO_POLICY = {"scorer": "dense", "tier_mode": "threshold", "recent_raw": 0, "dense_floor": 0.5, "dense_high": 0.9,
-               "latent_tier": "on"}
+               "latent_tier": "on", "replan_every": 1}
 SCRIPT = (
     Step(f"From now on, call me {NAME}.", "a global instruction: it goes into the instruction block"),
     Step("Make up a title for my mystery novel.", "the model invents something only this turn holds"),
@@ -148,8 +150,8 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 32, echo
     if tau_low is not None:
         latent = (f"kept as {model.n_mem} <mem> latents" if policy.latents_on else
                   f"kept as text too ({policy.latent_tier_reason})")
-        echo(f"HCR's tier rule (tier_mode=threshold) on {scored}; the library's default is a budget over fused"
-             f" MiniLM + BM25: past turns scoring below {tau_low:.3f} are dropped, above {tau_high:.3f} kept as"
+        echo(f"HCR's tier rule (tier_mode=threshold) on {scored}, re-decided every turn; the library's default is a"
+             f" budget over fused MiniLM + BM25, re-planned every {model.config.replan_every} turns: past turns scoring below {tau_low:.3f} are dropped, above {tau_high:.3f} kept as"
              f" text, in between {latent}")
         from rhea.modeling.config import latent_tier_active
 

@@ -334,7 +334,7 @@ def test_states_width_is_checked_and_sessions_record_it(tmp_path):
         ChatSession.load(tmp_path / "s", tiny_rhea(latent_injection="deep"))
     # the Rhea policy scores the final states and feeds the wide latents: the same replies with and without KV reuse
     kw = {"scorer": "latent", "latent_tier": "on", "tier_mode": "budget", "max_raw": 1, "max_latent": 4,
-          "recognizer": None, "recent_raw": 0}
+          "recognizer": None, "recent_raw": 0, "replan_every": 1}
     on = ChatSession(model, policy="rhea", max_new_tokens=4, policy_kwargs=kw)
     off = ChatSession(model, policy="rhea", max_new_tokens=4, policy_kwargs=kw, reuse_prefix_cache=False)
     for q in ["what is the capital of france ?", "the cat is blue .", "and the dog ?", "what color is the cat ?"]:

@@ -213,7 +213,7 @@ def _replay(policy, n_before=3):
 
 
 def test_replan_every_keeps_the_last_plan_and_appends_new_turns_raw(tiny_model):
-    every = _replay(get_policy("rhea", model=tiny_model, **STICKY))
+    every = _replay(get_policy("rhea", model=tiny_model, **STICKY, replan_every=1))
     sticky = _replay(get_policy("rhea", model=tiny_model, **STICKY, replan_every=3))
     tiers = lambda plan: [d.tier for d in plan.decisions.turns]  # noqa: E731
     # a fresh plan at the first query and again 3 queries later: the same decisions as re-planning every turn
@@ -286,7 +286,7 @@ def test_replan_top_re_plans_when_the_kept_plan_hides_a_turn_the_query_needs(tin
     # "cat" planned at turn 3 keeps only the cat's turn raw; "dog" needs the dog's turn, dropped under that plan
     checked = _replay(get_policy("rhea", model=tiny_model, **{**STICKY, "replan_top": 1}, replan_every=3,
                                  replan_hidden="replan"))
-    every = _replay(get_policy("rhea", model=tiny_model, **STICKY))
+    every = _replay(get_policy("rhea", model=tiny_model, **STICKY, replan_every=1))
     replans = [next(r["replan"] for r in p.decisions.records if "replan" in r) for p in checked]
     assert replans[1]["fresh"] and "best turns is not raw under the plan of turn 3" in replans[1]["why"]
     assert [d.tier for d in checked[1].decisions.turns] == [d.tier for d in every[1].decisions.turns]
