@@ -42,21 +42,20 @@ def load_results(*roots: Path) -> dict[str, dict]:
     does not keep. Pass the folder of the run meant instead (several folders: repeat ``--results``, or
     ``--variant LABEL=DIR,DIR``).
     """
-    found: dict[str, Path] = {}
-    runs: dict[str, dict] = {}
+    found: dict[str, tuple[Path, dict]] = {}
     for path in sorted(p for root in roots for p in root.rglob("results.json")):
         data = json.loads(path.read_text())
         if data.get("format") != "rhea-bench/1":
             continue
         suite = data["config"]["suite"]
-        if suite in found and found[suite].resolve() != path.resolve():
-            raise SystemExit(f"two {suite} runs: {found[suite]} and {path}; pass the folder of the one to show "
+        if suite in found and found[suite][0].resolve() != path.resolve():
+            raise SystemExit(f"two {suite} runs: {found[suite][0]} and {path}; pass the folder of the one to show "
                              f"(e.g. {path.parent}) instead of a folder above both")
-        found[suite], runs[suite] = path, data
+        found[suite] = (path, data)
     if not found:
         where = ", ".join(map(str, roots))
         raise SystemExit(f"no rhea-bench results.json under {where}; run `rhea bench ... --out DIR/<suite>` first")
-    return runs
+    return {suite: data for suite, (_, data) in found.items()}
 
 
 def metric(results: dict[str, dict], suite: str, policy: str, key: str, *, scale: float = 1.0):

@@ -57,7 +57,8 @@ def register(sub) -> None:
                       help="keep the last N turns raw whatever their scores (default: the model's config)")
     chat.add_argument("--replan-every", type=int_at_least(1, "turns between re-plans"), default=None,
                       help="re-decide the earlier turns' tiers every N turns, appending new turns raw in between, so the "
-                           "prompt only grows and its KV cache is reused (default: the model's config, 8 since session 44; 1 = every turn, the paper's rule)")
+                           "prompt only grows and its KV cache is reused (default: the model's config, else 8; "
+                           "1 = every turn, the paper's rule)")
     chat.add_argument("--replan-top", type=int_at_least(0, "best turns checked against a kept plan"), default=None,
                       help="with --replan-every: the query's N best turns that the kept plan hides are recalled after "
                            "the newest turn, or force a fresh plan (--replan-hidden; default: the model's config; 0 = never)")

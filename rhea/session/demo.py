@@ -151,8 +151,8 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 32, echo
         latent = (f"kept as {model.n_mem} <mem> latents" if policy.latents_on else
                   f"kept as text too ({policy.latent_tier_reason})")
         echo(f"HCR's tier rule (tier_mode=threshold) on {scored}, re-decided every turn; the library's default is a"
-             f" budget over fused MiniLM + BM25, re-planned every {model.config.replan_every} turns: past turns scoring below {tau_low:.3f} are dropped, above {tau_high:.3f} kept as"
-             f" text, in between {latent}")
+             f" budget over fused MiniLM + BM25, re-planned every {model.config.replan_every} turns: past turns"
+             f" scoring below {tau_low:.3f} are dropped, above {tau_high:.3f} kept as text, in between {latent}")
         from rhea.modeling.config import latent_tier_active
 
         auto_on, auto_reason = latent_tier_active("auto", model.config.fidelity)
