@@ -173,7 +173,7 @@ def main(argv=None) -> int:
                          "`RHEA_BUILD_EXT=1 pip install --no-build-isolation -e .` (make install does)")
     if args.threads:
         torch.set_num_threads(args.threads)
-    from rhea.eval.checkpoint import cpu_name
+    from rhea.eval.environment import cpu_name
 
     if args.model.startswith("shape:"):
         from benchmarks.efficiency_shapes import random_model

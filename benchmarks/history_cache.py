@@ -102,7 +102,7 @@ def main(argv=None) -> int:
             "threads": torch.get_num_threads(), "machine": platform.machine(), "turns": args.turns,
             "max_new_tokens": args.max_new_tokens, "suite": "state-tracking (6 keys, 3 probes)",
             "command": "python benchmarks/history_cache.py " + " ".join(argv if argv is not None else sys.argv[1:])}
-    from rhea.eval.checkpoint import cpu_name
+    from rhea.eval.environment import cpu_name
 
     meta["cpu"] = cpu_name()  # handles a missing /proc/cpuinfo itself
     args.out.parent.mkdir(parents=True, exist_ok=True)

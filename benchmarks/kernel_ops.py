@@ -48,7 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import rhea_kernels as rk  # noqa: E402
 from rhea_kernels import reference as R  # noqa: E402
 from rhea_kernels.anchored_attention import split  # noqa: E402
-from rhea.eval.checkpoint import cpu_name  # noqa: E402
+from rhea.eval.environment import cpu_name  # noqa: E402
 
 GPU_PEAK_GBPS = {"H100": 3350.0, "H200": 4800.0, "A100": 2039.0, "L4": 300.0}
 

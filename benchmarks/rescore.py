@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rhea.eval.report import write_outputs  # noqa: E402
-from rhea.eval.runner import _scores_only  # noqa: E402
+from rhea.eval.report import scores_only  # noqa: E402
 from rhea.eval.suites import Episode, get_suite  # noqa: E402
 
 SUITES = ("instruction-retention", "state-tracking")
@@ -47,7 +47,7 @@ def rescore(results: dict) -> dict:
         # the aggregate as first committed, kept once so a second re-score still compares with it
         data.setdefault("aggregate_as_committed", data["aggregate"])
         data["turns"] = rows
-        data["aggregate"] = suite.aggregate([_scores_only(r) for r in rows])
+        data["aggregate"] = suite.aggregate([scores_only(r) for r in rows])
     return out
 
 

@@ -415,7 +415,7 @@ def summarise(name: str, rows: list[dict], params, device: torch.device, peak_mi
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    from rhea.eval.checkpoint import cpu_name
+    from rhea.eval.environment import cpu_name
 
     return cpu_name()
 

@@ -4,14 +4,12 @@ the machines (environments) that ran them.
 ``out/config.json`` holds the run's settings and the digest of the episodes it answers; a resumed
 run must match them (only the policy list may change). ``rows.jsonl`` holds one line per finished
 turn (a line cut by an interruption is dropped, and that turn is redone); ``environments.jsonl``
-lists every machine that ran turns of that state, once per change (`environment`: versions,
-device, threads, the model's dtype). `cpu_name` is the CPU line benchmarks write into their JSON.
+lists every machine that ran turns of that state, once per change (`rhea.eval.environment`:
+versions, device, threads, the model's dtype).
 """
 from __future__ import annotations
 
 import json
-import os
-import platform
 import shutil
 from pathlib import Path
 from typing import Sequence
@@ -21,40 +19,6 @@ from rhea.errors import RheaError
 
 class BenchError(RheaError, ValueError):
     """A benchmark run that cannot start or resume as asked."""
-
-
-def cpu_name() -> str:
-    """CPU model and the cores this process may use, e.g. "AMD EPYC (2 cores)" (benchmarks' JSON meta)."""
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{name} ({len(os.sched_getaffinity(0))} cores)"
-
-
-def dtype_name(dtype) -> str:
-    """``torch.bfloat16`` -> ``"bfloat16"``: a dtype as config.json and the environments record it."""
-    return str(dtype).replace("torch.", "")
-
-
-def environment(device: "torch.device | None" = None, dtype: "torch.dtype | None" = None) -> dict:
-    """Where turns run: rhea, torch and transformers versions, the machine, threads and device
-    (and the model's dtype, when given)."""
-    import torch
-    import transformers
-
-    import rhea
-
-    device = torch.device(device if device is not None else "cpu")
-    where = f"cuda:{torch.cuda.get_device_name(device)}" if device.type == "cuda" else str(device)
-
-    return {"rhea": getattr(rhea, "__version__", "unknown"), "torch": torch.__version__,
-            "transformers": transformers.__version__, "python": platform.python_version(),
-            "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
-            "threads": torch.get_num_threads(),
-            "device": where} | ({"dtype": dtype_name(dtype)} if dtype is not None else {})
 
 
 def check_config(out: Path, config: dict, resume: bool) -> dict:
@@ -80,9 +44,9 @@ def check_config(out: Path, config: dict, resume: bool) -> dict:
         judge_now = (config.get("suite_kwargs") or {}).get("judge")
         judge_then = (saved.get("suite_kwargs") or {}).get("judge")
         if isinstance(judge_now, dict) and judge_then != judge_now:
-            from rhea.eval.judge_run import same_judge
+            from rhea.eval.judge import same_judge
 
-            if same_judge(judge_then, judge_now):  # recorded before a local judge's dtype was named
+            if same_judge(judge_then, judge_now):  # a description without the local judge's dtype
                 saved["suite_kwargs"] = {**saved["suite_kwargs"], "judge": judge_now}
         # the policy list may change: each policy's episodes are checkpointed on their own
         per_policy = ("policies", "policy_kwargs")

@@ -20,7 +20,7 @@ from typing import Sequence
 
 from rhea.backends.llm import TextGenerator, generate_rows
 from rhea.errors import RheaConfigError
-from rhea.eval.checkpoint import dtype_name
+from rhea.eval.environment import dtype_name
 
 #: MT-Bench categories that FastChat grades against a reference answer.
 REFERENCE_CATEGORIES = ("math", "reasoning", "coding")
@@ -265,6 +265,22 @@ class Judge:
         weights = [math.exp(s - top) for s in scores]
         total = sum(weights)
         return tuple(w / total for w in weights)
+
+
+def same_judge(recorded, described: dict) -> bool:
+    """Whether ratings recorded under the judge description `recorded` were made by the judge that
+    `described` (`Judge.describe`) describes. A description without ``dtype`` (a local judge that did
+    not record what it computed in) matches on the rest.
+
+    >>> same_judge({"judge": "m", "max_new_tokens": 8}, {"judge": "m", "max_new_tokens": 8, "dtype": "float32"})
+    True
+    >>> same_judge({"judge": "m", "dtype": "bfloat16"}, {"judge": "m", "dtype": "float32"})
+    False
+    """
+    if recorded == described:
+        return True
+    return (isinstance(recorded, dict) and "dtype" not in recorded
+            and recorded == {k: v for k, v in described.items() if k != "dtype"})
 
 
 def _weighted(distribution: Sequence[float]) -> float:

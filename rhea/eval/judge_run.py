@@ -38,28 +38,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rhea.eval.checkpoint import BenchError, environment, read_rows
+from rhea.eval.checkpoint import BenchError, read_rows
+from rhea.eval.environment import environment
+from rhea.eval.judge import same_judge
+from rhea.eval.report import RESULTS_FORMAT, describe_setting, progress_bar, scores_only, write_outputs
 
 JUDGE_DIR = "judge"
 RATINGS_FILE = "ratings.jsonl"
 SUITE = "long-horizon"
 
 
-def same_judge(recorded, described: dict) -> bool:
-    """Whether ratings recorded under the judge description `recorded` were made by `described`. A local
-    judge's description names its dtype since session 39; one recorded before (no ``dtype``) matches on
-    the rest, as those runs did not say which they used."""
-    if recorded == described:
-        return True
-    return (isinstance(recorded, dict) and "dtype" not in recorded
-            and recorded == {k: v for k, v in described.items() if k != "dtype"})
-
-
 def read_run(out: str | Path) -> dict:
     """``out/results.json`` of a finished long-horizon `rhea bench` run, checked (a `BenchError`
     says what is wrong and how to go on); nothing is loaded or written."""
-    from rhea.eval.runner import RESULTS_FORMAT
-
     path = Path(out) / "results.json"
     if not path.is_file():
         raise BenchError(f"{path} does not exist: pass the --out folder of a finished `rhea bench --suite "
@@ -144,13 +135,11 @@ def judge_run(out: str | Path, judge, *, rejudge: bool = False, progress: bool =
     A run already rated by this judge is left as it is; one rated by another judge (inline or by
     an earlier call) raises `BenchError` unless `rejudge`, which replaces every rating.
     """
-    from rhea.eval.report import write_outputs
-    from rhea.eval.runner import _label, _progress, _scores_only
     from rhea.eval.suites import get_suite
 
     out = Path(out)
     results = read_run(out)
-    described = _label(judge)
+    described = describe_setting(judge)
     before = (results["config"].get("suite_kwargs") or {}).get("judge")
     if before is not None and not rejudge:
         if same_judge(before, described):
@@ -174,7 +163,7 @@ def judge_run(out: str | Path, judge, *, rejudge: bool = False, progress: bool =
     done = {(r["policy"], r["episode_id"], r["turn_index"]): r for r in read_rows(ratings_path)}
     todo = [(k, req) for k, req in pending(results) if k not in done]
     started = time.perf_counter()
-    bar = _progress(len(done) + len(todo), progress, desc="rhea judge", unit="rating", initial=len(done))
+    bar = progress_bar(len(done) + len(todo), progress, desc="rhea judge", unit="rating", initial=len(done))
     try:
         rate_into(ratings_path, todo, judge, done, on_batch=lambda n, _: bar.update(n))
     finally:
@@ -188,7 +177,7 @@ def judge_run(out: str | Path, judge, *, rejudge: bool = False, progress: bool =
             row.update({"judge": "ok" if record["rating"] is not None else "error",
                         "judge_rating": record["rating"], "judge_prompt": record["prompt"],
                         "judge_error": record["error"], "judge_source": record["source"]})
-        data["aggregate"] = suite.aggregate([_scores_only(r) for r in data["turns"]])
+        data["aggregate"] = suite.aggregate([scores_only(r) for r in data["turns"]])
         _rate_checkpoints(out / "state" / policy, results["episodes"], data["turns"])
     results["config"]["suite_kwargs"] = {**(results["config"].get("suite_kwargs") or {}), "judge": described}
     results["judged"] = {"judge": described, "batch_size": judge.batch_size, "ratings": len(done),

@@ -9,6 +9,42 @@ from pathlib import Path
 from typing import Any, Sequence
 
 
+#: The ``format`` field of every ``results.json`` that `rhea bench` writes (readers check it).
+RESULTS_FORMAT = "rhea-bench/1"
+
+
+def describe_setting(value: Any) -> Any:
+    """`value` if JSON can hold it, else what describes it (a judge's settings), else its type's name.
+
+    >>> describe_setting({"n_facts": 2}), describe_setting(object())
+    ({'n_facts': 2}, 'object')
+    """
+    if callable(getattr(value, "describe", None)):
+        return value.describe()
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return type(value).__name__
+
+
+def scores_only(row: dict) -> dict:
+    """What a suite's `aggregate` reads from a results row: the suite's scores plus the numeric cost
+    fields (no texts, decisions or tiers).
+
+    >>> scores_only({"iar": 9.0, "reply": "Hi", "tiers": {"raw": 2}, "latency_s": 1.5})
+    {'iar': 9.0, 'latency_s': 1.5}
+    """
+    return {k: v for k, v in row.items() if k not in ("decisions", "ledger", "user", "reply", "tiers", "error")}
+
+
+def progress_bar(total: int, enabled: bool, *, desc: str = "rhea bench", unit: str = "turn", initial: int = 0):
+    """A tqdm bar over `total` items (`initial` done already), drawn only when `enabled`."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, disable=not enabled)
+
+
 def json_default(value: Any) -> Any:
     if hasattr(value, "to_dict"):
         return value.to_dict()

@@ -43,10 +43,11 @@ from typing import Any, Mapping, Sequence
 
 from rhea.constants import BENCH_POLICIES
 from rhea.errors import RheaConfigError
-from rhea.eval import checkpoint
+from rhea.eval import environment as machine
 from rhea.eval.checkpoint import BenchError, check_config, environments_of
 from rhea.eval.episodes import run_batched, run_episode
-from rhea.eval.report import json_default, write_outputs  # noqa: F401 (write_outputs: part of this module's API)
+from rhea.eval.report import (RESULTS_FORMAT, describe_setting, json_default, progress_bar, scores_only,  # noqa: F401
+                              write_outputs)  # RESULTS_FORMAT, write_outputs: part of this module's API
 from rhea.eval.suites import Suite, get_suite
 from rhea.eval.suites.base import mean
 from rhea.modeling.config import check_thresholds
@@ -116,12 +117,12 @@ def run_suite(
     episodes = suite.generate(n_turns=n_turns, seed=seed)
     config = {"format": RESULTS_FORMAT, "suite": suite.name, "policies": policies,
               "n_turns": len(episodes[0].turns), "n_episodes": len(episodes), "seed": seed, "data": data,
-              "suite_kwargs": {k: _label(v) for k, v in (suite_kwargs or {}).items()}, "max_new_tokens": max_new_tokens,
+              "suite_kwargs": {k: describe_setting(v) for k, v in (suite_kwargs or {}).items()}, "max_new_tokens": max_new_tokens,
               "policy_kwargs": policy_kwargs,
               "model": model_name or getattr(model.config, "base_model", None) or type(model).__name__,
               "adapters_trained": bool(getattr(model, "adapters_trained", False)),
               # what the replies were decoded in: a resume in another dtype is refused (`check_config`)
-              **({"dtype": checkpoint.dtype_name(model.dtype)}
+              **({"dtype": machine.dtype_name(model.dtype)}
                  if str(getattr(model, "dtype", "")).startswith("torch.") else {}),
               # what the checkpointed replies answered: a resume after the suite changed is refused
               "episodes_sha256": hashlib.sha256(
@@ -132,9 +133,9 @@ def run_suite(
         config = check_config(out, config, resume)  # recorded per-policy options include earlier policies'
 
     total = len(policies) * sum(len(e.turns) for e in episodes)
-    bar = _progress(total, progress)
+    bar = progress_bar(total, progress)
     started = time.perf_counter()
-    environment = checkpoint.environment(getattr(model, "device", None), getattr(model, "dtype", None))
+    environment = machine.environment(getattr(model, "device", None), getattr(model, "dtype", None))
     results: dict[str, Any] = {"format": RESULTS_FORMAT, "config": config, "environment": environment,
                                "episodes": [e.to_dict() for e in episodes], "policies": {}}
     finished = _finished_in_results(out, config, episodes) if out is not None and resume else {}
@@ -142,7 +143,7 @@ def run_suite(
         for policy in policies:
             if policy in finished and not (out / "state" / policy).exists():
                 rows = finished[policy]["turns"]
-                results["policies"][policy] = {"aggregate": suite.aggregate([_scores_only(r) for r in rows]),
+                results["policies"][policy] = {"aggregate": suite.aggregate([scores_only(r) for r in rows]),
                                                "cost": _cost_summary(rows), "turns": rows,
                                                "environments": finished[policy].get("environments", [])}
                 bar.update(len(rows))
@@ -159,7 +160,7 @@ def run_suite(
                 rows.extend(run_episode(model, tokenizer, policy, episode, state, bar, ChatSession,
                                          max_new_tokens=max_new_tokens, kwargs=policy_kwargs.get(policy, {}),
                                          environment=environment))
-            results["policies"][policy] = {"aggregate": suite.aggregate([_scores_only(r) for r in rows]),
+            results["policies"][policy] = {"aggregate": suite.aggregate([scores_only(r) for r in rows]),
                                            "cost": _cost_summary(rows), "turns": rows}
             if out is not None:  # where this policy's turns ran (a resumed run may span machines)
                 results["policies"][policy]["environments"] = environments_of(
@@ -239,22 +240,6 @@ def _check_thresholds(model, policies: Sequence[str], policy_kwargs: Mapping[str
                 raise BenchError(f"policy {policy!r}: {e}") from None
 
 
-def _label(value: Any) -> Any:
-    """`value` if JSON can hold it, else what describes it (a judge's settings), else its type's name."""
-    if callable(getattr(value, "describe", None)):
-        return value.describe()
-    try:
-        json.dumps(value)
-        return value
-    except TypeError:
-        return type(value).__name__
-
-
-def _scores_only(row: dict) -> dict:
-    """What the suite's `aggregate` reads: the suite's scores plus the numeric cost fields."""
-    return {k: v for k, v in row.items() if k not in ("decisions", "ledger", "user", "reply", "tiers", "error")}
-
-
 def _cost_summary(rows: Sequence[dict]) -> dict:
     """Means (and the last turn's context) of the per-turn cost fields; tier shares."""
     ok = [r for r in rows if "error" not in r]
@@ -275,9 +260,3 @@ def _cost_summary(rows: Sequence[dict]) -> dict:
     summary["tier_share"] = {t: n / n_tiers for t, n in sorted(tiers.items())} if n_tiers else {}
     summary["errors"] = len(rows) - len(ok)
     return summary
-
-
-def _progress(total: int, enabled: bool, *, desc: str = "rhea bench", unit: str = "turn", initial: int = 0):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, desc=desc, unit=unit, disable=not enabled)

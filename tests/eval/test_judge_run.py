@@ -203,12 +203,12 @@ def test_a_local_judge_names_its_dtype_and_older_records_without_one_still_match
 
     from rhea import cli
     from rhea.backends.llm import HFGenerator
-    from rhea.eval.judge_run import same_judge
+    from rhea.eval.judge import same_judge
     import rhea.modeling.loading as loading
 
     described = Judge(HFGenerator(tiny_rhea().eval()), explain=False).describe()
     assert described["dtype"] == "float32"
-    assert same_judge({k: v for k, v in described.items() if k != "dtype"}, described)  # recorded before session 39
+    assert same_judge({k: v for k, v in described.items() if k != "dtype"}, described)  # a description without the dtype
     assert not same_judge({**described, "dtype": "bfloat16"}, described)
 
     _, plain = runs

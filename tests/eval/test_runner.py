@@ -90,7 +90,7 @@ def test_resume_continues_from_the_last_finished_turn(model, tmp_path, monkeypat
 
 
 def test_a_run_resumed_elsewhere_records_both_machines(model, tmp_path, monkeypatch):
-    import rhea.eval.checkpoint as checkpoint
+    import rhea.eval.environment as machine
 
     original, sent = ChatSession.send, []
 
@@ -104,17 +104,17 @@ def test_a_run_resumed_elsewhere_records_both_machines(model, tmp_path, monkeypa
     with pytest.raises(KeyboardInterrupt):
         run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
     monkeypatch.setattr(ChatSession, "send", original)
-    here = checkpoint.environment(None, model.dtype)
+    here = machine.environment(None, model.dtype)
     assert here["dtype"] == "float32"
     gpu = {**here, "device": "cuda:Some GPU", "threads": 16}
-    monkeypatch.setattr(checkpoint, "environment", lambda device=None, dtype=None: gpu)
+    monkeypatch.setattr(machine, "environment", lambda device=None, dtype=None: gpu)
     result = run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
     assert result["policies"]["vanilla"]["environments"] == [here, gpu]
     summary = (tmp_path / "summary.md").read_text()
     assert "Turns ran on more than this invocation's machine" in summary and "cuda:Some GPU" in summary
     assert "cpu, float32, torch" in summary  # the dtype is named: two runs may differ only by it
     # a finished run read back on the same machine adds nothing
-    monkeypatch.setattr(checkpoint, "environment", lambda device=None, dtype=None: here)
+    monkeypatch.setattr(machine, "environment", lambda device=None, dtype=None: here)
     again = run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
     assert again["policies"]["vanilla"]["environments"] == [here, gpu]
 
