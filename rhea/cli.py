@@ -9,6 +9,7 @@ import argparse
 import importlib
 import sys
 
+from rhea import __version__
 from rhea.errors import RheaError
 
 COMMAND_MODULES = [
@@ -37,6 +38,10 @@ USER_ERRORS = (RheaError, FileExistsError)
 SINGLE_SEQUENCE_COMMANDS = ("chat", "bench")
 
 
+#: What ``rhea --version`` prints.
+VERSION_LINE = f"rhea {__version__}"
+
+
 def apply_threads(args) -> int | None:
     """Set torch's intra-op threads for `args.command`: --threads, else 1 for the single-sequence
     commands unless OMP_NUM_THREADS is set. Returns the count set, or None when left alone."""
@@ -53,6 +58,7 @@ def apply_threads(args) -> int | None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rhea", description="Long multi-turn conversations for Hugging Face LLMs.")
+    parser.add_argument("--version", action="version", version=VERSION_LINE)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         try:
@@ -66,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else list(argv)) == ["--version"]:  # answered before the commands load
+        print(VERSION_LINE)
+        return 0
     args = build_parser().parse_args(argv)
     apply_threads(args)
     try:

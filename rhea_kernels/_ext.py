@@ -24,7 +24,7 @@ def load() -> bool:
     if not _loaded:
         _loaded = True
         try:
-            from rhea_kernels import _C  # noqa: F401  (registers the CPU kernels)
+            import rhea_kernels._C  # noqa: F401  (registers the CPU kernels)
 
             HAS_EXT, EXT_ERROR = True, None
         except ImportError as exc:  # not built, or built against another torch

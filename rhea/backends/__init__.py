@@ -8,3 +8,7 @@
 
 Nothing here imports the rest of rhea except `rhea.errors` and `rhea.constants`.
 """
+
+#: The backends are used as modules (``from rhea.backends.llm import HFGenerator``): importing this
+#: package re-exports nothing, so it loads no model library.
+__all__: list[str] = []

@@ -19,5 +19,7 @@ from rhea.policies.vanilla import Vanilla
 
 __all__ = [
     "ContextPolicy", "Vanilla", "RecentK", "BM25", "RollingSummary",
-    "DEFAULT_POLICY", "BENCH_POLICIES", "get_policy", "policy_class", "register_policy", "available_policies", "UnknownPolicyError", "assemble_plan", "count_tokens", "resolve_system",
+    "RheaPolicy", "RheaNoIM", "RheaAllRaw", "RheaDropAll", "ReplySoftCompress",
+    "DEFAULT_POLICY", "BENCH_POLICIES", "get_policy", "policy_class", "register_policy", "available_policies",
+    "UnknownPolicyError", "assemble_plan", "count_tokens", "resolve_system",
 ]

@@ -12,19 +12,15 @@ class UnknownPolicyError(RheaConfigError):
 
 _POLICIES: dict[str, type[ContextPolicy]] = {}
 
-#: Modules that register more policies when imported (agents live outside rhea.context).
-PLUGIN_MODULES = (
-    "rhea.agents.sculptor.policy",
-    "rhea.agents.ace",
-    "rhea.agents.context_agent",
-    "rhea.agents.acr",
-)
-
-
 def _load_plugins() -> None:
+    """Import the modules that `rhea.POLICY_MODULES` names (the agent methods, which register their
+    policies when imported). The package face names them because they sit above this layer; a
+    module missing from this install (a trimmed copy without ``rhea/agents``) is skipped."""
     import importlib
 
-    for module in PLUGIN_MODULES:
+    import rhea
+
+    for module in rhea.POLICY_MODULES:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as e:

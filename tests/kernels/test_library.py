@@ -1,7 +1,5 @@
 """The registration harness (rhea_kernels/_library.py): one name per op, implementations by
 dispatch key, one fake kernel, opcheck and torch.compile(fullgraph=True) for every op."""
-import importlib
-import warnings
 
 import pytest
 import torch
@@ -86,26 +84,6 @@ def test_op_packages_are_importable_beside_the_public_functions():
     assert callable(rk.turn_scores) and callable(rk.score_tiers) and callable(rk.anchored_attention)
     assert R.turn_scores is ts_ref.turn_scores and R.score_tiers is tiers_ref.score_tiers
     assert R.anchored_attention is attn_ref.anchored_attention
-
-
-@pytest.mark.parametrize("module", ["rhea_kernels.ops", "rhea_kernels.triton.turn_scores",
-                                    "rhea_kernels.triton.anchored_attention"])
-def test_deprecated_modules_warn_and_still_work(module):
-    if module.startswith("rhea_kernels.triton"):
-        pytest.importorskip("triton")
-    import sys
-
-    sys.modules.pop(module, None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        mod = importlib.import_module(module)
-    assert any(issubclass(w.category, DeprecationWarning) for w in caught)
-    if module == "rhea_kernels.ops":
-        assert mod.turn_scores is rk.turn_scores and mod.backend_for is rk.backend_for
-    elif module.endswith("turn_scores"):
-        assert callable(mod.turn_scores_triton) and callable(mod.launch_config)
-    else:
-        assert callable(mod.anchored_attention_fwd_triton)
 
 
 def test_other_devices_get_a_named_error():
