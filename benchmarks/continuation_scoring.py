@@ -1,6 +1,6 @@
 """A direct judge's rating cost: `HFGenerator.continuation_logprobs` scoring "1]]".."10]]" after a judge
 prompt, the candidates as one batch (``batch=True``, the default) vs one forward each on a copy of the
-prompt's cache (``batch=False``, the loop before session 36), one run.
+prompt's cache (``batch=False``, one candidate at a time), one run.
 
 For each --answer-tokens length, an MT-Bench ``single-v1`` judge prompt (`single_request`) whose answer
 is that many tokens of filler text is rendered with the model's chat template plus "Rating: [[", and

@@ -93,7 +93,7 @@ def main(argv=None) -> int:
         return rhea(n)
 
     # Interleaved rounds: every provider once per round, the order reversed every other round, so a
-    # host whose load drifts (session 18's second H100 run) shifts all providers alike; per-round
+    # host whose load drifts (as a shared H100 host's did) shifts all providers alike; per-round
     # ratios to hf give the spread.
     providers = [("hf", hf), ("hf_rhea_kwargs", lambda n: hf(n, **rhea_kw)), ("rhea_base", rhea_base),
                  ("rhea_generate", unmerged), ("rhea_decode_merged", merged_copy)]

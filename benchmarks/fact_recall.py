@@ -1,4 +1,4 @@
-"""Held-apart fact recall through latents vs raw vs dropped (issue #22, build item 3).
+"""Held-apart fact recall through latents vs raw vs dropped: do the latents carry their reply's facts?
 
 For a model (zoo name or Rhea directory) and the hand-written set `rhea/data/fact_recall.jsonl`
 (60 replies, 6 kinds, no names or templates of `rhea.training.synthetic`), each item's first
@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write-fidelity", default=None, metavar="DIR",
                    help="record this run's raw / latent / dropped accuracies as fidelity['fact_recall'] in DIR's "
                         "rhea_config.json (the adapters measured; their reconstruction fidelity must be recorded first, "
-                        "by benchmarks/reconstruction.py --write-fidelity): latent_tier='auto' then also needs issue "
-                        "#22's criterion. Needs --mode generate with the item questions; works with --summarise-only")
+                        "by benchmarks/reconstruction.py --write-fidelity): latent_tier='auto' then also needs the fact-recall "
+                        "rule (latent >= 0.6 x raw and >= dropped + 0.25). Needs --mode generate with the item questions; works with --summarise-only")
     p.add_argument("--versus", default=None,
                    help="another run's output stem on the same items and in the same --mode (e.g. an earlier "
                         "checkpoint); records the paired change of latent and of latent - latent_other from it to "

@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     settings = {"judge_local": args.judge_local, "judge_url": args.judge_url, "judge_model": args.judge_model,
                 "max_new_tokens": args.max_new_tokens, "complete_rating": not args.no_complete_rating}
     if args.direct:  # recorded only when set, so the explaining runs' rows resume as before
-        # the rating is the probability-weighted one (session 35's first direct run recorded the likeliest instead)
+        # the rating is the probability-weighted one (`readout` says so: a likeliest-rating readout is another run)
         settings = {**settings, "max_new_tokens": None, "explain": False, "readout": "expected"}
     rows_path = args.out.with_suffix(".rows.jsonl")
     done = {}

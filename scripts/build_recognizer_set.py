@@ -35,7 +35,7 @@ follows from it; the exceptions are listed by id below):
   question / answer pairs inside each "Query Sentence", split into single messages -> 0
   (questions, and short answers such as "Germany." that a user might type).
 - rhea_v1: the project's earlier hand-written 319 rows (scripts/recognizer_data/rhea_v1_rows.jsonl).
-- authored_v2: hand-written rows for what issue #24 found (scripts/recognizer_data/authored_v2.py).
+- authored_v2: hand-written rows for the recognizer's false positives on real chats (scripts/recognizer_data/authored_v2.py).
 
 The output is deterministic (no sampling); duplicates (same normalised text) keep the first.
 """

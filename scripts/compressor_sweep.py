@@ -1,4 +1,4 @@
-"""Choose the compressor's capacity by measurement (issue #22): several `train_compressor.py` runs
+"""Choose the compressor's capacity by measurement: several `train_compressor.py` runs
 side by side, one per variant, and their held-apart learning curves in one table and plot.
 
 Each variant is a comma list of `train_compressor.py` settings (``n_mem=16,lora_r=32``,

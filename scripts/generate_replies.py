@@ -1,4 +1,4 @@
-"""The model's own replies to public prompts: varied real text for compressor pre-training (issue #22).
+"""The model's own replies to public prompts: varied real text for compressor pre-training.
 
 ICAE-style auto-encoding learns best on the text the compressor will meet at inference: the
 replies the model itself writes. This script has a zoo model answer the prompts of a data

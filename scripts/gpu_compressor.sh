@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Train a zoo model's compressor on a lent GPU: stage its GGUF in pieces, assemble it, train, bring the weights
-# back (issue #22; docs/gpu.md, "Compressor training on a lent GPU"). One subcommand per device call; the machine
+# back (docs/gpu.md, "Compressor training on a lent GPU"). One subcommand per device call; the machine
 # keeps /root only while warm (about 30 s after each call), so make the calls back to back.
 #
 #   bash scripts/gpu_compressor.sh piece STAGE_DIR            # the carried pieces of STAGE_DIR -> $STAGED; status
@@ -59,7 +59,7 @@ train)
     mkdir -p "$RUNS"
     device=${DEVICE:-cuda}
     # PRECISION (cuda only): tf32 (default: fp32 weights and activations, TF32 tensor-core products) or bf16
-    # (autocast; session 27's Qwen2.5-Coder-1.5B run at lr 5e-4, batch 32 went to NaN before step 150 under it)
+    # (autocast; a Qwen2.5-Coder-1.5B run at lr 5e-4, batch 32 went to NaN before step 150 under it)
     precision=()
     if [[ $device == cuda* ]]; then
         case "${PRECISION:-tf32}" in

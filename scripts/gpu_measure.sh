@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything issue #29 measures on a GPU, in one device call of 4-8 minutes (docs/gpu.md, "One call").
+# The kernel and training measurements that need a GPU, in one device call of 4-8 minutes (docs/gpu.md, "One call").
 #
 #   bash scripts/gpu_measure.sh OUTDIR [TOKENIZER_DIR]
 #   PACK=$OUT/results.tar.gz bash scripts/gpu_measure.sh /tmp/gm .gpu/tok     # the device call (docs/gpu.md)

@@ -30,7 +30,7 @@ SHIP_DIR = ROOT / "rhea" / "data" / "adapters" / "smollm2-135m"
 
 def config_for(data: str, out: str, max_steps: int | None, stage: str = "lm", init_from: str | None = None):
     """Stage "lm": LM + auto-encoding from fresh adapters. Stage "contrastive": continue `init_from`
-    (stage 1's final directory) with LM + the contrastive retrieval loss (issue 11)."""
+    (stage 1's final directory) with LM + the contrastive retrieval loss."""
     from rhea.training import TrainConfig
 
     run = {"output_dir": out, "save_every": 10, "keep_checkpoints": 2, "log_with": "tensorboard",

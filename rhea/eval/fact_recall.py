@@ -12,8 +12,9 @@ text, as latents from the model's compress adapter, or dropped; the answer is ge
 greedily and scored correct when it contains one of the item's accepted answers (normalised:
 case, accents, punctuation and thousands separators ignored; digits and letters must not run on).
 
-Done-criterion of issue #22 (build item 3): accuracy with latents >= 0.6 x raw and >= dropped
-+ 0.25, on point estimates (`criterion`).
+The latents pass when accuracy with latents >= 0.6 x raw and >= dropped + 0.25, on point
+estimates (`fact_recall_verdict`; the same rule as `rhea.modeling.config.fact_recall_passes`, which
+decides whether ``latent_tier="auto"`` turns the latent tier on).
 
 >>> is_correct("It opens with 8316, I think.", ["8316"])
 True
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from rhea.errors import RheaError
+from rhea.modeling.config import FACT_RECALL_MIN_MARGIN, FACT_RECALL_MIN_RATIO
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "fact_recall.jsonl"
 #: "latent_other": the turn's user message kept, with ANOTHER item's reply as latents in place of its own (the
@@ -42,8 +44,8 @@ DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "fact_recall.js
 #: their own reply, apart from the user message the latent tier keeps and the dropped condition removes
 CONDITIONS = ("raw", "latent", "dropped", "latent_fresh", "latent_other")
 KINDS = ("number", "name", "place", "date", "code", "product")
-#: the criterion of issue #22: latent >= RATIO x raw and latent >= dropped + MARGIN
-RATIO, MARGIN = 0.6, 0.25
+#: the fact-recall rule: latent >= RATIO x raw and latent >= dropped + MARGIN (`fact_recall_verdict`)
+RATIO, MARGIN = FACT_RECALL_MIN_RATIO, FACT_RECALL_MIN_MARGIN
 _FIELDS = ("id", "kind", "user", "reply", "filler_user", "filler_reply", "question", "answers")
 
 
@@ -141,7 +143,7 @@ def load_items(path: str | Path | None = None) -> list[FactItem]:
 #: how the follow-up is asked: "item" (the item's own natural question, the issue's measure) or "cloze" (the
 #: fact-QA training stage's question form, `rhea.eval.cloze.CLOZE_QUESTION`, over the reply's own sentence
 #: with the fact blanked out: a diagnostic that separates "the latents hold the fact" from "the model transfers
-#: the trained question form to a natural question"; not the issue's criterion) or "repeat" (`REPEAT_QUESTION`:
+#: the trained question form to a natural question"; not what `fact_recall_verdict` judges) or "repeat" (`REPEAT_QUESTION`:
 #: the reply asked back word for word, what a reconstruction compressor is trained to serve and what
 #: `rhea chat --demo` shows; scored, like the others, by whether the fact is in the answer; a diagnostic too)
 QUESTION_FORMS = ("item", "cloze", "repeat")
@@ -400,7 +402,7 @@ def complete_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 def summarise(rows: Sequence[Mapping[str, Any]]) -> dict:
     """Per-condition and per-kind accuracy with Wilson intervals, paired latent-vs-dropped and
-    latent-vs-raw statistics, and the criterion's verdict."""
+    latent-vs-raw statistics, and the fact-recall verdict (``criterion``: `fact_recall_verdict`)."""
     conds = [c for c in CONDITIONS if any(r["condition"] == c for r in rows)]
     acc: dict[str, Any] = {}
     for c in conds:
@@ -419,7 +421,7 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict:
                  ("latent", "latent_other")):
         if a in conds and b in conds:
             paired[f"{a}_vs_{b}"] = paired_stats(rows, a, b)
-    out = {"accuracy": acc, "paired": paired, "criterion": criterion(acc)}
+    out = {"accuracy": acc, "paired": paired, "criterion": fact_recall_verdict(acc)}
     if rows and all("answer_logprob" in r for r in rows):
         out["answer_logprob"] = logprob_stats(rows, conds)
     return out
@@ -501,9 +503,15 @@ def compare_runs(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[st
     return {"measure": key, **out}
 
 
-def criterion(acc: Mapping[str, Mapping[str, Any]]) -> dict:
-    """Issue #22's done-criterion on point estimates: latent >= 0.6 x raw and >= dropped + 0.25.
-    ``passed`` is None when raw, latent or dropped was not measured."""
+def fact_recall_verdict(acc: Mapping[str, Mapping[str, Any]]) -> dict:
+    """Whether the latents carry the facts, on point estimates: latent >= 0.6 x raw and >= dropped + 0.25
+    (`RATIO`, `MARGIN`). ``passed`` is None when raw, latent or dropped was not measured.
+
+    >>> fact_recall_verdict({"raw": {"accuracy": 0.8}, "latent": {"accuracy": 0.5}, "dropped": {"accuracy": 0.0}})["passed"]
+    True
+    >>> fact_recall_verdict({"raw": {"accuracy": 0.8}})["passed"] is None
+    True
+    """
     if not all(c in acc for c in ("raw", "latent", "dropped")):
         return {"passed": None, "reason": "needs raw, latent and dropped"}
     raw, lat, drop = (acc[c]["accuracy"] for c in ("raw", "latent", "dropped"))

@@ -1,8 +1,8 @@
 """InstructionRecognizer: does a user message set (or cancel) a rule for ALL later replies?
 
 A false positive is a permanent rule: it is rendered at the prompt prefix of every later
-turn. So the recognizer is built for precision first, recall second (issue #24: the old
-recall-first default turned about 11% of ordinary user turns into standing rules).
+turn. So the recognizer is built for precision first, recall second (a recall-first rule set
+turned about 11% of ordinary user turns into standing rules).
 
 Stage 1 is rules, and they decide alone only where they are precise: phrase-level cues that
 name the scope of ALL later replies ("from now on", "for the rest of our conversation",

@@ -29,8 +29,8 @@ FIDELITY_MIN_TOKEN_ACC = 0.9
 FIDELITY_MIN_CONTROL_GAP = 0.0
 #: where the fidelity also records fact recall (questions about a reply answered with the reply as text, as
 #: latents, or dropped: benchmarks/fact_recall.py on a model that can answer them), the latents must carry
-#: the facts too: latent >= FACT_RECALL_MIN_RATIO x raw and latent >= dropped + FACT_RECALL_MIN_MARGIN (issue
-#: #22's criterion). Reconstruction alone can pass while the answers through the latents are invented:
+#: the facts too: latent >= FACT_RECALL_MIN_RATIO x raw and latent >= dropped + FACT_RECALL_MIN_MARGIN
+#: (`fact_recall_passes`). Reconstruction alone can pass while the answers through the latents are invented:
 #: Qwen2.5-Coder-1.5B's shipped compressor reconstructs 0.96 of held-apart tokens but answers 0.42 of the facts
 #: (raw 0.80), and with its latents in the prompt state-tracking answers turned into generic values
 #: (docs/quality.md, "Eight episodes: state tracking")
@@ -40,7 +40,8 @@ FACT_RECALL_KEYS = ("latent", "raw", "dropped", "n", "measured_on")
 
 
 def fact_recall_passes(fact_recall: Mapping) -> bool:
-    """Issue #22's criterion on a recorded fact recall (accuracies in [0, 1], point estimates).
+    """Whether a recorded fact recall shows the latents carrying the facts: latent >= `FACT_RECALL_MIN_RATIO`
+    x raw and latent >= dropped + `FACT_RECALL_MIN_MARGIN` (accuracies in [0, 1], point estimates).
 
     >>> fact_recall_passes({"latent": 0.42, "raw": 0.80, "dropped": 0.02, "n": 60, "measured_on": "x"})
     False
@@ -177,8 +178,8 @@ class RheaConfig:
     #: re-decide the earlier turns' tiers at most every `replan_every` turns (1 = every turn, the paper's HCR); in
     #: between, the last plan's tiers stay and newer turns are appended raw, so the prompt only grows and the
     #: session's prefix KV cache reuses it (docs/session.md, "Re-planning every few turns"). A change of the
-    #: instruction block re-plans at once. 8 (since session 44): on Qwen2.5-Coder-1.5B it prefills 2.4x fewer tokens
-    #: a turn than per-turn plans with IAR and state-tracking accuracy within their paired intervals
+    #: instruction block re-plans at once. 8: on Qwen2.5-Coder-1.5B it prefills 2.4x fewer tokens a turn than
+    #: per-turn plans with IAR and state-tracking accuracy within their paired intervals
     replan_every: int = 8
     #: while a plan is kept (`replan_every` > 1), the query is still scored, and a fresh plan is made at once when one
     #: of its `replan_top` best turns that the fresh plan shows raw is not raw under the kept plan (0 = keep the plan

@@ -2,8 +2,8 @@
 
 A single step whose loss or gradient overflows (bf16 autocast on a GPU, a learning rate too high) would turn
 every trained weight into NaN through AdamW, and every later step with it: a Qwen2.5-Coder-1.5B compressor
-run on an H200 (session 27, bf16 autocast, lr 5e-4, batch 32) reached NaN before its step 150 and spent the
-rest of its call training NaN weights. `guarded_update` skips such a step instead (the gradients are
+run on an H200 (bf16 autocast, lr 5e-4, batch 32) reached NaN before its step 150 and spent the rest of
+its run training NaN weights. `guarded_update` skips such a step instead (the gradients are
 dropped, the weights and optimizer moments stay as they were), the way `torch.amp.GradScaler` skips an
 overflowing fp16 step, and `SkipCounter` stops the run with a named error once too many come in a row,
 since then the run has diverged rather than met one bad batch.

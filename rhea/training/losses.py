@@ -4,7 +4,7 @@ An auxiliary loss is any callable ``fn(model, batch, latents, outputs) -> Tensor
 (None = nothing to add for this batch), wrapped in `AuxiliaryLoss` with a name and weight.
 `latents` is ``[R, n_mem, hidden]`` for ``batch["compress_texts"]`` (None if the batch
 compresses nothing) and is part of the step's graph, so an aux loss trains the compressor
-too. A contrastive retrieval loss (issue 11) plugs in the same way, without touching the step.
+too. The contrastive retrieval loss (`ContrastiveRetrievalLoss`) plugs in the same way, without touching the step.
 """
 from __future__ import annotations
 

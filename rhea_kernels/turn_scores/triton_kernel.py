@@ -225,7 +225,7 @@ def launch_config(nq: int, d: int, nk: int = 8, batch: int = 1, turns: int = 1, 
     BLOCK_J covers nk (up to 32 latents at a time); BLOCK_T starts at MAX_ROWS / BLOCK_J
     and halves while the grid (batch x turns / BLOCK_T programs) is short of the GPU's SMs:
     for the native 16-bit dot, every SM and tiles of at least NATIVE_MIN_ROWS rows; for the
-    fp32 ``ieee`` dot, half the SMs and MIN_ROWS rows (session 8's rule, measured then).
+    fp32 ``ieee`` dot, half the SMs and MIN_ROWS rows (measured on fp32 inputs; the sweep below is bf16).
 
     NATIVE_DOT for fp16/bf16 inputs without a centre (exact products, tensor cores); the
     fp32 ``ieee`` dot otherwise. Split-K (SPLIT_D > 1) when the call has fewer than
@@ -249,7 +249,7 @@ def launch_config(nq: int, d: int, nk: int = 8, batch: int = 1, turns: int = 1, 
     block_t = max(1, MAX_ROWS // block_j)
     if cfg["NATIVE_DOT"]:  # fill every SM, tiles of at least 64 rows (H100 sweep, bf16)
         min_t, fill = max(1, NATIVE_MIN_ROWS // block_j), n_sm
-    else:  # the fp32 ieee dot: the session-8 rule (half the SMs, down to 16 rows)
+    else:  # the fp32 ieee dot: half the SMs, tiles down to 16 rows (measured on fp32 inputs)
         min_t, fill = max(1, MIN_ROWS // block_j), n_sm // 2
     while block_t > min_t and batch * triton.cdiv(turns, block_t) < fill:
         block_t //= 2

@@ -1,7 +1,7 @@
 """Rows written and labelled by hand for the recognizer set (source "authored_v2").
 
 Each tuple is (text, label, kind, category). label 1 = the message sets (or cancels) a rule
-for ALL later replies; 0 = it does not. Written to cover what issue #24 found on real chats:
+for ALL later replies; 0 = it does not. Written to cover what a recall-first recognizer got wrong on real chats:
 persistence said without the usual cue words, and hard negatives of every kind that fooled
 the old recognizer (small talk, one-word answers, one-off rewrites, task requests with inline
 format constraints, phrases that merely contain a cue).

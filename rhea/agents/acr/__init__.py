@@ -3,7 +3,7 @@
 Importing this package registers the "acr" context policy.
 
 - `OPERATORS`, `refactor_prompt`, `router_system_prompt`: the paper's operators and prompts
-  (appendix C, word for word; pre-#27 names load with a DeprecationWarning);
+  (appendix C, word for word; the older operator spellings load with a DeprecationWarning);
 - `noise_filter`, `path_prune`, `attention_anchor`: deterministic operator implementations;
 - `Router` / `parse_router_output`: the strict JSON router contract (falls back to NONE);
 - `Refactorer` / `parse_summary`: the ``<summary>`` contract and its documented fallback;

@@ -8,9 +8,9 @@ system prompt (Fig. 6) and input template (Fig. 7), the refactorer's shared syst
 the PDF's numbered and bulleted items are put on their own lines, and the figures' inline
 code marks (the paper notes "Markdown markers are removed") are not reproduced.
 
-The names used before issue #27 (``state_abstraction``, ``fact_rectification``,
-``cognitive_boost``, upper-case ``NONE``) still load, with a DeprecationWarning, wherever
-saved data or a config may hold them (`canonical_operator`).
+Older spellings of four names (``state_abstraction``, ``fact_rectification``,
+``cognitive_boost``, upper-case ``NONE``: `LEGACY_NAMES`) load, with a DeprecationWarning,
+wherever saved data or a config may hold them (`canonical_operator`).
 
 >>> OPERATORS[0], len(OPERATORS)
 ('none', 7)
@@ -36,7 +36,7 @@ OPERATORS = (NONE, STATE_ABSTRACT, NOISE_FILTER, FACT_RECTIFY, PATH_PRUNE, COGNI
 #: the six active operators (everything but none).
 ACTIVE_OPERATORS = OPERATORS[1:]
 
-#: Names used before issue #27 -> the paper's names (accepted with a DeprecationWarning).
+#: Older spellings found in saved data -> the paper's names (accepted with a DeprecationWarning).
 LEGACY_NAMES = {"NONE": NONE, "state_abstraction": STATE_ABSTRACT, "fact_rectification": FACT_RECTIFY,
                 "cognitive_boost": COGNITIVE_BOOSTING}
 
@@ -232,8 +232,8 @@ DESCRIPTIONS = {
 
 
 def canonical_operator(name: str) -> str:
-    """The paper's name for `name`: itself, or (with a DeprecationWarning) the current name of a
-    pre-#27 name. Anything else: ACRConfigError naming the choices.
+    """The paper's name for `name`: itself, or (with a DeprecationWarning) the paper's name for an
+    older spelling in `LEGACY_NAMES`. Anything else: ACRConfigError naming the choices.
 
     >>> import warnings
     >>> with warnings.catch_warnings(record=True) as w:

@@ -169,7 +169,7 @@ class ACRPolicy(ContextPolicy):
             raise RheaConfigError("acr state lacks 'base'; pass what state_dict() returned")
         self.base.load_state_dict(state["base"])
         self.operator_counts = {}
-        for name, count in state.get("operator_counts", {}).items():  # pre-#27 names load with a DeprecationWarning
+        for name, count in state.get("operator_counts", {}).items():  # older spellings load with a DeprecationWarning
             op = canonical_operator(name)
             self.operator_counts[op] = self.operator_counts.get(op, 0) + int(count)
         self.fallbacks = int(state.get("fallbacks", 0))

@@ -5,8 +5,8 @@ only the history and the task description, never the current query, and is told 
 conservative. The contract is strict: the reply must be exactly one JSON object
 (optionally inside one ```json fence) with exactly those three keys, a str, a bool and
 one of `OPERATORS`; ``drift_detected`` false must come with ``"none"`` and true with one of
-the six active operators. A pre-#27 operator name (an adapter trained before the rename)
-is accepted with a DeprecationWarning and mapped to the paper's. Anything else is a
+the six active operators. An older operator spelling (`LEGACY_NAMES`, which a router adapter
+or a saved pool may still emit) is accepted with a DeprecationWarning and mapped to the paper's. Anything else is a
 contract failure: `Router.route` then returns none (the paper's conservative fallback,
 appendix C) and records the reason; `parse_router_output(..., strict=True)` raises
 `RouterOutputError` instead.

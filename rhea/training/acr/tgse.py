@@ -100,7 +100,7 @@ def _none_target(analysis: str) -> str:
 
 
 def _upgrade(inst: Instance) -> Instance:
-    """An instance read from a pool file with pre-#27 operator names rewritten (DeprecationWarning)."""
+    """An instance read from a pool file, older operator spellings rewritten to the paper's (DeprecationWarning)."""
     inst.operator = canonical_operator(inst.operator)
     try:
         target = json.loads(inst.router_target)
