@@ -9,8 +9,8 @@ from rhea.modeling.config import FACT_RECALL_MIN_MARGIN, FACT_RECALL_MIN_RATIO, 
 ADAPTERS = Path(rhea.__file__).resolve().parent / "data" / "adapters"
 
 #: what the package may carry per model (tokenizer included). SmolLM2-135M: r16 on every linear layer in fp16 is
-#: ~14 MB, and since session 26 the retrieval read-out (score_head.safetensors, 2 x 576 -> 256 in fp16) 0.6 MB more.
-#: Qwen2.5-Coder-1.5B (session 30): the compress LoRA on every linear layer of 28 layers x 1536 in fp16, the
+#: ~14 MB, and the retrieval read-out (score_head.safetensors, 2 x 576 -> 256 in fp16) 0.6 MB more.
+#: Qwen2.5-Coder-1.5B: the compress LoRA on every linear layer of 28 layers x 1536 in fp16, the
 #: `states` projector (1536 x 1536) and Qwen's 11.4 MB tokenizer.json.
 MAX_BYTES = {"smollm2-135m": 16_000_000, "qwen2.5-coder-1.5b": 56_000_000}
 
@@ -39,9 +39,9 @@ def test_shipped_adapters_are_trained_calibrated_measured_fp16_and_small(name):
 
 
 def test_qwen_latent_tier_is_on_by_its_recorded_fact_recall():
-    """Qwen2.5-Coder-1.5B's shipped compressor (step 1,181, session 43) reconstructs 0.98 of held-apart tokens and
+    """Qwen2.5-Coder-1.5B's shipped compressor (step 1,181) reconstructs 0.98 of held-apart tokens and
     answers 0.52 of the held-apart facts through its latents against 0.80 with the reply as text and 0.02 dropped:
-    issue #22's criterion (latent >= 0.6 x raw and >= dropped + 0.25) holds, so `auto` turns its latent tier on
+    the fact-recall rule (latent >= 0.6 x raw and >= dropped + 0.25) holds, so `auto` turns its latent tier on
     because of the fact-recall record (not reconstruction alone), and `latent_tier="off"` still turns it off."""
     cfg = RheaConfig.load(ADAPTERS / "qwen2.5-coder-1.5b")
     facts = cfg.fidelity["fact_recall"]
@@ -56,7 +56,7 @@ def test_qwen_latent_tier_is_on_by_its_recorded_fact_recall():
 
 
 def test_every_zoo_model_ships_adapters_and_every_shipped_directory_is_checked():
-    """Both zoo models ship adapters (since session 30), and a directory added under rhea/data/adapters without a
+    """Both zoo models ship adapters, and a directory added under rhea/data/adapters without a
     size budget above would go unchecked."""
     shipped = {p.name for p in ADAPTERS.iterdir() if (p / "rhea_config.json").is_file()}
     assert shipped == set(MAX_BYTES), sorted(shipped ^ set(MAX_BYTES))

@@ -405,7 +405,7 @@ def test_compare_runs_pairs_items_and_measures_the_change():
 
 def test_compare_runs_on_generated_rows_pairs_right_answers_and_refuses_mixed_modes():
     """Greedy runs (no log-probabilities) compare whether each item was answered right; a greedy run is not
-    compared with a teacher-forced one (session 30: --versus on two generated runs raised KeyError)."""
+    compared with a teacher-forced one (--versus on two generated runs once raised KeyError)."""
     def rows(correct):
         return [{"id": str(i), "condition": "latent", "correct": c} for i, c in enumerate(correct)]
 

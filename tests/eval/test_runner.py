@@ -348,8 +348,8 @@ def test_each_finished_policy_is_written_before_the_next_runs(model, tmp_path, m
 
 
 def test_a_run_resumes_only_in_the_dtype_it_began_in(model, tmp_path):
-    """Replies decoded in bfloat16 differ from float32 ones: a folder holds one dtype (session 39: a run
-    resumed on a machine with native bf16 switched part-way, silently)."""
+    """Replies decoded in bfloat16 differ from float32 ones: a folder holds one dtype (a run
+    resumed on a machine with native bf16 would otherwise switch part-way, silently)."""
     run_suite(model, "efficiency", ["vanilla"], out=tmp_path, **RUN)
     path = tmp_path / "config.json"
     saved = json.loads(path.read_text())

@@ -1,4 +1,4 @@
-"""Every ```python block and every command of README.md runs as written (issue #26).
+"""Every ```python block and every command of README.md runs as written.
 
 The commands are the lines of the README's ```bash blocks (```text blocks are synopses, not
 commands); each runs in bash from a scratch directory holding what a fresh clone has next to

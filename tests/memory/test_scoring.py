@@ -113,7 +113,7 @@ def test_latent_tier_follows_fidelity_unless_forced():
 
 def test_recorded_fact_recall_must_also_pass():
     """Reconstruction alone can pass while the latents' answers are invented: a recorded fact recall must meet
-    issue #22's criterion too (latent >= 0.6 x raw and >= dropped + 0.25); without one, reconstruction decides."""
+    the fact-recall rule too (latent >= 0.6 x raw and >= dropped + 0.25); without one, reconstruction decides."""
     good = {"reconstruction_token_acc": 0.96, "control_gap": 0.6, "measured_on": "held-out chunks", "n": 144}
     facts = {"raw": 0.80, "dropped": 0.02, "n": 60, "measured_on": "benchmarks/fact_recall.py"}
     on, why = latent_tier_active("auto", {**good, "fact_recall": {**facts, "latent": 0.42}})

@@ -1,4 +1,4 @@
-"""scripts/gpu_measure.sh, the one device call of issue #29, run dry (every step's command is `true`)."""
+"""scripts/gpu_measure.sh, the one device call for the GPU measurements, run dry (every step's command is `true`)."""
 import os
 import subprocess
 import tarfile

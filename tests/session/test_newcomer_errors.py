@@ -1,4 +1,4 @@
-"""What a newcomer's first mistakes get back (issue #26): each error names what was wrong for
+"""What a newcomer's first mistakes get back: each error names what was wrong for
 this input and the one fix that applies, before any model loads or any output is written."""
 import argparse
 import re
@@ -97,7 +97,7 @@ def test_export_takes_zoo_names_and_checks_before_loading(tmp_path):
 
     shipped, name = resolve_export_source("smollm2-135m")
     assert (shipped / "rhea_config.json").is_file() and name is None
-    # every zoo model ships adapters since session 30; a zoo name without them (export of the plain base) is
+    # every zoo model ships adapters; a zoo name without them (export of the plain base) is
     # tested with a patched adapters folder in tests/modeling/test_models_zoo.py
     qwen, name = resolve_export_source("qwen2.5-coder-1.5b")
     assert qwen.name == "qwen2.5-coder-1.5b" and (qwen / "rhea_config.json").is_file() and name is None

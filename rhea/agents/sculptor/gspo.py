@@ -2,7 +2,7 @@
 
 Not run in rhea: training Sculptor-M3-RL took 128 H800 GPUs (Table 4), and even a small
 model needs a GPU for rollouts. This module holds the objective and the paper's
-configuration, tested on a tiny model, so that a GPU session has the parts to run it:
+configuration, tested on a tiny model, so that a run on a GPU has the parts it needs:
 
 - `group_advantages` (Eq. 3): each rollout's reward, normalized within its group of G
   rollouts of the same query;

@@ -62,7 +62,7 @@ def test_resume_continues_with_the_saved_adapters_pools_and_unused_tasks(tmp_pat
     saved = snapshot(first.controller, "router")
 
     assert first.pools["corrective"][0].operator == "fact_rectify"  # the rule teacher rectified in place
-    corrective = tmp_path / "tgse" / "pools" / "corrective.jsonl"  # as a pre-#27 run would have written it
+    corrective = tmp_path / "tgse" / "pools" / "corrective.jsonl"  # with the older operator spelling
     corrective.write_text(corrective.read_text().replace('"fact_rectify', '"fact_rectification'))
 
     ctrl = tiny_controller()  # fresh weights: resume must load the saved adapters
