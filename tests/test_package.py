@@ -61,6 +61,18 @@ def test_the_main_names_import_from_rhea():
         rhea.chat_session  # noqa: B018
 
 
+def test_the_agent_policies_are_found_by_name_through_the_face():
+    """`rhea.POLICY_MODULES` is how the registry, below the agents, finds their policies by name."""
+    done = subprocess.run(
+        [sys.executable, "-c", "from rhea.policies import policy_class; "
+         "print(*(policy_class(n).__module__ for n in ('sculptor', 'acr', 'ace', 'context-agent')))"],
+        capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr
+    modules = done.stdout.split()
+    assert len(modules) == 4
+    assert all(any(m == p or m.startswith(p + ".") for p in rhea.POLICY_MODULES) for m in modules), modules
+
+
 def _reexported(package: str) -> set[str]:
     """The public names a package's ``__init__`` binds: its imports (not submodules, not typing
     helpers) and its own classes and functions."""

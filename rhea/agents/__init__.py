@@ -1,4 +1,8 @@
-"""LLM-driven context controllers (Sculptor; later ACR, ACE, Context-Agent).
+"""LLM-driven context controllers: Sculptor, ACR, ACE and Context-Agent.
+
+Each method registers its policy ("sculptor", "acr", "ace", "context-agent") with
+`rhea.policies.register_policy` when its module is imported; `rhea.POLICY_MODULES` names those
+modules, so that `rhea.policies.get_policy` finds them by name without naming this layer.
 
 Controllers talk to models only through `rhea.backends.llm.TextGenerator`, and read tool calls
 from model output with `rhea.agents.toolcalls.parse_tool_calls`.

@@ -12,6 +12,7 @@ class UnknownPolicyError(RheaConfigError):
 
 _POLICIES: dict[str, type[ContextPolicy]] = {}
 
+
 def _load_plugins() -> None:
     """Import the modules that `rhea.POLICY_MODULES` names (the agent methods, which register their
     policies when imported). The package face names them because they sit above this layer; a
