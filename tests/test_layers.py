@@ -187,6 +187,23 @@ def test_the_face_names_only_modules_that_exist():
         assert getattr(rhea, name) is not None, name
 
 
+def test_no_module_reaches_a_layer_through_the_face():
+    """Inside the packages, the face gives only what sits at the bottom (`__version__`, `POLICY_MODULES`):
+    ``from rhea import ChatSession`` in a lower module would be an upward import the checks above miss."""
+    lazy = set(rhea.__all__) - {"__version__", "POLICY_MODULES"}
+    through = []
+    for module, path in SOURCES.items():
+        if module == FACE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == FACE and node.level == 0:
+                through += [f"{module}: from rhea import {a.name}" for a in node.names if a.name in lazy]
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == FACE \
+                    and node.attr in lazy:
+                through.append(f"{module}: rhea.{node.attr}")
+    assert through == []
+
+
 def test_the_top_level_holds_few_modules():
     loose = sorted(p.name for p in ROOT.glob("*.py"))
     assert set(loose) - {"__init__.py", "cli.py", "errors.py", "constants.py"} <= {"testing.py"}, loose
