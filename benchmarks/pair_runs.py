@@ -40,10 +40,13 @@ def merge(specs: list[tuple[str, Path, str]]) -> dict:
     merged: dict = {}
     for label, run, policy in specs:
         if run not in runs:
-            path = run / "results.json"
+            from rhea.eval.report import read_results, results_file
+
+            path = results_file(run)
             if not path.is_file():
-                raise SystemExit(f"{path}: no such file (pass a `rhea bench --out` folder that holds a finished run)")
-            runs[run] = json.loads(path.read_text(encoding="utf-8"))
+                raise SystemExit(f"{path}: no such file, nor {path.name}.gz (pass a `rhea bench --out` folder that "
+                                 "holds a finished run)")
+            runs[run] = read_results(path)
         res = runs[run]
         if policy not in res.get("policies", {}):
             raise SystemExit(f"{run}: no policy {policy!r} in results.json (it has {sorted(res.get('policies', {}))})")

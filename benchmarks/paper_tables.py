@@ -35,16 +35,21 @@ HERE = Path(__file__).resolve().parent
 
 
 def load_results(*roots: Path) -> dict[str, dict]:
-    """``{suite: results}`` for every results.json under the `roots`, one run per suite.
+    """``{suite: results}`` for every results.json (or results.json.gz) under the `roots`, one run per suite.
 
     A suite found twice (e.g. a folder holding ``instruction-retention/`` and ``instruction-retention-latent-off/``)
     is an error naming both files: which one a table shows must not depend on file times, which a fresh clone
     does not keep. Pass the folder of the run meant instead (several folders: repeat ``--results``, or
     ``--variant LABEL=DIR,DIR``).
     """
+    from rhea.eval.report import read_results, results_file
+
     found: dict[str, tuple[Path, dict]] = {}
-    for path in sorted(p for root in roots for p in root.rglob("results.json")):
-        data = json.loads(path.read_text())
+    # one dump per run folder: results.json, or results.json.gz where that is what the folder holds
+    paths = {results_file(p.parent) for root in roots for pattern in ("results.json", "results.json.gz")
+             for p in root.rglob(pattern)}
+    for path in sorted(paths):
+        data = read_results(path)
         if data.get("format") != "rhea-bench/1":
             continue
         suite = data["config"]["suite"]
