@@ -222,10 +222,35 @@ def read_index(path: str | Path) -> list[Row]:
     return rows
 
 
+def write_index(path: str | Path, rows: Iterable[Row]) -> list[Row]:
+    """Write `rows` as the whole index at `path` (created with its folder if missing), through a temporary file
+    beside it renamed over it, so a reader sees the old index or the whole new one. Two rows with one key are
+    refused before anything is written."""
+    path = Path(path)
+    rows = list(rows)
+    for i, row in enumerate(rows):
+        if not isinstance(row, Row):
+            raise ResultsIndexError(f"rows[{i}] is a {type(row).__name__}, not a rhea.eval.results_index.Row")
+    keys = [r.key for r in rows]
+    doubled = sorted({k for k in keys if keys.count(k) > 1})
+    if doubled:
+        raise ResultsIndexError(f"the rows name the same run, policy, options and metric twice: {doubled}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in rows)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return rows
+
+
 def append_rows(path: str | Path, rows: Iterable[Row]) -> list[Row]:
     """Add `rows` to the index at `path` (created if missing): a row whose key is already there replaces it in
-    place, the others go at the end. The file is written to a temporary file beside it and renamed, so a reader
-    sees the old index or the whole new one. Returns the index as written."""
+    place, the others go at the end; written as `write_index` writes (atomically). Returns the index as written."""
     path = Path(path)
     new = list(rows)
     for i, row in enumerate(new):
@@ -238,17 +263,7 @@ def append_rows(path: str | Path, rows: Iterable[Row]) -> list[Row]:
     existing = read_index(path) if path.exists() else []
     by_key = {r.key: r for r in new}
     merged = [by_key.pop(r.key, r) for r in existing] + [r for r in new if r.key in by_key]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in merged)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return merged
+    return write_index(path, merged)
 
 
 def adapters_sha256(directory: str | Path) -> str:
