@@ -1,7 +1,7 @@
 """Re-score committed `rhea bench` runs offline with the current checkers (no model runs).
 
-    python benchmarks/rescore.py benchmarks/results/bench_qwen benchmarks/results/bench_qwen_fixes \
-        --out benchmarks/results/rescore_qwen [--in-place]
+    python benchmarks/rescore.py benchmarks/results/bench_qwen_ep8 benchmarks/results/bench_qwen_ep8_bf16 \
+        --out runs/rescore_qwen [--in-place]
 
 Every ``results.json`` or ``results.json.gz`` (instruction-retention and state-tracking) under the given folders
 keeps its replies; each reply is scored again by the suite's current `score_turn` against the
