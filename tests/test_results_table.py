@@ -55,3 +55,34 @@ def test_write_readme_and_check(tmp_path, capsys):
 def test_an_unknown_run_is_a_named_error(capsys):
     assert table.main(["--run", "nope/none/fp32-ep1"]) == 1
     assert "no rows of run 'nope/none/fp32-ep1'" in capsys.readouterr().err
+
+
+def test_build_index_rebuilds_the_committed_rows_of_a_run_from_its_dumps():
+    """The efficiency runs (two 40-turn dumps) rebuilt from their gzipped dumps and git history equal the rows
+    committed in the index. Needs the repository's history (who added each dump); a shallow clone skips."""
+    import subprocess
+
+    build = load_script(ROOT / "benchmarks" / "build_index.py")
+    folder = "benchmarks/results/bench_qwen_shipped_s43/efficiency/results.json"
+    history = subprocess.run(["git", "-C", str(ROOT), "log", "--diff-filter=A", "--format=%H", "--", folder],
+                             capture_output=True, text=True)
+    if history.returncode != 0 or not history.stdout.strip():
+        pytest.skip("no git history of the committed dumps here (a shallow clone or an unpacked archive)")
+    runs = [r for r in build.RUNS if r.suite == "efficiency"]
+    assert runs, "the index declares the efficiency runs"
+    rebuilt = build.build(ROOT / "benchmarks" / "results", runs)
+    committed = [r for r in read_index(table.INDEX) if r.run_id in {run.run_id for run in runs}]
+    assert rebuilt == committed
+
+
+def test_build_index_refuses_a_policy_declared_with_other_options():
+    build = load_script(ROOT / "benchmarks" / "build_index.py")
+    wrong = build.Run("qwen2.5-coder-1.5b/efficiency/fp32-ep1", "efficiency", "float32", (
+        build.Source("vanilla", "bench_qwen_shipped_s43/efficiency"),
+        build.Source("rhea", "bench_qwen_shipped_s43/efficiency-replan8", {"replan_every": 4})))
+    with pytest.raises(build.BuildError, match=r"ran with options \{'replan_every': 8\}, declared \{'replan_every': 4\}"):
+        build.build(ROOT / "benchmarks" / "results", [wrong])
+    other_dtype = build.Run("x/efficiency/bf16-ep1", "efficiency", "bfloat16", (
+        build.Source("vanilla", "bench_qwen_shipped_s43/efficiency"),))
+    with pytest.raises(build.BuildError, match="not bfloat16 alone"):
+        build.build(ROOT / "benchmarks" / "results", [other_dtype])
