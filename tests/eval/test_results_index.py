@@ -74,7 +74,7 @@ def test_row_label_key_and_round_trip():
 def test_from_dict_names_unknown_and_missing_fields():
     data = _row().to_dict()
     data.pop("p")
-    data["when"] = "s43"
+    data["when"] = "yesterday"
     with pytest.raises(ResultsIndexError, match=r"here: unknown fields \['when'\]; missing fields \['p'\]"):
         Row.from_dict(data, where="here")
 
