@@ -6,10 +6,10 @@ chosen policies of those runs under new labels and reports them as one run (`rhe
 rerun is compared with the earlier baseline episode by episode.
 
     python benchmarks/pair_runs.py \\
-        --policy vanilla=benchmarks/results/bench_qwen_ep8/instruction-retention:vanilla \\
-        --policy rhea-untrained=benchmarks/results/bench_qwen_ep8/instruction-retention:rhea \\
-        --policy rhea-trained=benchmarks/results/bench_qwen_ep8_trained/instruction-retention:rhea \\
-        --baseline vanilla --out benchmarks/results/bench_qwen_ep8_trained/instruction-retention/paired
+        --policy vanilla=benchmarks/results/bench_qwen_ep8_bf16/instruction-retention:vanilla \\
+        --policy rhea-per-turn=benchmarks/results/bench_qwen_ep8_s1181/instruction-retention:rhea \\
+        --policy rhea-kept-plans=benchmarks/results/bench_qwen_ep8_s1181/instruction-retention-replan8:rhea \\
+        --baseline vanilla --out runs/paired/instruction-retention
 
 ``--pair LABEL=OTHER`` (repeatable) adds the paired differences of two other labels (e.g. a rerun with trained
 adapters against its untrained row) under "Further pairs". Writes ``<out>.json`` (the statistics, and where each
@@ -40,10 +40,13 @@ def merge(specs: list[tuple[str, Path, str]]) -> dict:
     merged: dict = {}
     for label, run, policy in specs:
         if run not in runs:
-            path = run / "results.json"
+            from rhea.eval.report import read_results, results_file
+
+            path = results_file(run)
             if not path.is_file():
-                raise SystemExit(f"{path}: no such file (pass a `rhea bench --out` folder that holds a finished run)")
-            runs[run] = json.loads(path.read_text(encoding="utf-8"))
+                raise SystemExit(f"{path}: no such file, nor {path.name}.gz (pass a `rhea bench --out` folder that "
+                                 "holds a finished run)")
+            runs[run] = read_results(path)
         res = runs[run]
         if policy not in res.get("policies", {}):
             raise SystemExit(f"{run}: no policy {policy!r} in results.json (it has {sorted(res.get('policies', {}))})")

@@ -2,8 +2,13 @@
 
     python benchmarks/paper_tables.py --results benchmarks/results/bench_smollm2 \
         --out benchmarks/results/paper_tables_smollm2 [--variant calibrated=DIR ...]
+    python benchmarks/paper_tables.py --index benchmarks/results/index.jsonl \
+        --run qwen2.5-coder-1.5b/instruction-retention/bf16-ep8 --run qwen2.5-coder-1.5b/state-tracking/bf16-ep8 \
+        --run qwen2.5-coder-1.5b/long-horizon/bf16-ep8 --out runs/paper_tables_qwen
 
-reads every ``results.json`` under ``--results`` (one per suite, as `rhea bench` writes them),
+reads every ``results.json`` (or ``results.json.gz``) under ``--results`` (one per suite, as `rhea bench` writes
+them), or the rows of the ``--run`` ids in the results index (``--index``, `rhea.eval.results_index`; one run per
+suite),
 and writes ``<out>.md`` and ``<out>.png`` (IAR and context tokens per policy). The papers' cells
 come from ``benchmarks/paper_tables.json`` (transcribed from the full texts by
 ``benchmarks/transcribe_paper_tables.py``; every cell carries its table reference, e.g. "Rhea
@@ -35,16 +40,21 @@ HERE = Path(__file__).resolve().parent
 
 
 def load_results(*roots: Path) -> dict[str, dict]:
-    """``{suite: results}`` for every results.json under the `roots`, one run per suite.
+    """``{suite: results}`` for every results.json (or results.json.gz) under the `roots`, one run per suite.
 
     A suite found twice (e.g. a folder holding ``instruction-retention/`` and ``instruction-retention-latent-off/``)
     is an error naming both files: which one a table shows must not depend on file times, which a fresh clone
     does not keep. Pass the folder of the run meant instead (several folders: repeat ``--results``, or
     ``--variant LABEL=DIR,DIR``).
     """
+    from rhea.eval.report import read_results, results_file
+
     found: dict[str, tuple[Path, dict]] = {}
-    for path in sorted(p for root in roots for p in root.rglob("results.json")):
-        data = json.loads(path.read_text())
+    # one dump per run folder: results.json, or results.json.gz where that is what the folder holds
+    paths = {results_file(p.parent) for root in roots for pattern in ("results.json", "results.json.gz")
+             for p in root.rglob(pattern)}
+    for path in sorted(paths):
+        data = read_results(path)
         if data.get("format") != "rhea-bench/1":
             continue
         suite = data["config"]["suite"]
@@ -56,6 +66,55 @@ def load_results(*roots: Path) -> dict[str, dict]:
         where = ", ".join(map(str, roots))
         raise SystemExit(f"no rhea-bench results.json under {where}; run `rhea bench ... --out DIR/<suite>` first")
     return {suite: data for suite, (_, data) in found.items()}
+
+
+#: Index metrics that a results.json keeps under ``cost`` (as ``mean_<metric>``) rather than ``aggregate``.
+COST_KEYS = ("context_tokens", "latency_s")
+
+
+def results_from_index(rows, run_ids) -> dict[str, dict]:
+    """``{suite: results}`` in the shape `load_results` returns, built from the index rows of `run_ids` (one run per
+    suite): each policy's means as its aggregate (context tokens and latency as its cost), its intervals and paired
+    differences as the run's statistics. A policy that the runs hold with two sets of options is an error: which one
+    a table shows must be chosen by the run ids."""
+    runs: dict[str, dict] = {}
+    for run_id in run_ids:
+        mine = [r for r in rows if r.run_id == run_id]
+        if not mine:
+            raise SystemExit(f"--run {run_id!r}: no rows of that run in the index (its run ids: "
+                             f"{', '.join(sorted({r.run_id for r in rows}))})")
+        suite = mine[0].suite
+        if suite in runs:
+            raise SystemExit(f"two {suite} runs: {runs[suite]['run_id']} and {run_id}; pass one run per suite")
+        options = {}
+        for r in mine:
+            if options.setdefault(r.policy, r.options) != r.options:
+                raise SystemExit(f"--run {run_id}: {r.policy} ran with options {options[r.policy]} and {r.options}; "
+                                 "index them under two run ids")
+        policies: dict[str, dict] = {}
+        stats: dict[str, dict] = {}
+        for r in mine:
+            entry = policies.setdefault(r.policy, {"aggregate": {}, "cost": {}, "environments": [{"dtype": r.dtype}]})
+            if r.metric in COST_KEYS:
+                entry["cost"][f"mean_{r.metric}"] = r.mean
+            else:
+                entry["aggregate"][r.metric] = r.mean
+            st = stats.setdefault(r.policy, {"intervals": {}, "vs_baseline": {}})
+            st["intervals"][r.metric] = {"mean": r.mean, "low": r.ci_low, "high": r.ci_high, "n": r.episodes}
+            if r.paired_diff is not None:
+                st["vs_baseline"][r.metric] = {"diff": r.paired_diff, "low": r.paired_low, "high": r.paired_high,
+                                               "p_value": r.p, "n": r.episodes}
+        first = mine[0]
+        runs[suite] = {"format": "rhea-bench/1", "run_id": run_id,
+                       "config": {"suite": suite, "model": first.model, "n_episodes": first.episodes,
+                                  "n_turns": first.turns, "dtype": first.dtype,
+                                  "adapters_trained": any(r.adapters for r in mine if r.policy == "rhea"),
+                                  "policy_kwargs": {p: o for p, o in options.items() if o}},
+                       "policies": policies,
+                       "statistics": {"unit": "episode", "n_episodes": first.episodes,
+                                      "baseline": next((r.baseline for r in mine if r.baseline), None),
+                                      "metrics": list(dict.fromkeys(r.metric for r in mine)), "policies": stats}}
+    return runs
 
 
 def metric(results: dict[str, dict], suite: str, policy: str, key: str, *, scale: float = 1.0):
@@ -102,6 +161,10 @@ def _judge_note(results: dict[str, dict]) -> str:
     """Who rated the long-horizon replies, as the run records it (no GPT-4 judge here)."""
     described = ((results.get("long-horizon", {}).get("config", {}).get("suite_kwargs") or {}).get("judge")
                  or {})
+    if not described and any(d["aggregate"].get("judge_mean") is not None
+                             for d in results.get("long-horizon", {}).get("policies", {}).values()):
+        return ("; long-horizon replies rated with MT-Bench's prompts by the judge their run records (the index "
+                "does not name it), not GPT-4")
     if not isinstance(described, dict) or described.get("judge") in (None, "none"):
         return "; no judge"
     mode = "direct rating" if described.get("explain") is False else "explanation, then rating"
@@ -544,7 +607,12 @@ def plot(results: dict[str, dict], path: Path, variants: dict[str, dict] | None 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--results", required=True, type=Path, action="append",
+    parser.add_argument("--index", type=Path, default=None,
+                        help="read the --run ids from this results index (benchmarks/results/index.jsonl) instead of "
+                             "the dumps under --results")
+    parser.add_argument("--run", action="append", default=[], metavar="RUN_ID",
+                        help="with --index: a run to show, one per suite; repeatable")
+    parser.add_argument("--results", type=Path, action="append", default=[],
                         help="directory holding rhea bench outputs (one results.json per suite below it); repeatable, "
                              "e.g. the long-horizon run kept apart from the others (a suite found twice is an error)")
     parser.add_argument("--paper", type=Path, default=HERE / "paper_tables.json")
@@ -566,7 +634,14 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(path).is_file():
             parser.error(f"--ours {spec!r}: {path} is not a file")
         ours_runs[name] = json.loads(Path(path).read_text())
-    results = load_results(*args.results)
+    if bool(args.index) == bool(args.results) or bool(args.index) != bool(args.run):
+        parser.error("give --results DIR (the dumps), or --index PATH with --run RUN_ID (the results index)")
+    if args.index:
+        from rhea.eval.results_index import read_index
+
+        results = results_from_index(read_index(args.index), args.run)
+    else:
+        results = load_results(*args.results)
     variants = {}
     for spec in args.variant:
         label, sep, directories = spec.partition("=")

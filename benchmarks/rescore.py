@@ -1,9 +1,9 @@
 """Re-score committed `rhea bench` runs offline with the current checkers (no model runs).
 
-    python benchmarks/rescore.py benchmarks/results/bench_qwen benchmarks/results/bench_qwen_fixes \
-        --out benchmarks/results/rescore_qwen [--in-place]
+    python benchmarks/rescore.py benchmarks/results/bench_qwen_ep8 benchmarks/results/bench_qwen_ep8_bf16 \
+        --out runs/rescore_qwen [--in-place]
 
-Every ``results.json`` (instruction-retention and state-tracking) under the given folders
+Every ``results.json`` or ``results.json.gz`` (instruction-retention and state-tracking) under the given folders
 keeps its replies; each reply is scored again by the suite's current `score_turn` against the
 turn it answered (rebuilt from the run's own ``episodes``), then aggregated and given the
 episode-level statistics of `rhea.eval.stats_report`. Writes ``<out>.json`` and ``<out>.md``: per
@@ -65,7 +65,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="report path without extension (.json and .md are written)")
     parser.add_argument("--in-place", action="store_true", help="also rewrite each run's results, summary and plots")
     args = parser.parse_args(argv)
-    paths = sorted(p for folder in args.folders for p in Path(folder).rglob("results.json"))
+    from rhea.eval.report import read_results, results_file
+
+    # one dump per run folder: results.json, or results.json.gz where that is what the folder holds
+    paths = sorted({results_file(p.parent) for folder in args.folders
+                    for pattern in ("results.json", "results.json.gz") for p in Path(folder).rglob(pattern)})
     report, lines = {}, ["# Committed runs re-scored with the current checkers", "",
                          "Replies as committed; only the scoring changed (`python benchmarks/rescore.py "
                          + " ".join(args.folders) + f" --out {args.out}`). IAR strict: non-answers fail every rule, "
@@ -73,7 +77,7 @@ def main(argv=None) -> int:
                          "State tracking: multi-key extraction; JGA = the final probe with every key exact. "
                          "Every run here has **one episode**: no interval is possible.", ""]
     for path in paths:
-        results = json.loads(path.read_text())
+        results = read_results(path)
         suite = results.get("config", {}).get("suite")
         if results.get("format") != "rhea-bench/1" or suite not in SUITES:
             continue

@@ -89,11 +89,13 @@ def recorded_dtypes(out: Path) -> dict[str, str]:
     its ``results.json``) last ran in, as its recorded environments say; runs recorded without a dtype
     contribute nothing."""
     found: dict[str, str] = {}
-    results = out / "results.json"
+    from rhea.eval.report import read_results, results_file
+
+    results = results_file(out)
     if results.is_file():
         try:
-            policies = json.loads(results.read_text(encoding="utf-8")).get("policies", {})
-        except json.JSONDecodeError:
+            policies = read_results(results).get("policies", {})
+        except (json.JSONDecodeError, OSError, EOFError):
             policies = {}
         for policy, data in policies.items():
             dtypes = environment_dtypes(data)
@@ -129,15 +131,17 @@ def _check_dtype(out: Path, saved: dict, config: dict) -> None:
 
 
 def has_turns(out: Path, policy: str) -> bool:
-    """Whether `out` holds turns of `policy`: checkpoints under ``state/``, or rows in ``results.json``."""
+    """Whether `out` holds turns of `policy`: checkpoints under ``state/``, or rows in ``results.json`` (or ``.gz``)."""
     if (out / "state" / policy).is_dir():
         return True
-    results = out / "results.json"
+    from rhea.eval.report import read_results, results_file
+
+    results = results_file(out)
     if not results.is_file():
         return False
     try:
-        return bool(json.loads(results.read_text(encoding="utf-8")).get("policies", {}).get(policy, {}).get("turns"))
-    except json.JSONDecodeError:
+        return bool(read_results(results).get("policies", {}).get(policy, {}).get("turns"))
+    except (json.JSONDecodeError, OSError, EOFError):
         return True  # unreadable: assume it does (the safe answer; reading it later names the problem)
 
 

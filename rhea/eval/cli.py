@@ -173,6 +173,7 @@ def _cmd_bench(args) -> int:
 
     suites, policies = _suites(args.suite), _policies(args.policies)
     _check_thresholds(args, policies)
+    _check_index_arguments(args, suites)
     if args.data and len(suites) != 1:
         raise BenchError("--data names one suite's data file; run one --suite at a time with it")
     # per-suite options: {suite: {kwarg: value}}; an option for a suite not being run is an error
@@ -226,12 +227,61 @@ def _cmd_bench(args) -> int:
     for name in suites:
         target = out / name if len(suites) > 1 else out
         print(f"rhea bench: {name} × {', '.join(policies)} → {target}", file=sys.stderr)
-        run_suite(model, name, policies, n_turns=args.turns, seed=args.seed, n_episodes=args.episodes,
-                  data=args.data, suite_kwargs=kwargs_of[name], max_new_tokens=args.max_new_tokens,
-                  policy_kwargs=policy_kwargs, out=target, resume=not args.no_resume, progress=not args.quiet,
-                  model_name=args.model, batch_episodes=args.batch_episodes)
+        results = run_suite(model, name, policies, n_turns=args.turns, seed=args.seed, n_episodes=args.episodes,
+                            data=args.data, suite_kwargs=kwargs_of[name], max_new_tokens=args.max_new_tokens,
+                            policy_kwargs=policy_kwargs, out=target, resume=not args.no_resume,
+                            progress=not args.quiet, model_name=args.model, batch_episodes=args.batch_episodes)
         print((target / "summary.md").read_text())
+        _index_run(args, model, results, target)
     return 0
+
+
+def _check_index_arguments(args, suites: list[str]) -> None:
+    """--run-id names one run: with several suites it would give their rows one id. --index must be a file path,
+    and an index already there must read (a bad one fails now, not after hours of turns)."""
+    from rhea.eval.results_index import ResultsIndexError, read_index
+
+    if args.run_id is not None and len(suites) != 1:
+        raise ResultsIndexError(f"--run-id {args.run_id!r} names one run, and --suite {args.suite} runs {len(suites)}; "
+                                "run one suite at a time with --run-id, or drop it (each suite gets MODEL/SUITE/...)")
+    if args.index is not None:
+        path = Path(args.index)
+        if path.is_dir():
+            raise ResultsIndexError(f"--index {path} is a folder; give the index file, e.g. {path / 'index.jsonl'}")
+        if path.exists():
+            read_index(path)
+
+
+def _index_run(args, model, results: dict, target: Path) -> None:
+    """Write the run's rows to ``target/index.jsonl`` and, with --index, to that index too."""
+    from datetime import datetime, timezone
+
+    from rhea.eval.results_index import append_rows, rows_from_results
+    from rhea.modeling.loading import shipped_adapters
+
+    adapters = None
+    if getattr(model, "adapters_trained", False):
+        own = Path(args.model)
+        adapters = own if (own / "rhea_config.json").is_file() else shipped_adapters(args.model)
+    source = str(target)
+    rows = rows_from_results(results, run_id=args.run_id, adapters=adapters, source=source, commit=_code_commit(),
+                             date=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    for index in [target / "index.jsonl"] + ([Path(args.index)] if args.index else []):
+        append_rows(index, rows)
+        print(f"rhea bench: {len(rows)} rows → {index}", file=sys.stderr)
+
+
+def _code_commit() -> str | None:
+    """The git commit of the rhea checkout that ran (None for an installed package or without git)."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = done.stdout.strip()
+    return commit if done.returncode == 0 and len(commit) == 40 else None
 
 
 def parse_policy_option(option: str, policies) -> tuple[str, str, Any]:
@@ -309,6 +359,13 @@ def register(sub) -> None:
     bench.add_argument("--tau-low", type=float, default=None, help="HCR drop threshold for the rhea policies")
     bench.add_argument("--tau-high", type=float, default=None, help="HCR raw-text threshold for the rhea policies")
     _add_judge_arguments(bench, int_at_least)
+    bench.add_argument("--index", default=None, metavar="PATH",
+                       help="also add this run's rows to the results index at PATH (e.g. "
+                            "benchmarks/results/index.jsonl); they always go to OUT/index.jsonl. A row of the same "
+                            "run id, policy, options and metric is replaced")
+    bench.add_argument("--run-id", default=None, metavar="ID",
+                       help="the run id of the index rows (default MODEL/SUITE/DTYPE-epN, e.g. "
+                            "qwen2.5-coder-1.5b/state-tracking/bf16-ep8): say what varies, never when")
     bench.add_argument("--no-resume", action="store_true", help="start over even if --out holds a run")
     bench.add_argument("--quiet", action="store_true", help="no progress bar")
     bench.set_defaults(func=_cmd_bench)

@@ -41,7 +41,7 @@ from typing import Any
 from rhea.eval.checkpoint import BenchError, read_rows
 from rhea.eval.environment import environment
 from rhea.eval.judge import same_judge
-from rhea.eval.report import RESULTS_FORMAT, describe_setting, progress_bar, scores_only, write_outputs
+from rhea.eval.report import RESULTS_FORMAT, describe_setting, progress_bar, read_results, results_file, scores_only, write_outputs
 
 JUDGE_DIR = "judge"
 RATINGS_FILE = "ratings.jsonl"
@@ -49,15 +49,16 @@ SUITE = "long-horizon"
 
 
 def read_run(out: str | Path) -> dict:
-    """``out/results.json`` of a finished long-horizon `rhea bench` run, checked (a `BenchError`
+    """``out/results.json`` (or ``results.json.gz``) of a finished long-horizon `rhea bench` run, checked (a `BenchError`
     says what is wrong and how to go on); nothing is loaded or written."""
-    path = Path(out) / "results.json"
+
+    path = results_file(out)
     if not path.is_file():
         raise BenchError(f"{path} does not exist: pass the --out folder of a finished `rhea bench --suite "
-                         "long-horizon` run (the folder holding results.json)")
+                         "long-horizon` run (the folder holding results.json or results.json.gz)")
     try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
+        results = read_results(path)
+    except (json.JSONDecodeError, EOFError, OSError) as e:
         raise BenchError(f"{path} is not valid JSON ({e}); restore it from git or rerun the benchmark") from None
     if not isinstance(results, dict) or results.get("format") != RESULTS_FORMAT:
         raise BenchError(f"{path} is not a `rhea bench` results file (format {RESULTS_FORMAT!r} expected)")

@@ -1,12 +1,65 @@
 """What a benchmark run writes for people: ``results.json``, ``summary.md`` (a policy × metric
 table, then each metric over episodes with a 95% bootstrap interval and the paired difference
 vs vanilla, from `rhea.eval.stats_report`) and PNGs of IAR / tokens / latency against the turn
-index, plus the suite metric by turn (and distance) with a 95% band over episodes."""
+index, plus the suite metric by turn (and distance) with a 95% band over episodes.
+
+The per-turn dump may also be stored gzipped as ``results.json.gz`` (the committed runs are):
+`results_file`, `read_results` and `write_results` accept both, and a folder that holds the
+gzipped form is rewritten in it.
+"""
 from __future__ import annotations
 
+import gzip
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
+
+#: The per-turn dump of a run, and its gzipped form.
+RESULTS_FILE = "results.json"
+RESULTS_FILE_GZ = "results.json.gz"
+
+
+def results_file(folder: str | Path) -> Path:
+    """The per-turn dump of the run in `folder`: ``results.json`` if there, else ``results.json.gz`` if there, else
+    the ``results.json`` path a run would write (which does not exist yet)."""
+    folder = Path(folder)
+    plain = folder / RESULTS_FILE
+    if not plain.is_file() and (folder / RESULTS_FILE_GZ).is_file():
+        return folder / RESULTS_FILE_GZ
+    return plain
+
+
+def read_results(path: str | Path) -> dict:
+    """The results dict in `path`: a run folder (`results_file`), a ``results.json`` or a ``results.json.gz``.
+
+    Raises `json.JSONDecodeError` for a file that is not JSON, `OSError` for one that cannot be read."""
+    path = Path(path)
+    if path.is_dir():
+        path = results_file(path)
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return json.load(f)
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_results(path: str | Path, results: dict) -> Path:
+    """Write `results` to `path` (gzipped when it ends in ``.gz``, with no timestamp, so equal results give equal
+    bytes), through a temporary file renamed over it: a reader sees the old file or the whole new one."""
+    path = Path(path)
+    text = json.dumps(results, indent=1, ensure_ascii=False, default=json_default)
+    data = gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0) if path.name.endswith(".gz") \
+        else text.encode("utf-8")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 #: The ``format`` field of every ``results.json`` that `rhea bench` writes (readers check it).
@@ -60,8 +113,7 @@ def write_outputs(results: dict, out: str | Path) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     results["statistics"] = stats_report.statistics(results)  # intervals over episodes, vs vanilla
-    written = [out / "results.json", out / "summary.md"]
-    written[0].write_text(json.dumps(results, indent=1, ensure_ascii=False, default=json_default))
+    written = [write_results(results_file(out), results), out / "summary.md"]
     written[1].write_text(summary_markdown(results))
     written.extend(plot_results(results, out))
     written.extend(stats_report.plot_bands(results, out))

@@ -9,7 +9,8 @@ decode). With `out=` it writes, as it goes:
 ``out/state/<policy>/<n>/``         per episode: ``rows.jsonl`` (one line per finished turn),
                                     ``session/`` (the ChatSession after the last finished
                                     turn) and ``done`` once the episode is complete
-``out/results.json``                every turn's row and each policy's aggregate metrics
+``out/results.json``                every turn's row and each policy's aggregate metrics (a folder
+                                    holding ``results.json.gz`` instead is read and rewritten in it)
 ``out/summary.md``                  a policy × metric table, then each metric over episodes with a
                                     95% bootstrap interval and the paired difference vs vanilla
 ``out/*.png``                       IAR / tokens / latency against the turn index
@@ -46,7 +47,8 @@ from rhea.errors import RheaConfigError
 from rhea.eval import environment as machine
 from rhea.eval.checkpoint import BenchError, check_config, environments_of
 from rhea.eval.episodes import run_batched, run_episode
-from rhea.eval.report import (RESULTS_FORMAT, describe_setting, json_default, progress_bar, scores_only,  # noqa: F401
+from rhea.eval.report import (RESULTS_FORMAT, describe_setting, json_default, progress_bar, read_results,  # noqa: F401
+                              results_file, scores_only,
                               write_outputs)  # RESULTS_FORMAT, write_outputs: part of this module's API
 from rhea.eval.suites import Suite, get_suite
 from rhea.eval.suites.base import mean
@@ -178,12 +180,12 @@ def run_suite(
 def _finished_in_results(out: Path, config: dict, episodes: Sequence) -> dict[str, dict]:
     """``{policy: its entry}`` of ``out/results.json`` for the policies whose every turn of these
     episodes it holds, when it was written by a run of `config`'s settings (else nothing)."""
-    path = out / "results.json"
+    path = results_file(out)
     if not path.is_file():
         return {}
     try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
+        saved = read_results(path)
+    except (json.JSONDecodeError, EOFError, OSError) as e:
         raise BenchError(f"{path} is not valid JSON ({e}); restore it from git or delete it to rerun "
                          "its policies") from None
     per_policy = ("policies", "policy_kwargs")

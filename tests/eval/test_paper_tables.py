@@ -169,3 +169,45 @@ def test_a_suite_found_twice_is_an_error_naming_both_runs(tmp_path, capsys):
                                "--variant", spec])
         assert why in capsys.readouterr().err
     assert not (tmp_path / "t.md").exists()
+
+
+def test_tables_from_the_results_index_equal_the_tables_from_the_dumps(tmp_path):
+    """The same run, rendered from its results.json.gz and from its index rows: every cell of ours agrees."""
+    import gzip
+
+    import pytest
+
+    from rhea.eval.results_index import read_index, rows_from_results
+    from tests.repo_scripts import load_script
+
+    from .test_eval_stats import _retention_results
+
+    paper_tables = load_script(PATH.parent / "paper_tables.py")
+    results = _retention_results()
+    from rhea.eval.stats_report import statistics
+
+    results["statistics"] = statistics(results)
+    results["format"] = "rhea-bench/1"
+    results["config"].update(model="tiny", dtype="float32")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json.gz").write_bytes(gzip.compress(json.dumps(results).encode()))
+    from_dumps = paper_tables.load_results(tmp_path / "run")
+    assert set(from_dumps) == {"instruction-retention"}, "a gzipped dump is found like a plain one"
+
+    from rhea.eval.results_index import write_index
+
+    write_index(tmp_path / "index.jsonl", rows_from_results(results, run_id="tiny/ir/fp32", date="2026-11-30"))
+    from_index = paper_tables.results_from_index(read_index(tmp_path / "index.jsonl"), ["tiny/ir/fp32"])
+    for policy in results["policies"]:
+        for key in ("iar", "context_tokens"):
+            assert paper_tables.ours(from_index, "instruction-retention", policy, key) == \
+                paper_tables.ours(from_dumps, "instruction-retention", policy, key)
+            assert paper_tables.versus(from_index, "instruction-retention", policy, key) == \
+                paper_tables.versus(from_dumps, "instruction-retention", policy, key)
+    with pytest.raises(SystemExit, match="no rows of that run"):
+        paper_tables.results_from_index(read_index(tmp_path / "index.jsonl"), ["other/run"])
+    with pytest.raises(SystemExit):
+        paper_tables.main(["--index", str(tmp_path / "index.jsonl"), "--out", str(tmp_path / "t")])  # no --run
+    assert paper_tables.main(["--index", str(tmp_path / "index.jsonl"), "--run", "tiny/ir/fp32",
+                              "--out", str(tmp_path / "t")]) == 0
+    assert "| vanilla |" in (tmp_path / "t.md").read_text()
