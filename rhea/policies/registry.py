@@ -18,6 +18,8 @@ PLUGIN_MODULES = (
     "rhea.agents.ace",
     "rhea.agents.context_agent",
     "rhea.agents.acr",
+    "rhea.peers.kvpress_policy",
+    "rhea.peers.llmlingua_policy",
 )
 
 
