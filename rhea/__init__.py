@@ -11,7 +11,7 @@ The names below are imported on first use, so that ``import rhea`` stays cheap (
 
 The package reads top-down (see docs/ARCHITECTURE.md): `session` and `eval` drive
 `policies`, which use `memory` and `context`; `modeling` and `backends` sit below them. The
-agent methods sit above `eval`; this module is where they join the policy registry
+agent methods and the peer methods (`rhea.peers`: kvpress, LLMLingua) sit above `eval`; this module is where they join the policy registry
 (`POLICY_MODULES`).
 """
 from __future__ import annotations
@@ -42,6 +42,8 @@ POLICY_MODULES = (
     "rhea.agents.ace",
     "rhea.agents.context_agent",
     "rhea.agents.acr",
+    "rhea.peers.kvpress_policy",
+    "rhea.peers.llmlingua_policy",
 )
 
 __all__ = ["__version__", "POLICY_MODULES", *_LAZY]

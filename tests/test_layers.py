@@ -24,7 +24,7 @@ LAYERS = [
     ["rhea.policies"],
     ["rhea.session"],
     ["rhea.eval"],
-    ["rhea.agents"],
+    ["rhea.agents", "rhea.peers"],
     ["rhea.training"],
     ["rhea.serve", "rhea.cli"],
 ]
