@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.rhea-installed
 
-.PHONY: install install-qwen install-browser peers demo test test-fast bench-kernels clean
+.PHONY: install install-qwen install-browser peers demo test test-fast docs bench-kernels clean
 
 # (Re)install when packaging or C++ sources change. torch first, pinned: the local CPU wheel.
 $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h)
@@ -49,8 +49,12 @@ test: install
 test-fast: install
 	$(PY) -m pytest -q -n 2 -m "not integration and not slow"
 
+# The documentation site (mkdocs.yml) into site/; --strict fails on a broken link or API page.
+docs: install
+	$(VENV)/bin/mkdocs build --strict
+
 bench-kernels: install
 	$(PY) benchmarks/kernel_ops.py
 
 clean:
-	rm -rf $(VENV) $(PEERS) build *.egg-info rhea_kernels/*.so
+	rm -rf $(VENV) $(PEERS) build site *.egg-info rhea_kernels/*.so

@@ -1,6 +1,6 @@
 """ACE vs the paper's baselines (Vanilla, single-step RAG, retrieve-every-round) on multi-hop QA.
 
-The paper's setting is the default (docs/fidelity.md, section ACE): k = 5 agents voting with
+The paper's setting is the default (docs/reports/fidelity.md, section ACE): k = 5 agents voting with
 generated replies to the paper's decision prompt, round 1 RETRIEVE without a vote, the search
 query written by the model from the working memory, N = 1..8 rounds (Table 2's range; one run
 per question yields every N through `answers_by_round`). Baselines on the same model and

@@ -48,14 +48,14 @@ numbers only show the pipeline runs):
     flock /tmp/rhea-heavy.lock nice -n 10 .venv/bin/python benchmarks/acr.py --n-test 2 --n-train 2 \\
         --iterations 1 --sweep-n 1 --out benchmarks/results/acr-smoke
 
-Prompt-only run on the capable model, CPU (docs/fidelity.md, ## ACR, "Runs"):
+Prompt-only run on the capable model, CPU (docs/reports/fidelity.md, ## ACR, "Runs"):
 
     python benchmarks/acr.py --model qwen2.5-coder-1.5b --device cpu --threads 1 --tasks babi \\
         --babi ../shared/data/babi_en_1k/qa2_two-supporting-facts_test.txt \\
         ../shared/data/babi_en_1k/qa3_three-supporting-facts_test.txt \\
         --settings none,prompt-only --n-test 30 --sweep-n 0 --out benchmarks/results/acr_qwen_babi_cpu
 
-GPU run on the capable model (docs/fidelity.md, ## ACR):
+GPU run on the capable model (docs/reports/fidelity.md, ## ACR):
 
     python benchmarks/acr.py --model qwen2.5-coder-1.5b --setting paper --n-test 200 --n-train 1200 \\
         --iterations 6 --sweep-n 20 --out benchmarks/results/acr-qwen

@@ -2,7 +2,7 @@
 what they give back in prompt reuse, on real multi-session conversations.
 
 `rhea` re-decides every earlier turn's tier for each query, so its prompt changes after the instruction block and
-the session's prefix KV cache reuses little of it (docs/quality.md, "Efficiency with the trained adapters": 22% of the
+the session's prefix KV cache reuses little of it (docs/reports/quality.md, "Efficiency with the trained adapters": 22% of the
 prompt on Qwen2.5-Coder-1.5B against vanilla's 97%). With ``replan_every`` k a plan is kept for up to k - 1 more
 queries (newer turns appended raw), and with ``replan_top`` m the query is still scored, and each of its m best turns
 that a fresh plan would show raw but the kept plan hides is recalled raw after the newest turn

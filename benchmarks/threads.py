@@ -6,7 +6,7 @@ and answers the scripted demo conversation (`rhea.session.demo.SCRIPT`, policy `
 machine load hits them alike. Per run it records each turn's seconds (plan + prefill + decode
 + compressing the reply), the replies (greedy: they must match across settings) and the load
 average. `rhea chat` / `rhea bench` default to the fastest setting measured here (see
-docs/session.md, "Threads").
+docs/guides/sessions-and-policies.md, "Threads").
 
     nice -n 10 .venv/bin/python benchmarks/threads.py --repeats 3
     # -> benchmarks/results/threads.json and .png

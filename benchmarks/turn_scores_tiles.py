@@ -2,7 +2,7 @@
 shape, how far `launch_config`'s choice is from the best, and how close both come to the memory
 roofline (the device's measured copy bandwidth).
 
-    python benchmarks/turn_scores_tiles.py                        # the shapes of docs/kernels.md, ~70 s
+    python benchmarks/turn_scores_tiles.py                        # the shapes of docs/guides/kernels.md, ~70 s
     python benchmarks/turn_scores_tiles.py --shapes 1,512,8,4096 64,512,8,4096
     python benchmarks/turn_scores_tiles.py --quick                # 3 shapes, 4 sweep configs each
     python benchmarks/turn_scores_tiles.py --center               # centred calls (the fp32 `ieee` dot only)

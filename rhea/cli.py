@@ -33,7 +33,7 @@ USER_ERRORS = (RheaError, FileExistsError)
 
 #: Commands that decode one sequence at a time. With one torch thread a chat turn took a median
 #: 6.0 s against 38.6 s with the default (one per core) on the shared 2-core machine, with
-#: identical replies (benchmarks/threads.py; docs/session.md, "Threads"), so they default to one
+#: identical replies (benchmarks/threads.py; docs/guides/sessions-and-policies.md, "Threads"), so they default to one
 #: unless --threads or OMP_NUM_THREADS says otherwise.
 SINGLE_SEQUENCE_COMMANDS = ("chat", "bench")
 

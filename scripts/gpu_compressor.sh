@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Train a zoo model's compressor on a lent GPU: stage its GGUF in pieces, assemble it, train, bring the weights
-# back (docs/gpu.md, "Compressor training on a lent GPU"). One subcommand per device call; the machine
+# back (docs/reports/gpu.md, "Compressor training on a lent GPU"). One subcommand per device call; the machine
 # keeps /root only while warm (about 30 s after each call), so make the calls back to back.
 #
 #   bash scripts/gpu_compressor.sh piece STAGE_DIR            # the carried pieces of STAGE_DIR -> $STAGED; status

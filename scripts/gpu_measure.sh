@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The kernel and training measurements that need a GPU, in one device call of 4-8 minutes (docs/gpu.md, "One call").
+# The kernel and training measurements that need a GPU, in one device call of 4-8 minutes (docs/reports/gpu.md, "One call").
 #
 #   bash scripts/gpu_measure.sh OUTDIR [TOKENIZER_DIR]
-#   PACK=$OUT/results.tar.gz bash scripts/gpu_measure.sh /tmp/gm .gpu/tok     # the device call (docs/gpu.md)
+#   PACK=$OUT/results.tar.gz bash scripts/gpu_measure.sh /tmp/gm .gpu/tok     # the device call (docs/reports/gpu.md)
 #   STEPS="tests_kernels attention" bash scripts/gpu_measure.sh /tmp/gm       # a subset
 #
 # Steps (STEPS, default all), each under its own time limit so one hang cannot eat the others':

@@ -3,7 +3,7 @@
 A training snapshot (``scripts/train_compressor.py --snapshot-dir``: bf16 trainable weights,
 ``state.json``, ``curve.jsonl``) must be committed so that the next session continues the run.
 But the working tree travels with every call to the GPU machine and counts towards its 64 MiB
-(docs/gpu.md): a 15 MB SmolLM2 snapshot cost staging three extra calls, and a Qwen2.5-Coder-1.5B
+(docs/reports/gpu.md): a 15 MB SmolLM2 snapshot cost staging three extra calls, and a Qwen2.5-Coder-1.5B
 one (~50 MB at r=16 on all linear layers) would not fit beside the tree at all. So a snapshot is
 *parked*: committed once under ``checkpoints/NAME/``, then removed from the tree in a second
 commit that records the first in ``checkpoints/parked.json`` (commit, each file's size and

@@ -38,7 +38,7 @@ renamed into place only when the size and SHA-256 match) and installs the result
 
 Errors are named (`StagingError` for bad arguments or a missing manifest,
 `rhea.errors.CorruptModelFileError` when the pieces or the result do not match) and raised
-before anything is written. The command sequence for the GPU machine is in docs/gpu.md.
+before anything is written. The command sequence for the GPU machine is in docs/reports/gpu.md.
 """
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ def _check_thresholds(args, policies: list[str]) -> None:
 
 
 #: the offline judge `rhea bench` uses for long-horizon when it is installed and no other is named
-#: (its agreement with MT-Bench's references is measured in docs/evaluation.md)
+#: (its agreement with MT-Bench's references is measured in docs/guides/evaluation.md)
 DEFAULT_LOCAL_JUDGE = "qwen2.5-coder-1.5b"
 
 
@@ -104,7 +104,7 @@ def _resolve_judge(args, command: str = "bench"):
     args.judge_local = resolve_local_judge(asked, judge_url=args.judge_url)
     if asked == "auto" and args.judge_local is not None:
         print(f"rhea {command}: long-horizon replies are judged offline by {DEFAULT_LOCAL_JUDGE} (agreement with "
-              "MT-Bench's references 0.69 [0.50, 0.85], docs/evaluation.md); --judge-local none skips the ratings, "
+              "MT-Bench's references 0.69 [0.50, 0.85], docs/guides/evaluation.md); --judge-local none skips the ratings, "
               "--judge-url names an endpoint instead.", file=sys.stderr)
     if not args.judge_url:
         return None
@@ -163,7 +163,7 @@ def _add_judge_arguments(parser, int_at_least) -> None:
     parser.add_argument("--judge-direct", action="store_true",
                         help="a local judge rates without writing an explanation: the probability-weighted mean of its "
                              "ratings 1-10 after FastChat's prompt and 'Rating: [[', one prefill per rating "
-                             "(docs/evaluation.md gives its agreement)")
+                             "(docs/guides/evaluation.md gives its agreement)")
 
 
 def _cmd_bench(args) -> int:

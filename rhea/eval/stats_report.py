@@ -218,7 +218,7 @@ def statistics_markdown(stats: Mapping[str, Any]) -> str:
                   + ": the episodes of a batch share each turn's time, so the unit of a latency is the batch, "
                   "not the episode: its interval is over batches (none with one batch) and it is not paired "
                   "episode by episode. Time policies against each other with the benchmarks "
-                  "(docs/session.md)."]
+                  "(docs/guides/sessions-and-policies.md)."]
     if stats.get("rules"):
         policies = list(stats["policies"])
         lines += ["", "Pass rate of each rule (0-10; strict / loose; the interval is over the episodes "

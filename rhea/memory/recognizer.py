@@ -443,7 +443,7 @@ class HashedNgramClassifier:
 
     Trained by full-batch gradient descent from zero weights, so the same data always gives
     the same model (no randomness anywhere). Measured to transfer worse across sources than
-    the embedding head (docs/session.md); kept as the no-extra-model option.
+    the embedding head (docs/guides/sessions-and-policies.md); kept as the no-extra-model option.
 
     >>> clf = HashedNgramClassifier.fit(["from now on use French", "what is 2+2?"], [1, 0])
     >>> clf("always answer in French from now on") > clf("what is 3+3?")

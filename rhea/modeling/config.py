@@ -33,7 +33,7 @@ FIDELITY_MIN_CONTROL_GAP = 0.0
 #: (`fact_recall_passes`). Reconstruction alone can pass while the answers through the latents are invented:
 #: Qwen2.5-Coder-1.5B's shipped compressor reconstructs 0.96 of held-apart tokens but answers 0.42 of the facts
 #: (raw 0.80), and with its latents in the prompt state-tracking answers turned into generic values
-#: (docs/quality.md, "Eight episodes: state tracking")
+#: (docs/reports/quality.md, "Eight episodes: state tracking")
 FACT_RECALL_MIN_RATIO = 0.6
 FACT_RECALL_MIN_MARGIN = 0.25
 FACT_RECALL_KEYS = ("latent", "raw", "dropped", "n", "measured_on")
@@ -173,11 +173,11 @@ class RheaConfig:
     max_raw: int = 10
     max_latent: int = 8
     #: the last `recent_raw` turns are raw text whatever their scores (budget mode: on top of `max_raw`); 3 measured
-    #: best on real conversations (docs/quality.md, Retrieval): it keeps the needed turn when it is recent
+    #: best on real conversations (docs/reports/quality.md, Retrieval): it keeps the needed turn when it is recent
     recent_raw: int = 3
     #: re-decide the earlier turns' tiers at most every `replan_every` turns (1 = every turn, the paper's HCR); in
     #: between, the last plan's tiers stay and newer turns are appended raw, so the prompt only grows and the
-    #: session's prefix KV cache reuses it (docs/session.md, "Re-planning every few turns"). A change of the
+    #: session's prefix KV cache reuses it (docs/guides/sessions-and-policies.md, "Re-planning every few turns"). A change of the
     #: instruction block re-plans at once. 8: on Qwen2.5-Coder-1.5B it prefills 2.4x fewer tokens a turn than
     #: per-turn plans with IAR and state-tracking accuracy within their paired intervals
     replan_every: int = 8
@@ -191,11 +191,11 @@ class RheaConfig:
     #: compress a reply in consecutive pieces of at most this many tokens, `n_mem` latents each (ICAE's long-context
     #: use; a turn's latent then holds ceil(tokens / compress_chunk_tokens) x n_mem rows), so a compressor trained on
     #: chunks of this length sees replies of the length it was trained and measured on; None = the whole reply into
-    #: one block of `n_mem` (docs/compressor.md, "Whole replies")
+    #: one block of `n_mem` (docs/reports/compressor.md, "Whole replies")
     compress_chunk_tokens: int | None = None
     #: an order signal for a reply compressed in pieces: P learned offsets, one per piece index, added to the `<mem>`
     #: read-out queries of piece i (piece i >= P uses offset P - 1), so the blocks of one reply differ by where the
-    #: piece sits, not only by its words; 0 = none (every piece compressed as if it were the first; docs/compressor.md,
+    #: piece sits, not only by its words; 0 = none (every piece compressed as if it were the first; docs/reports/compressor.md,
     #: "Whole replies"). Only read when replies are compressed in pieces (`compress_chunk_tokens`)
     compress_piece_embeddings: int = 0
     #: "auto": the latent tier is on only when `fidelity` meets the target (rhea.memory.scoring); "on" / "off" force it
@@ -213,7 +213,7 @@ class RheaConfig:
     #: option), "norm" (subtract a learned centre, rescale each slot to the token-embedding norm) or "projector"
     #: ("norm" followed by a learned linear map into the embedding space, identity-initialised) or "deep"
     #: ("projector", plus a per-layer low-rank term of the latent added to every decoder layer's input
-    #: at the slots, zero at initialisation: each layer's keys/values at a slot read the latent; docs/compressor.md)
+    #: at the slots, zero at initialisation: each layer's keys/values at a slot read the latent; docs/reports/compressor.md)
     #: or "states" (the compress pass's own hidden state at each `<mem>` slot, at the input of every decoder
     #: layer, is stored with the latent and replaces the generate pass's slot state at that layer, as
     #: 500xCompressor hands the decoder the compressed tokens' per-layer K/V; the latent is then

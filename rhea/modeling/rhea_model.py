@@ -217,13 +217,13 @@ class RheaForCausalLM(nn.Module):
         self.anchor_attention_registered = False
         #: `generate` decodes through weights with the generate LoRA folded in (see `merged`) instead of
         #: running each layer's low-rank branch: the same tokens, one cached copy of the adapted weights
-        #: in memory. None (default) = on CUDA where the copy fits (docs/gpu.md: 2.05x -> 1.12x
+        #: in memory. None (default) = on CUDA where the copy fits (docs/reports/gpu.md: 2.05x -> 1.12x
         #: the base model per token on an H100); True / False force it.
         self.decode_merged: bool | None = None
         #: `generate` runs the linear layers of its decoding steps (1-16 rows: one token per sequence; one
         #: row only on layers of >= 1M weights) through `rhea_kernels.decode_linear`, the C++ kernel built for
         #: that shape, and leaves the prompt's prefill to BLAS. None (default) = on a CPU with fp32 weights where
-        #: the extension has the kernel (docs/kernels.md: Qwen2.5-1.5B's decoding step 1.74x faster than MKL at
+        #: the extension has the kernel (docs/guides/kernels.md: Qwen2.5-1.5B's decoding step 1.74x faster than MKL at
         #: batch 1 and 2.71x at batch 8 on this project's AVX2 CPU); True / False force it.
         self.decode_kernel: bool | None = None
         self._merged_cache: dict[str, tuple[tuple, list]] = {}

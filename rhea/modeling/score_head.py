@@ -2,7 +2,7 @@
 
 A compressor trained to reconstruct (``scripts/train_compressor.py``) writes latents the decoder can read
 back, but their final states, cosine-compared as they are, do not say which turn a question needs
-(docs/compressor.md: ``rhea calibrate`` misses its targets on them). `ScoreHead` is a linear map, trained
+(docs/reports/compressor.md: ``rhea calibrate`` misses its targets on them). `ScoreHead` is a linear map, trained
 contrastively on real (question, reply) pairs with everything else frozen (``scripts/train_score_head.py``,
 `rhea.training.score_head`), from a chosen set of the latent's per-layer blocks to ``RheaConfig.score_head``
 dimensions; ``RheaForCausalLM.score_view`` applies it, so the policy, ``rhea calibrate`` and the retrieval

@@ -236,7 +236,7 @@ class ZooModel:
     source: PackagedGGUF | SplitGGUF
     #: facts shown by ``rhea models list`` (architecture, layers, hidden size, ...)
     facts: dict = field(default_factory=dict)
-    #: dtype `load_rhea_model` uses when the caller gives none (measured choice; see docs/models.md);
+    #: dtype `load_rhea_model` uses when the caller gives none (measured choice; see docs/guides/models.md);
     #: "bfloat16" falls back to float32 on a device without native bf16 (`default_dtype`)
     dtype: str = "float32"
 

@@ -2,7 +2,7 @@
 
 Stateless: every request carries the whole message list and the server rebuilds the
 conversation from it; what is expensive (reply latents, recognizer verdicts, embeddings, the
-instruction block's keys/values) is cached by content. See docs/serving.md.
+instruction block's keys/values) is cached by content. See docs/guides/serving.md.
 """
 from rhea.serve.errors import APIError, ModelNotFoundError, QueueFullError, ServeConfigError
 

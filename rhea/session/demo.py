@@ -41,7 +41,7 @@ NAME = "Captain"
 # ceiling, latents between), without the window of recent turns the default adds (a six-turn script would keep
 # every turn raw under it), so each tier shows. The score is the library's dense one (MiniLM cosine of the query and
 # the turn's text): the shipped compressor is trained to carry a reply, and its own latents rank related turns
-# worse than that (docs/calibration.md). Floor and ceiling are the demo's: with the library's (0.05 / 0.6) the
+# worse than that (docs/guides/calibration.md). Floor and ceiling are the demo's: with the library's (0.05 / 0.6) the
 # six-turn script keeps every turn, and the follow-up's turn as text.
 # The latent tier is on whatever the compressor's measured fidelity: the demo is there to show it. Under the default
 # (latent_tier="auto") a compressor below the fidelity target keeps such turns as text; the demo prints which applies.
@@ -143,7 +143,7 @@ def run_demo(model_name: str = "smollm2-135m", *, max_new_tokens: int = 32, echo
         echo("NOTE: this model's compress/generate adapters are UNTRAINED: its scores and latents are noise.")
     # The paper's HCR: the compressor's latent scores against the calibrated thresholds, so each decision
     # has a margin to show. The library's default ranks turns by fused MiniLM + BM25 under a raw-turn budget
-    # (docs/quality.md, "Retrieval"); on a six-turn chat a budget keeps everything, so the demo would show nothing.
+    # (docs/reports/quality.md, "Retrieval"); on a six-turn chat a budget keeps everything, so the demo would show nothing.
     chat = ChatSession(model, policy=DEFAULT_POLICY, max_new_tokens=max_new_tokens, policy_kwargs=DEMO_POLICY)
     policy = chat.policy
     tau_low, tau_high, scored = demo_thresholds(policy)

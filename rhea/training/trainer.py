@@ -2,7 +2,7 @@
 
 Works unchanged on one CPU, under ``torchrun``/``accelerate launch`` (DDP), and under FSDP2
 (``configs/accelerate/fsdp.yaml``, also on CPU processes); the DeepSpeed configs are untested
-(docs/training.md says which paths are tested and how). Every ``save_every`` optimizer steps it
+(docs/guides/training.md says which paths are tested and how). Every ``save_every`` optimizer steps it
 writes a checkpoint (trainable weights, optimizer, scheduler, RNG, data position) from which
 ``run.resume_from`` continues the same loss curve.
 

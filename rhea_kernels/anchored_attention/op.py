@@ -48,7 +48,7 @@ def _use_split(q, k) -> bool:
 
     ``auto`` takes the split route only where its passes run on cuDNN's attention (the kernel
     SDPA itself picks on an H100) and N >= AUTO_SPLIT_MIN_N; over the FA2 flash op the split
-    route measured slower than the Triton kernel (docs/kernels.md), so there ``auto`` stays on
+    route measured slower than the Triton kernel (docs/guides/kernels.md), so there ``auto`` stays on
     Triton. ``split`` forces it for every eligible input.
     """
     route = cuda_route()

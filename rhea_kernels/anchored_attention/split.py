@@ -181,7 +181,7 @@ def _flash_bwd(do, q, k, v, o, lse, causal: bool, scale: float):
 
 # ------------------------------------------------------------ cuDNN backend
 #
-# Measured on an H100 (torch 2.11.0+cu130, docs/kernels.md): SDPA without a mask picks cuDNN's
+# Measured on an H100 (torch 2.11.0+cu130, docs/guides/kernels.md): SDPA without a mask picks cuDNN's
 # fused attention there, ~580 TFLOP/s forward at N=16k, D=128, while the flash op above (FA2)
 # runs ~330, as does the Triton kernel: the split route over FA2 was 1.7-2.1x SDPA. The same two
 # passes over cuDNN's op keep the ceiling's kernel. ``aten::_scaled_dot_product_cudnn_attention(

@@ -4,7 +4,7 @@
   (C++ entry ``csrc/decode_linear.cpp`` on CPU; the reference elsewhere). On a CPU, a decoding
   step's product of a few rows (one token per sequence) by a weight matrix is where BLAS is
   weakest: MKL's sgemm at 8 rows ran Qwen2.5-1.5B's MLP projections at a fraction of the
-  memory bandwidth one row's GEMV reaches (`benchmarks/decode_linear.py`, docs/kernels.md).
+  memory bandwidth one row's GEMV reaches (`benchmarks/decode_linear.py`, docs/guides/kernels.md).
 * `decode_linears(module, min_rows=1, max_rows=16)`: inside the block, every plain ``nn.Linear``
   of `module` with fp32 CPU weights sends calls of `min_rows` to `max_rows` rows (and no
   autograd) to the op, one row only for a layer of at least ``ONE_ROW_MIN_WEIGHTS`` weights (on a
@@ -26,7 +26,7 @@ from rhea_kernels.decode_linear.op import OP
 
 #: rows (tokens x sequences) from which and up to which `decode_linears` routes a call to the op: a decoding
 #: step of 1 to 16 sequences; a prompt's prefill (more rows) stays with BLAS (benchmarks/decode_linear.py,
-#: docs/kernels.md)
+#: docs/guides/kernels.md)
 MIN_ROWS, MAX_ROWS = 1, 16
 #: a call of one row goes to the op only for a layer with at least this many weights: on Qwen2.5-1.5B's layers
 #: of 2.4M weights and more the op's one-row loop (8 weight rows at a time) streamed 1.5-2.4x faster than BLAS's

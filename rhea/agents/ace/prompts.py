@@ -5,7 +5,7 @@ Think? An Agentic Approach for Context Evolution", arXiv 2601.08747), word for w
 own placeholders {Q} (the question) and {M_i} (the working memory: the question, the passages
 retrieved so far and the (sub-query, answer) thoughts). The paper prints no other prompt:
 f_R, f_T (Eq. 5, 7) and f_A (Eq. 9) are described only, so the other four prompts below are
-our renderings of those descriptions (docs/fidelity.md, section ACE).
+our renderings of those descriptions (docs/reports/fidelity.md, section ACE).
 
 >>> msgs = decision_messages(WorkingMemory("Where is the milk?"))
 >>> msgs[0]["content"].startswith("You are an expert question-answering system. Based on the original question Where is the milk?")

@@ -1,5 +1,5 @@
 """Where a new user message goes: topic attribution, then branch management (paper §3.3,
-as the authors' released code carries it out; docs/fidelity.md, section Context-Agent).
+as the authors' released code carries it out; docs/reports/fidelity.md, section Context-Agent).
 
 1. Topic. ``topic_mode="per-path"`` (the reference): every leaf path (root -> leaf summaries)
    is asked in turn, the current tree's first and then the others oldest first, "does the
@@ -83,7 +83,7 @@ class NavigatorConfig:
     """Defaults are the reference's: k = 3 retrieved nodes, a 0.6 similarity gate, every leaf path
     asked, whole-path summaries, CONTINUE when a branch reply cannot be read. `topic_threshold`
     (0.2) is ours: the reference has no embedding fallback for topics (an unreadable reply is "no");
-    0.2 is where MiniLM-only decisions switch topic as often as TopiOCQA's gold segments (docs/fidelity.md)."""
+    0.2 is where MiniLM-only decisions switch topic as often as TopiOCQA's gold segments (docs/reports/fidelity.md)."""
 
     top_k: int = 3
     topic_threshold: float = 0.2

@@ -12,7 +12,7 @@ From the Sculptor paper's appendix D (arXiv 2508.04664):
 The paper prints tool names in code font; the prompts below keep its backticks (PI-LLM) and
 quotes (NeedleBench) as printed. The other prompts here (`TOOL_FORMAT_TEMPLATE`, the budget,
 nudge and malformed-call messages) have no counterpart in the paper: they are the loop's
-plumbing for models without native tool calling (see docs/fidelity.md, Sculptor).
+plumbing for models without native tool calling (see docs/reports/fidelity.md, Sculptor).
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Names, descriptions, parameters, defaults, limits and `required` lists are the Sculptor
 paper's appendix H (Figures 14-19, arXiv 2508.04664), word for word. The id examples read
 'f1a2b3' / 's1a2b3' where the extracted text shows 'fla2b3' / 'sla2b3' (an 'l' for a '1').
-Two places differ, see docs/fidelity.md (Sculptor):
+Two places differ, see docs/reports/fidelity.md (Sculptor):
 
 - Figure 17 (`summarize_fragment`) is cut off after the `focus` property in the paper; its
   `required` list is not printed. Both properties are required here (a summary needs its focus).

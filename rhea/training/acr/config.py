@@ -15,7 +15,7 @@ class TGSEConfig:
     """Every TGSE setting (YAML keys of ``rhea train-acr --config``)."""
 
     # Defaults are the paper's settings (appendix A.1, A.3, B.3); `cpu_demo()` is the small
-    # configuration the tests and the CPU benchmark run. docs/fidelity.md (## ACR) maps each key
+    # configuration the tests and the CPU benchmark run. docs/reports/fidelity.md (## ACR) maps each key
     # to the paper.
     #: where state.json, pools/, adapters/ and best/ go
     output_dir: str = "acr-tgse"
