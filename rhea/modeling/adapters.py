@@ -58,11 +58,13 @@ class LoraAdapters:
 
     >>> from rhea.testing import tiny_rhea
     >>> lora = LoraAdapters(tiny_rhea().peft_model)
-    >>> with lora.use("compress"):
-    ...     lora.active()
-    'compress'
     >>> lora.active()
+    'compress'
+    >>> with lora.use("generate"):
+    ...     lora.active()
     'generate'
+    >>> lora.active()
+    'compress'
     """
 
     #: the default (decode_merged None) builds the merged copy only while this share of the GPU's

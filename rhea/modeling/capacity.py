@@ -19,16 +19,32 @@ from rhea.modeling.adapters import ADAPTERS
 
 
 def resized_slots(slots: torch.Tensor, n_mem: int) -> nn.Parameter:
-    """`slots` (``[old, hidden]``) as `n_mem` rows: row ``i`` is old row ``i mod old`` (trained rows kept,
-    new ones copied from them), with the same ``requires_grad``."""
+    """`slots` (``[old, hidden]``) as `n_mem` rows, with the same ``requires_grad``.
+
+    Slot ``i < min(old, new)`` keeps its trained embedding; a new slot ``i >= old`` starts as a copy of slot
+    ``i mod old`` (the compress pass reads it at another position, so its state differs from the original's
+    at once), which keeps a trained compressor's read-out instead of starting the new slots from scratch.
+
+    >>> resized_slots(torch.tensor([[1.0], [2.0]]), 3).flatten().tolist()
+    [1.0, 2.0, 1.0]
+    """
     rows = slots.detach()[torch.arange(n_mem, device=slots.device) % slots.shape[0]].clone()
     return nn.Parameter(rows, requires_grad=slots.requires_grad)
 
 
 def resized_piece_offsets(offsets: torch.Tensor | None, n: int, *, hidden: int, dtype: torch.dtype,
                           device: torch.device, requires_grad: bool) -> nn.Parameter | None:
-    """`offsets` (``[old, hidden]`` or None) as `n` rows: offset ``i < old`` kept, a new one a copy of the
-    old last offset (or zero when there was none); None for ``n = 0``."""
+    """`offsets` (``[old, hidden]`` or None) as `n` rows; None for ``n = 0``.
+
+    Offset ``i`` below the old count keeps its trained value; a new one starts as a copy of the old last
+    offset (which piece ``i`` used before), or zero when there was none, so every piece is compressed
+    exactly as before until training moves them.
+
+    >>> grown = resized_piece_offsets(torch.tensor([[1.0], [2.0]]), 3, hidden=1, dtype=torch.float32,
+    ...                               device=torch.device("cpu"), requires_grad=True)
+    >>> grown.flatten().tolist()
+    [1.0, 2.0, 2.0]
+    """
     if n == 0:
         return None
     rows = torch.zeros(n, hidden, dtype=dtype, device=device)

@@ -1,6 +1,7 @@
 """How latents enter the generate pass: the latent projector (`LatentInjector`) and the hooks that write
 latents into the `<mem>` slots.
 
+* `add_mem_token` gives the tokenizer the `<mem>` placeholder and the embeddings its row.
 * `embed_latents` puts one (projected) latent row into each `<mem>` placeholder's input embedding, in
   order -- the LLaVA convention for image features.
 * `deep_latents` (``latent_injection="deep"`` / ``"states"``) also writes them into the slot's residual
@@ -26,6 +27,32 @@ from rhea.errors import LatentMismatchError, RheaConfigError
 DEEP_RANK = 64
 #: injection modes with a `LatentInjector` (``"raw"`` feeds the final hidden states as they are)
 INJECTOR_MODES = ("norm", "projector", "deep", "states")
+
+
+def add_mem_token(base: nn.Module, tokenizer) -> int:
+    """Add `<mem>` to the tokenizer (special, atomic) and give it an embedding row.
+
+    The row is the mean of the existing vocabulary embeddings: deterministic on every load
+    (``mean_resizing=True`` would draw random rows). Returns the token id.
+    """
+    from tokenizers import AddedToken
+
+    if MEM_TOKEN not in tokenizer.get_vocab():
+        tokenizer.add_tokens([AddedToken(MEM_TOKEN, special=True, normalized=False)], special_tokens=True)
+    mem_id = tokenizer.convert_tokens_to_ids(MEM_TOKEN)
+    emb = base.get_input_embeddings()
+    old_rows = emb.weight.shape[0]
+    if mem_id >= old_rows:
+        base.resize_token_embeddings(mem_id + 1, mean_resizing=False)
+        with torch.no_grad():
+            weight = base.get_input_embeddings().weight
+            weight[old_rows:] = weight[:old_rows].float().mean(0).to(weight.dtype)
+            out = base.get_output_embeddings()
+            if out is not None and out.weight.data_ptr() != weight.data_ptr():
+                out.weight[old_rows:] = out.weight[:old_rows].float().mean(0).to(out.weight.dtype)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return mem_id
 
 
 class LatentInjector(nn.Module):
@@ -291,5 +318,5 @@ def forward_kwargs(module: nn.Module, extra: dict):
         handle.remove()
 
 
-__all__ = ["DEEP_RANK", "INJECTOR_MODES", "LatentInjector", "check_hooks_survive_recompute", "decoder_layers",
+__all__ = ["DEEP_RANK", "INJECTOR_MODES", "LatentInjector", "add_mem_token", "check_hooks_survive_recompute", "decoder_layers",
            "deep_latents", "embed_latents", "embedding_norm", "forward_kwargs", "record_slot_states"]

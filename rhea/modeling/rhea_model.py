@@ -29,39 +29,13 @@ from rhea.modeling import capacity, checkpoint, projector
 from rhea.modeling.adapters import ADAPTERS, LoraAdapters, check_adapter, lora_config, quiet_peft
 from rhea.modeling.checkpoint import INJECTOR_WEIGHTS_NAME, MEM_WEIGHTS_NAME, TOKENIZER_DIR, text_config
 from rhea.modeling.config import CONFIG_NAME, RheaConfig
-from rhea.modeling.projector import LatentInjector
+from rhea.modeling.projector import LatentInjector, add_mem_token
 from rhea.modeling.score_head import SCORE_HEAD_WEIGHTS_NAME, ScoreHead
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position ids that ignore left padding, so a padded row computes exactly as if unpadded."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-
-
-def add_mem_token(base: nn.Module, tokenizer) -> int:
-    """Add `<mem>` to the tokenizer (special, atomic) and give it an embedding row.
-
-    The row is the mean of the existing vocabulary embeddings: deterministic on every load
-    (``mean_resizing=True`` would draw random rows). Returns the token id.
-    """
-    from tokenizers import AddedToken
-
-    if MEM_TOKEN not in tokenizer.get_vocab():
-        tokenizer.add_tokens([AddedToken(MEM_TOKEN, special=True, normalized=False)], special_tokens=True)
-    mem_id = tokenizer.convert_tokens_to_ids(MEM_TOKEN)
-    emb = base.get_input_embeddings()
-    old_rows = emb.weight.shape[0]
-    if mem_id >= old_rows:
-        base.resize_token_embeddings(mem_id + 1, mean_resizing=False)
-        with torch.no_grad():
-            weight = base.get_input_embeddings().weight
-            weight[old_rows:] = weight[:old_rows].float().mean(0).to(weight.dtype)
-            out = base.get_output_embeddings()
-            if out is not None and out.weight.data_ptr() != weight.data_ptr():
-                out.weight[old_rows:] = out.weight[:old_rows].float().mean(0).to(out.weight.dtype)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return mem_id
 
 
 class RheaForCausalLM(nn.Module):
@@ -258,14 +232,10 @@ class RheaForCausalLM(nn.Module):
 
     # ------------------------------------------------------------------ capacity (rhea.modeling.capacity)
     def resize_mem_slots(self, n_mem: int) -> None:
-        """Change the number of `<mem>` read-out slots of a (trained) model: a capacity warm start.
-
-        Slot ``i < min(old, new)`` keeps its trained embedding; a new slot ``i >= old`` starts as a copy
-        of slot ``i mod old`` (the compress pass reads it at another position, so its state differs from
-        the original's at once), which keeps a trained compressor's read-out instead of starting the
-        new slots from scratch. Latents compressed before the resize have the old slot count and no
-        longer fit; the recorded ``fidelity`` is cleared (it was measured on the old slots) and the
-        thresholds should be re-calibrated (``rhea calibrate``).
+        """Change the number of `<mem>` read-out slots of a (trained) model: a capacity warm start that keeps
+        the trained slots and starts new ones as copies (`rhea.modeling.capacity.resized_slots`). Latents
+        compressed before the resize no longer fit; the recorded ``fidelity`` is cleared (it was measured on
+        the old slots) and the thresholds should be re-calibrated (``rhea calibrate``).
 
         >>> model.resize_mem_slots(16)                                # doctest: +SKIP
         >>> model.compress(["a reply"]).shape[1]                      # doctest: +SKIP
@@ -278,10 +248,8 @@ class RheaForCausalLM(nn.Module):
 
     def resize_piece_embeddings(self, n: int) -> None:
         """Give the compressor `n` piece-index offsets (``RheaConfig.compress_piece_embeddings``): a warm start
-        that leaves what the model computes unchanged. Offset ``i`` below the old count keeps its trained value;
-        a new one starts as a copy of the old last offset (which piece ``i`` used before), or zero when there was
-        none, so every piece is compressed exactly as before until training moves them. Shrinking drops the
-        offsets of the last piece indices (their pieces then use offset ``n - 1``); ``n = 0`` removes them.
+        that leaves what the model computes unchanged (`rhea.modeling.capacity.resized_piece_offsets`); shrinking
+        drops the offsets of the last piece indices (their pieces then use offset ``n - 1``), ``n = 0`` removes them.
 
         >>> model.resize_piece_embeddings(8)                          # doctest: +SKIP
         """
