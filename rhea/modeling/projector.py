@@ -67,7 +67,7 @@ class LatentInjector(nn.Module):
     states and writes the compress pass's own per-layer slot states at the layers above.
 
     >>> inj = LatentInjector(4, "projector", target_norm=2.0)
-    >>> out = inj(torch.tensor([[3.0, 0.0, 0.0, 4.0]]))
+    >>> out = inj(torch.tensor([[3.0, 0.0, 0.0, 4.0]])).detach()
     >>> [round(float(v), 3) for v in out[0]], round(float(out.norm()), 3)
     ([1.2, 0.0, 0.0, 1.6], 2.0)
     """

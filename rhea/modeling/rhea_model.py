@@ -26,7 +26,7 @@ from torch import nn
 from rhea.constants import MEM_TOKEN
 from rhea.errors import InvalidTextError, RheaConfigError
 from rhea.modeling import capacity, checkpoint, projector
-from rhea.modeling.adapters import ADAPTERS, LoraAdapters, check_adapter, lora_config, quiet_peft
+from rhea.modeling.adapters import ADAPTERS, LoraAdapters, lora_config, quiet_peft
 from rhea.modeling.checkpoint import INJECTOR_WEIGHTS_NAME, MEM_WEIGHTS_NAME, TOKENIZER_DIR, text_config
 from rhea.modeling.config import CONFIG_NAME, RheaConfig
 from rhea.modeling.projector import LatentInjector, add_mem_token
@@ -52,9 +52,6 @@ class RheaForCausalLM(nn.Module):
     >>> model.save_pretrained("my-rhea")                              # doctest: +SKIP
     >>> model = RheaForCausalLM.from_pretrained("my-rhea")            # doctest: +SKIP
     """
-
-    #: see `LoraAdapters.MERGED_COPY_MAX_FREE_SHARE`
-    MERGED_COPY_MAX_FREE_SHARE = LoraAdapters.MERGED_COPY_MAX_FREE_SHARE
 
     def __init__(self, peft_model, tokenizer, config: RheaConfig, mem_token_id: int):
         super().__init__()
@@ -358,7 +355,6 @@ class RheaForCausalLM(nn.Module):
         >>> with model.merged("generate"):      # doctest: +SKIP
         ...     out = model.peft_model.generate(input_ids=ids)
         """
-        check_adapter(name)
         return self.lora_adapters.merged(name)
 
     @property
