@@ -156,12 +156,16 @@ def save_checkpoint(directory: str | os.PathLike, *, config: RheaConfig, tokeniz
     are carried into the new one (hard links where the file system allows, else copies)."""
     from safetensors.torch import save_file
 
-    target = Path(directory)
+    target = Path(os.path.abspath(directory))
     if target.is_symlink():
         target = target.resolve()
     if target.exists() and not target.is_dir():
         raise CheckpointError(f"{target} is a file; save_pretrained() writes a directory: pass a new or existing "
                               "folder path")
+    cwd = Path.cwd().resolve()
+    if target.resolve() == cwd or target.resolve() in cwd.parents:
+        raise CheckpointError(f"{directory} is the working directory (or holds it); a save replaces the whole "
+                              "directory, so pass a folder below it, e.g. save_pretrained('my-rhea')")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.saving-{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir()

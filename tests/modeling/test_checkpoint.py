@@ -97,6 +97,14 @@ def test_saving_onto_a_file_is_a_named_error(tmp_path):
     assert (tmp_path / "m").read_text() == "not a directory"
 
 
+def test_saving_onto_the_working_directory_is_a_named_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for directory in (".", tmp_path.parent):
+        with pytest.raises(CheckpointError, match="working directory"):
+            tiny_rhea().save_pretrained(directory)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_saving_through_a_symlink_replaces_the_directory_it_points_to(tmp_path):
     model = tiny_rhea()
     (tmp_path / "real").mkdir()
