@@ -45,7 +45,10 @@ def text_config(config):
 def check_checkpoint(directory: Path) -> RheaConfig:
     """The config of Rhea directory `directory`, after checking that every required entry is there."""
     if not directory.is_dir():
-        raise CheckpointError(f"{directory} is not a directory; pass the folder written by save_pretrained()")
+        kept = sorted(directory.parent.glob(f".{directory.name}.replaced-*")) if directory.name else []
+        hint = (f"; a save into it was cut off between its two renames: the previous save is intact at {kept[-1]}, "
+                f"rename it to {directory}" if kept else "")
+        raise CheckpointError(f"{directory} is not a directory; pass the folder written by save_pretrained(){hint}")
     config = RheaConfig.load(directory)
     required = [CONFIG_NAME, MEM_WEIGHTS_NAME, TOKENIZER_DIR, *(f"{a}/adapter_config.json" for a in ADAPTERS)]
     missing = [r for r in required if not (directory / r).exists()]
@@ -248,8 +251,12 @@ def _replace_dir(new: Path, target: Path) -> None:
     os.rename(target, aside)
     try:
         os.rename(new, target)
-    except BaseException:
-        os.rename(aside, target)
+    except BaseException as e:
+        try:
+            os.rename(aside, target)
+        except OSError as again:
+            raise CheckpointError(f"could not rename the new save into {target} ({e}) nor the previous one back "
+                                  f"({again}); the previous save is intact at {aside}: rename it to {target}") from e
         raise
     _fsync_dir(target.parent)
     shutil.rmtree(aside, ignore_errors=True)

@@ -67,6 +67,14 @@ def test_a_failed_rename_puts_the_previous_save_back(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
 
 
+def test_a_save_cut_off_between_its_renames_says_where_the_previous_save_is(tmp_path):
+    """A crash after the old directory was renamed aside and before the new one came in leaves no target."""
+    tiny_rhea().save_pretrained(tmp_path / "m")
+    (tmp_path / "m").rename(tmp_path / ".m.replaced-123-abcd")
+    with pytest.raises(CheckpointError, match=r"previous save is intact at .*\.m\.replaced-123-abcd"):
+        _load(tmp_path / "m")
+
+
 def test_a_resave_replaces_the_saved_entries_and_keeps_the_users_files(tmp_path):
     model = tiny_rhea()
     target = tmp_path / "m"
