@@ -205,7 +205,7 @@ def plain_lora(base, rc):
     """`base` with ONE LoRA adapter of `rc`'s settings (the same `LoraConfig` Rhea gives each of its two)."""
     from peft import get_peft_model
 
-    from rhea.modeling.rhea_model import _lora_config, _quiet_peft
+    from rhea.modeling.adapters import lora_config as _lora_config, quiet_peft as _quiet_peft
 
     with _quiet_peft():
         return get_peft_model(base, _lora_config(rc))

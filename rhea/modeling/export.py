@@ -5,7 +5,8 @@ import os
 import shutil
 from pathlib import Path
 
-from rhea.modeling.rhea_model import INJECTOR_WEIGHTS_NAME, MEM_WEIGHTS_NAME, TOKENIZER_DIR, RheaForCausalLM
+from rhea.modeling.checkpoint import INJECTOR_WEIGHTS_NAME, MEM_WEIGHTS_NAME, TOKENIZER_DIR
+from rhea.modeling.rhea_model import RheaForCausalLM
 from rhea.modeling.score_head import SCORE_HEAD_WEIGHTS_NAME
 
 _README = """# Exported Rhea model

@@ -7,7 +7,8 @@ import torch
 
 from rhea.errors import CheckpointError, RheaConfigError
 from rhea.modeling import RheaConfig, RheaForCausalLM
-from rhea.modeling.rhea_model import INJECTOR_WEIGHTS_NAME, LatentInjector
+from rhea.modeling.checkpoint import INJECTOR_WEIGHTS_NAME
+from rhea.modeling.projector import LatentInjector
 from rhea.testing import tiny_llama, tiny_rhea, tiny_tokenizer
 
 
@@ -124,7 +125,7 @@ def test_fresh_deep_injector_is_exactly_projector():
     deep = RheaForCausalLM.from_base(tiny_llama(len(tok)), tok, RheaConfig(n_mem=4, latent_injection="deep"))
     proj = RheaForCausalLM.from_base(tiny_llama(len(tok)), tiny_tokenizer(), RheaConfig(n_mem=4, latent_injection="projector"))
     proj.load_state_dict({k: v for k, v in deep.state_dict().items() if ".layer_" not in k})
-    assert deep.latent_injector.n_layers == len(deep._decoder_layers()) == 2
+    assert deep.latent_injector.n_layers == len(deep.decoder_layers()) == 2
     assert not deep.latent_injector.layer_up.any()
     lat = torch.randn(1, 4, deep.hidden_size)
     with torch.no_grad():
@@ -134,7 +135,7 @@ def test_fresh_deep_injector_is_exactly_projector():
 
 def _capture(model, layer_index):
     """(input of decoder layer `layer_index` before the deep hook, the residual its attention norm reads)."""
-    layer = model._decoder_layers()[layer_index]
+    layer = model.decoder_layers()[layer_index]
     seen = {}
     h1 = layer.register_forward_pre_hook(lambda m, a, k: seen.__setitem__("before", (a[0] if a else k["hidden_states"]).clone()),
                                          with_kwargs=True)
@@ -258,7 +259,7 @@ def _compress_pass_inputs(model, text):
     seen = {}
     hooks = [layer.register_forward_pre_hook(
         lambda m, a, k, i=i: seen.__setitem__(i, (a[0] if a else k["hidden_states"])[0, -model.n_mem:].clone()),
-        with_kwargs=True) for i, layer in enumerate(model._decoder_layers())]
+        with_kwargs=True) for i, layer in enumerate(model.decoder_layers())]
     with torch.no_grad():
         lat = model.compress([text])
     for h in hooks:
@@ -268,7 +269,7 @@ def _compress_pass_inputs(model, text):
 
 def test_states_latents_hold_the_final_and_every_layer_slot_state():
     model = tiny_rhea(latent_injection="states")
-    n_layers, hidden = len(model._decoder_layers()), model.hidden_size
+    n_layers, hidden = len(model.decoder_layers()), model.hidden_size
     assert model.latent_width == n_layers * hidden
     lat, seen = _compress_pass_inputs(model, "the cat is blue")
     assert lat.shape == (1, model.n_mem, n_layers * hidden)

@@ -51,17 +51,17 @@ def test_the_merged_copy_is_cached_and_rebuilt_when_the_adapter_changes(model):
     with torch.no_grad():
         with model.adapter("generate"), model.merged("generate"):
             first = model.peft_model(input_ids=ids).logits
-        weights = model._merged_cache["generate"][1]
+        weights = model.lora_adapters.merged_cache["generate"][1]
         with model.adapter("generate"), model.merged("generate"):
             pass
-        assert model._merged_cache["generate"][1] is weights  # reused, not recomputed
+        assert model.lora_adapters.merged_cache["generate"][1] is weights  # reused, not recomputed
         lora_b = next(p for n, p in model.peft_model.named_parameters() if "lora_B.generate" in n)
         lora_b.add_(0.5)  # what an optimizer step does: in place
         with model.adapter("generate"):
             expected = model.peft_model(input_ids=ids).logits
             with model.merged("generate"):
                 after = model.peft_model(input_ids=ids).logits
-    assert model._merged_cache["generate"][1] is not weights
+    assert model.lora_adapters.merged_cache["generate"][1] is not weights
     assert (after - first).abs().max() > 1e-4
     torch.testing.assert_close(after, expected, atol=1e-5, rtol=1e-5)
 
@@ -124,10 +124,10 @@ def test_default_merges_on_cuda_only_where_the_copy_fits(model, monkeypatch):
     the LoRA branches, warned once; True forces it."""
     monkeypatch.setattr(type(model), "device", property(lambda self: torch.device("cuda")))
     need = sum(m.get_base_layer().weight.numel() * m.get_base_layer().weight.element_size()
-               for m in model._lora_layers("generate"))
+               for m in model.lora_adapters.lora_layers("generate"))
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (4 * need, 8 * need))
     assert model.decodes_merged
-    model._merged_fit_verdict = None
+    model.lora_adapters.fit_verdict = None
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (need, 8 * need))
     with pytest.warns(RuntimeWarning, match="merged decoding off"):
         assert not model.decodes_merged
@@ -145,5 +145,5 @@ def test_default_never_raises_for_adapters_that_cannot_be_folded(model, monkeypa
     def refuse(name):
         raise RheaConfigError("not foldable")
 
-    monkeypatch.setattr(model, "_lora_layers", refuse)
+    monkeypatch.setattr(model.lora_adapters, "lora_layers", refuse)
     assert not model.decodes_merged

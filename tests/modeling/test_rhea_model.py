@@ -257,7 +257,7 @@ def test_fast_adapter_switch_runs_what_pefts_set_adapter_runs(tiny_model):
     for name in ("generate", "compress"):
         with torch.no_grad(), tiny_model.adapter(name):
             assert tiny_model.active_adapter_name == name
-            assert all(layer.active_adapters == [name] for layer in tiny_model._tuner_layers())
+            assert all(layer.active_adapters == [name] for layer in tiny_model.lora_adapters.tuner_layers())
             fast = tiny_model.peft_model(input_ids=ids).logits
         tiny_model.peft_model.base_model.set_adapter(name)
         with torch.no_grad():

@@ -55,7 +55,7 @@ class ACRController:
         self.tokenizer = tokenizer
         self.lora = {"r": lora_r, "alpha": lora_alpha, "dropout": lora_dropout, "target_modules": target_modules}
         cfg = _lora_config(lora_r, lora_alpha, lora_dropout, target_modules)
-        from rhea.modeling.rhea_model import _quiet_peft
+        from rhea.modeling.adapters import quiet_peft as _quiet_peft
 
         with _quiet_peft():
             self.peft_model = get_peft_model(model, cfg, adapter_name=ROUTER)
