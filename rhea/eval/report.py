@@ -13,6 +13,7 @@ import gzip
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -115,9 +116,22 @@ def write_outputs(results: dict, out: str | Path) -> list[Path]:
     results["statistics"] = stats_report.statistics(results)  # intervals over episodes, vs vanilla
     written = [write_results(results_file(out), results), out / "summary.md"]
     written[1].write_text(summary_markdown(results))
-    written.extend(plot_results(results, out))
-    written.extend(stats_report.plot_bands(results, out))
+    if _can_plot():
+        written.extend(plot_results(results, out))
+        written.extend(stats_report.plot_bands(results, out))
     return written
+
+
+def _can_plot() -> bool:
+    """Plots are optional: without matplotlib (not a dependency of the library) none are drawn and a
+    warning says how to get them; the results and the summary are written as ever."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        warnings.warn("matplotlib is not installed: no plots drawn (the results and summary are written); "
+                      "`pip install matplotlib` draws them next time", RuntimeWarning, stacklevel=3)
+        return False
+    return True
 
 
 def _fmt(value: Any, digits: int = 2) -> str:

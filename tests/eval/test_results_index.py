@@ -221,3 +221,19 @@ def test_cli_bad_index_arguments_fail_before_loading_a_model(tmp_path, capsys, s
     assert code == 1
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_run_without_matplotlib_writes_results_and_summary(tmp_path, monkeypatch):
+    """Plots are optional: a library install without matplotlib still writes every result."""
+    import sys
+
+    from rhea.eval.report import write_outputs
+    from rhea.eval.runner import run_suite
+    from rhea.testing import tiny_rhea
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    result = run_suite(tiny_rhea(), "efficiency", ["vanilla"], n_turns=2, max_new_tokens=2, progress=False)
+    with pytest.warns(RuntimeWarning, match="matplotlib"):
+        written = write_outputs(result, tmp_path)
+    assert (tmp_path / "summary.md").is_file() and not list(tmp_path.glob("*.png"))
+    assert all(p.suffix != ".png" for p in written)
