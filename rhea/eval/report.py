@@ -20,13 +20,14 @@ def json_default(value: Any) -> Any:
 def write_outputs(results: dict, out: str | Path) -> list[Path]:
     """Write ``results.json``, ``summary.md`` and the PNGs for `results` into `out`."""
     from rhea.eval import stats_report
+    from rhea.storage import atomic_write_text
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     results["statistics"] = stats_report.statistics(results)  # intervals over episodes, vs vanilla
     written = [out / "results.json", out / "summary.md"]
-    written[0].write_text(json.dumps(results, indent=1, ensure_ascii=False, default=json_default))
-    written[1].write_text(summary_markdown(results))
+    atomic_write_text(written[0], json.dumps(results, indent=1, ensure_ascii=False, default=json_default))
+    atomic_write_text(written[1], summary_markdown(results))
     written.extend(plot_results(results, out))
     written.extend(stats_report.plot_bands(results, out))
     return written

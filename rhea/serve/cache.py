@@ -148,19 +148,14 @@ class LatentStore:
         self.memory.put(key, latents)
         if self.directory is None:
             return
-        from safetensors.torch import save_file
+        from safetensors.torch import save
 
-        path = self._path(key)
-        path.parent.mkdir(exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        os.close(fd)
-        try:
-            save_file({"latents": latents}, tmp, metadata={"model": self.model_id, "digest": self.digest})
-            os.replace(tmp, path)  # atomic: readers see the old file or the whole new one
-            self.dir_writes += 1
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        from rhea.storage import atomic_write_bytes
+
+        # atomic (temp sibling, fsync, rename): readers see the old file or the whole new one
+        atomic_write_bytes(self._path(key), save({"latents": latents},
+                                                 metadata={"model": self.model_id, "digest": self.digest}))
+        self.dir_writes += 1
 
     def stats(self) -> dict:
         out = self.memory.stats()
