@@ -98,8 +98,12 @@ def create_app(engine: Engine):
 
     def static_file(relative: str):
         root = STATIC.resolve()
-        path = (root / relative).resolve()
-        if not path.is_relative_to(root) or not path.is_file():
+        try:
+            path = (root / relative).resolve() if "\x00" not in relative else None
+            found = path is not None and path.is_relative_to(root) and path.is_file()
+        except (OSError, ValueError):  # a name no file system holds (over-long, undecodable)
+            found = False
+        if not found:
             what = "the chat page (rhea/serve/static/index.html) is not installed" if relative == "index.html" \
                 else f"no static file {relative!r}"
             return JSONResponse(APIError(what, code="not_found").body(), status_code=404)

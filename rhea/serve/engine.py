@@ -196,6 +196,7 @@ class Engine:
         if "dense" in getattr(policy, "components", ()):
             self.embedder_cache = policy._embedder = CachedEmbedder(policy.embedder, entries)
         if hasattr(policy, "episodic"):
+            self.compresses_replies = bool(getattr(policy, "needs_latents", True))
             self.compress = CachedCompress(self.model.compress_replies, self.latents, self.model.device)
             policy.episodic.compress_fn = self.compress
 
@@ -243,6 +244,7 @@ class Engine:
     def submit(self, request: ChatRequest, on_event: Callable[[str, Any], None] | None = None) -> concurrent.futures.Future:
         """Queue `request`; its future resolves to an `Answer` (or raises). Raises `QueueFullError`
         at once when ``max_queue`` jobs are already waiting."""
+        self.check_compressible(request)
         job = Job(request, on_event=on_event)
         with self._cv:
             if self._closed:
@@ -252,6 +254,26 @@ class Engine:
             self._jobs.append(job)
             self._cv.notify()
         return job.future
+
+    def check_compressible(self, request: ChatRequest) -> None:
+        """Refuse, before any model work, a past reply the compressor cannot take whole: one over the
+        model's context (less the `<mem>` slots) when replies are not compressed in chunks."""
+        model = self.model
+        limit = getattr(model, "max_context", None)
+        if (self.compress is None or not getattr(self, "compresses_replies", True) or limit is None
+                or getattr(model.config, "compress_chunk_tokens", None)):
+            return
+        room = limit - model.n_mem
+        for k, turn in enumerate(request.conversation):
+            text = turn.assistant
+            if len(text.encode("utf-8")) + 1 <= room:  # at most one token per byte, and one more at the start
+                continue
+            n = len(model.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+            if n > room:
+                raise ContextOverflowError(
+                    f"past assistant reply {k + 1} of the messages has {n} tokens; this model compresses a reply of at "
+                    f"most {room} tokens ({limit} of context less {model.n_mem} <mem> slots). Shorten or split that "
+                    "reply, or drop it from the messages")
 
     def _take(self) -> list[Job] | None:
         with self._cv:

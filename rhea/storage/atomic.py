@@ -243,10 +243,17 @@ def check_writable_directory(path: str | os.PathLike, what: str) -> Path:
     if probe.exists() and not probe.is_dir():
         where = "is a file" if probe == path else f"is under {probe}, which is a file"
         raise StorageError(f"{what} {path} {where}, not a directory; pass a directory path (new or existing)")
+    where = "" if probe == path else f" (its nearest existing folder {probe} is not writable)"
     if not os.access(probe, os.W_OK | os.X_OK):
-        where = "" if probe == path else f" (its nearest existing folder {probe} is not writable)"
         raise StorageError(f"{what} {path} cannot be written{where}: permission denied; pass a directory you can "
                            "write to")
+    try:  # the permission bits do not tell a read-only mount (or root on one) apart: try a file
+        fd, name = tempfile.mkstemp(dir=probe, prefix=".rhea-probe-")
+        os.close(fd)
+        os.unlink(name)
+    except OSError as e:
+        raise StorageError(f"{what} {path} cannot be written{where}: {e.strerror or e}; pass a directory you can "
+                           "write to") from None
     return path
 
 
