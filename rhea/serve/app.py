@@ -57,14 +57,18 @@ def completion_body(engine: Engine, request: ChatRequest, answer: Answer, cid: s
     return body
 
 
-def create_app(engine: Engine):
-    """The FastAPI app serving `engine` (the engine's worker must be started)."""
+def create_app(engine: Engine, access: "AccessPolicy | None" = None):
+    """The FastAPI app serving `engine` (the engine's worker must be started), behind `access` (API key,
+    JSON-only POSTs, Host check, CORS; `rhea.serve.access`): by default JSON-only POSTs and nothing else."""
+    from rhea.serve.access import AccessMiddleware, AccessPolicy
+
     from fastapi import FastAPI
     from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     app = FastAPI(title="rhea serve", version="1", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.engine = engine
+    app.add_middleware(AccessMiddleware, policy=access if access is not None else AccessPolicy())
 
     def error_response(exc: BaseException) -> JSONResponse:
         status, body, headers = error_body(exc)
