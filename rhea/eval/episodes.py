@@ -38,6 +38,8 @@ def cost_row(record) -> dict:
         "context_tokens": record.prompt_tokens, "latent_slots": record.latent_slots,
         "text_tokens": record.prompt_tokens - record.latent_slots, "new_tokens": record.new_tokens,
         "full_history_tokens": record.full_history_tokens, "content_tokens": record.content_tokens,
+        # bytes the conversation held after the turn: history keys/values + stored latents
+        "bytes_held": getattr(record, "bytes_held", None),
         "compress_s": float(t.get("compress_s", 0.0)),
         "score_s": max(plan_s - float(t.get("plan_compress_s", 0.0)), 0.0) if compresses else 0.0,
         "plan_s": plan_s, "render_s": float(t.get("render_s", 0.0)),

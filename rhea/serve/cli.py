@@ -35,6 +35,8 @@ def check_args(args) -> dict:
         raise ServeConfigError(f"--batch-wait-ms {args.batch_wait_ms} must be between 0 and 10000")
     if args.cache_entries < 0:
         raise ServeConfigError(f"--cache-entries {args.cache_entries} must be >= 0 (0: no in-memory cache)")
+    if args.cache_bytes < 0 or (args.cache_dir_bytes is not None and args.cache_dir_bytes < 0):
+        raise ServeConfigError("--cache-bytes and --cache-dir-bytes must be >= 0")
     if args.history_entries < 0:
         raise ServeConfigError(f"--history-entries {args.history_entries} must be >= 0 (0: no conversation KV reuse)")
     access_policy(args)  # the access options' own errors, before the model loads
@@ -87,7 +89,8 @@ def _cmd_serve(args) -> int:
     engine = Engine(model, model_id=args.served_model_name or served_name(args.model), policy=args.policy,
                     policy_kwargs=policy_kwargs, max_tokens=args.max_tokens, max_queue=args.max_queue,
                     max_batch=args.max_batch, cache_entries=args.cache_entries, cache_dir=args.cache_dir,
-                    history_entries=args.history_entries, batch_wait_ms=args.batch_wait_ms)
+                    history_entries=args.history_entries, batch_wait_ms=args.batch_wait_ms,
+                    cache_bytes=args.cache_bytes, cache_dir_bytes=args.cache_dir_bytes)
     warm_up(engine)
     print(f"rhea serve: model {engine.model_id!r}, policy {engine.policy_name!r} on http://{args.host}:{args.port}",
           flush=True)
@@ -120,6 +123,12 @@ def register(sub) -> None:
                         "fp32); 0 turns it off")
     p.add_argument("--cache-dir", default=None, help="shared latent store: a directory of safetensors files that "
                    "replicas read and write")
+    p.add_argument("--cache-bytes", type=int, default=1 << 30,
+                   help="bytes of latents kept in memory (LRU; default 1 GiB). One latent is n_mem x latent width x 4 "
+                        "bytes: 1.66 MB for smollm2-135m's `states` compressor (docs/serving.md)")
+    p.add_argument("--cache-dir-bytes", type=int, default=None,
+                   help="bytes of latent files kept in --cache-dir (least recently used removed first; default: "
+                        "no bound)")
     p.add_argument("--tau-low", type=float, default=None)
     p.add_argument("--tau-high", type=float, default=None)
     p.add_argument("--scorer", choices=["latent", "bm25", "dense", "fused"], default=None)

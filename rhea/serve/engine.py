@@ -139,6 +139,11 @@ def rhea_usage(answer: Answer, policy: str, *, trace: bool = False) -> dict:
     return _finite(out)
 
 
+#: The in-memory latent cache's default bound: 1 GiB (about 640 latents of SmolLM2-135M's `states`
+#: compressor, 1.66 MB each; `rhea.context.latent_bytes`).
+DEFAULT_CACHE_BYTES = 1 << 30
+
+
 class Engine:
     """Owns the model, the policy, the caches and the worker thread.
 
@@ -154,7 +159,8 @@ class Engine:
     def __init__(self, model, *, model_id: str, policy: str = "rhea", policy_kwargs: dict | None = None,
                  max_tokens: int = 128, max_queue: int = 64, max_batch: int = 8, cache_entries: int = 4096,
                  cache_dir: str | None = None, prefix_blocks: int = 8, history_entries: int = 8,
-                 batch_wait_ms: float = 50.0, start: bool = True):
+                 batch_wait_ms: float = 50.0, start: bool = True, cache_bytes: int | None = DEFAULT_CACHE_BYTES,
+                 cache_dir_bytes: int | None = None):
         from rhea.session import ChatSession
 
         for name, value, lo in (("max_tokens", max_tokens, 1), ("max_queue", max_queue, 1),
@@ -171,7 +177,8 @@ class Engine:
                                    reuse_prefix_cache=False)
         self.policy_name = self.session.policy.name
         self.digest = adapter_digest(model)
-        self.latents = LatentStore(model_id, self.digest, cache_entries, directory=cache_dir)
+        self.latents = LatentStore(model_id, self.digest, cache_entries, directory=cache_dir, max_bytes=cache_bytes,
+                                   dir_max_bytes=cache_dir_bytes)
         self.prefixes = PrefixPool(prefix_blocks)
         self.histories = HistoryPool(history_entries)
         self.recognizer_cache: CachedRecognizer | None = None

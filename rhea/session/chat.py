@@ -43,6 +43,10 @@ class TurnRecord:
     #: Text tokens + latent slots of the plan, counted like `full_history_tokens` (content only,
     #: no chat-template tokens), so the two compare; None in sessions saved before it existed.
     content_tokens: int | None = None
+    #: Bytes the session held once the turn was done: the history cache's keys/values (and its
+    #: latent rows) plus the policy's stored latents (`ChatSession.bytes_held`); None in sessions
+    #: saved before it existed.
+    bytes_held: int | None = None
 
 
 @dataclass
@@ -283,6 +287,7 @@ class ChatSession:
             full_history_tokens=plan.ledger.full_history_tokens, tiers=tiers,
             content_tokens=plan.ledger.text_tokens + plan.ledger.latent_slots,
             timings={"plan_s": staged.t_plan, **gen.timings, "observe_s": t_observe, **work},
+            bytes_held=sum(self.bytes_held().values()),
         )
         self.records.append(record)
         self.last_plan, self.last_generation = plan, gen
@@ -314,6 +319,20 @@ class ChatSession:
         thread.join()
         if error:
             raise error[0]
+
+    def bytes_held(self) -> dict[str, int]:
+        """Memory this conversation holds now, in bytes: ``kv_cache`` (the keys/values `HistoryKVCache`
+        keeps of the last prompt and reply, with its latent rows) and ``latents`` (every reply's latent
+        the policy stores, e.g. `EpisodicMemory`'s)."""
+        from rhea.context import tensor_bytes
+
+        kv = 0
+        if self.prefix_cache is not None:
+            kv = tensor_bytes(getattr(self.prefix_cache, "_kv", None)) + \
+                tensor_bytes(getattr(self.prefix_cache, "_latents", None))
+        episodic = getattr(self.policy, "episodic", None)
+        latents = sum(tensor_bytes(e.latents) for e in getattr(episodic, "entries", ()) or ())
+        return {"kv_cache": kv, "latents": latents}
 
     # ---------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike, *, wait: bool = True) -> Path:
