@@ -372,7 +372,7 @@ class ChatSession:
             for name, data in files.items():
                 (directory / name).write_bytes(data)
 
-        return replace_directory(path, fill, wait=wait)
+        return replace_directory(path, fill, wait=wait, names={SESSION_JSON, SESSION_TENSORS, SESSION_MANIFEST})
 
     @classmethod
     def load(cls, path: str | os.PathLike, model, *, policy_kwargs: dict | None = None,

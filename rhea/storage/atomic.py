@@ -181,17 +181,32 @@ def _recover(path: Path) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def replace_directory(path: str | os.PathLike, fill: Callable[[Path], None], *, wait: bool = True) -> Path:
+def replace_directory(path: str | os.PathLike, fill: Callable[[Path], None], *, wait: bool = True,
+                      names: frozenset[str] | set[str] | None = None) -> Path:
     """Save a directory: `fill(tmp)` writes the new contents into a fresh sibling directory, which then
     replaces `path` (old copy kept until the new one is in place). Saves to one path are serialized.
 
-    A file (not a directory) at `path` is refused with `StorageError`, before anything is written.
+    Refused with `StorageError` before anything is written: a file at `path`, and, when `names` is
+    given, an existing directory holding anything else than those names (replacing it would delete
+    the other files: a save goes to a new, empty or earlier-saved directory).
     """
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise StorageError(f"cannot save a directory to {path}: a file is in the way; pass another path, or "
                            "remove that file")
+
+    def check_contents() -> None:
+        if names is None or not path.is_dir():
+            return
+        other = sorted(p.name for p in path.iterdir() if p.name not in names)
+        if other:
+            shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
+            raise StorageError(f"{path} holds other files ({shown}), which a save would replace; pass a new or "
+                               "empty directory, or one an earlier save wrote")
+
+    check_contents()
     with locked(path, wait=wait):
+        check_contents()
         try:
             _recover(path)
             new = path.parent / f".{path.name}.new-{uuid.uuid4().hex[:12]}"

@@ -242,3 +242,15 @@ def test_the_repl_load_of_a_bad_folder_prints_the_error_and_keeps_the_conversati
     assert back is chat and len(back.conversation) == 1
     assert text.count("nothing loaded: the current conversation of 1 turns is kept") == 2
     assert "corrupted" in text and "not a saved session" in text
+
+
+def test_a_save_never_replaces_a_folder_of_other_files(two_sessions, tmp_path):
+    _, a, _ = two_sessions
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(StorageError, match="holds other files"):
+        a.save(tmp_path / "mine")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+    (tmp_path / "empty").mkdir()
+    a.save(tmp_path / "empty")  # an empty folder, or one a save wrote, is fine
+    a.save(tmp_path / "empty")
