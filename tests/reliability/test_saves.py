@@ -74,6 +74,7 @@ def test_a_kill_at_any_point_of_a_save_leaves_the_old_or_the_new_session(two_ses
         back = ChatSession.load(path, model)
         assert _same(back, a) or _same(back, b)
         seen["a" if _same(back, a) else "b"] += 1
+    print("kill-during-save outcomes:", seen)
     assert seen["a"] and seen["b"], seen  # the kills landed in different saves
     b.save(path)  # a save after a kill cleans what the killed one left beside the target
     assert _same(ChatSession.load(path, model), b)
@@ -254,3 +255,16 @@ def test_a_save_never_replaces_a_folder_of_other_files(two_sessions, tmp_path):
     (tmp_path / "empty").mkdir()
     a.save(tmp_path / "empty")  # an empty folder, or one a save wrote, is fine
     a.save(tmp_path / "empty")
+
+
+def test_a_kill_between_the_two_renames_loads_the_old_copy_and_the_next_save_recovers(two_sessions, tmp_path):
+    model, a, b = two_sessions
+    path = tmp_path / "s"
+    a.save(path)
+    os.rename(path, tmp_path / ".s.old")  # the state a kill after the first rename of the swap leaves
+    (tmp_path / ".s.new-0123").mkdir()  # and a half-built new copy
+    (tmp_path / ".s.new-0123" / "session.json").write_text("{")
+    assert _same(ChatSession.load(path, model), a)
+    b.save(path)
+    assert _same(ChatSession.load(path, model), b)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".s.lock", "s"]
