@@ -17,7 +17,7 @@ import rhea
 
 #: Bottom first. A module belongs to the longest prefix listed.
 LAYERS = [
-    ["rhea", "rhea.errors", "rhea.constants"],
+    ["rhea", "rhea.errors", "rhea.constants", "rhea.storage"],
     ["rhea.backends", "rhea.modeling", "rhea.testing"],
     ["rhea.context", "rhea.calibration"],
     ["rhea.memory"],

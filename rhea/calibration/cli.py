@@ -88,6 +88,13 @@ def _cmd_calibrate(args) -> int:
             f"--model {args.model!r} is not a Rhea directory (no {CONFIG_NAME}), so there is nowhere to write the "
             "thresholds; pass --out DIR to save the model with them"
         )
+    if args.out:
+        from rhea.storage import StorageError, check_writable_directory
+
+        try:
+            check_writable_directory(args.out, "--out")  # before the model loads and the fit runs
+        except StorageError as e:
+            raise CalibrationDataError(str(e)) from None
     data = read_triples_jsonl(args.triples) if args.triples else triples("calibrate", args.n, seed=args.seed)
     model = load_rhea_model(args.model, device=args.device).eval()
     report = calibrate_model(model, data, keep=args.keep, drop=args.drop, raw=args.raw, centering=args.centering)

@@ -271,6 +271,12 @@ def read_triples_jsonl(path: str) -> list[Triple]:
         lines = open(path, encoding="utf-8").read().splitlines()
     except FileNotFoundError as e:
         raise CalibrationDataError(f"triples file {path} not found") from e
+    except IsADirectoryError as e:
+        raise CalibrationDataError(f"triples file {path} is a directory; pass a JSONL file") from e
+    except UnicodeDecodeError as e:
+        from rhea.storage import not_utf8
+
+        raise CalibrationDataError(not_utf8(path, e)) from None
     for i, line in enumerate(lines):
         if not line.strip():
             continue

@@ -14,11 +14,12 @@ from rhea.errors import (
     PlaceholderCountError,
     SpoofedPlaceholderError,
 )
-from rhea.context.latent import Latent
+from rhea.context.latent import Latent, latent_bytes, model_latent_bytes, tensor_bytes
 from rhea.context.plan import ContextPlan, PlanDecisions, TokenLedger, TurnDecision
 from rhea.context.rendering import FALLBACK_CHAT_TEMPLATE, RenderedBatch, RenderedContext, mem_token_id, render, render_batch
 
 __all__ = [
+    "latent_bytes", "model_latent_bytes", "tensor_bytes",
     "Conversation", "Turn", "Latent", "ContextPlan", "PlanDecisions", "TokenLedger", "TurnDecision",
     "render", "render_batch", "RenderedContext", "RenderedBatch", "mem_token_id", "FALLBACK_CHAT_TEMPLATE",
     "ContextOverflowError", "EmptyMessageError", "InvalidTurnError", "MissingMemTokenError",

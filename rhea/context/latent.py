@@ -50,3 +50,43 @@ def stack_rows(latents: Sequence[torch.Tensor]) -> torch.Tensor:
     """
     n = max(x.shape[0] for x in latents)
     return torch.stack([x if x.shape[0] == n else torch.cat([x, x[:1].expand(n - x.shape[0], -1)]) for x in latents])
+
+
+def latent_bytes(n_mem: int, hidden: int, *, layers: int = 1, injection: str = "raw", dtype_bytes: int = 4,
+                 chunks: int = 1) -> int:
+    """Bytes one reply's latent holds: ``chunks × n_mem`` rows of ``latent_width`` values of
+    `dtype_bytes` each, where ``latent_width`` is `hidden`, or ``layers × hidden`` under
+    ``injection="states"`` (the slot state at every layer's input). Caches keep latents in fp32
+    (4 bytes), whatever the model's dtype.
+
+    >>> latent_bytes(24, 576, layers=30, injection="states")   # SmolLM2-135M's shipped compressor
+    1658880
+    >>> latent_bytes(8, 576)
+    18432
+    """
+    for name, value in (("n_mem", n_mem), ("hidden", hidden), ("layers", layers), ("dtype_bytes", dtype_bytes),
+                        ("chunks", chunks)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            from rhea.errors import RheaConfigError
+
+            raise RheaConfigError(f"{name}={value!r} must be an int >= 1")
+    width = hidden * layers if injection == "states" else hidden
+    return chunks * n_mem * width * dtype_bytes
+
+
+def model_latent_bytes(model, *, dtype_bytes: int = 4, chunks: int = 1) -> int:
+    """`latent_bytes` for a `RheaForCausalLM` (its ``n_mem`` and ``latent_width``)."""
+    return chunks * model.n_mem * model.latent_width * dtype_bytes
+
+
+def tensor_bytes(x) -> int:
+    """Bytes held by the tensors in `x` (a tensor, or nested lists/tuples/dicts of them)."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, dict):
+        return sum(tensor_bytes(v) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return sum(tensor_bytes(v) for v in x)
+    return 0

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 from typing import Sequence
 
 from rhea.errors import RheaError
+from rhea.storage import atomic_write_text
 
 
 class BenchError(RheaError, ValueError):
@@ -30,8 +32,8 @@ def check_config(out: Path, config: dict, resume: bool) -> dict:
     own options); the recorded ``policy_kwargs`` keep every policy's options, earlier ones included.
     """
     path = out / "config.json"
-    if path.is_file() and resume:
-        saved = json.loads(path.read_text())
+    saved = _read_config(path) if path.is_file() and resume else None
+    if saved is not None:
         on_disk = dict(saved)
         if "episodes_sha256" not in saved:  # a run begun before the digest was recorded
             saved["episodes_sha256"] = config["episodes_sha256"]
@@ -65,13 +67,28 @@ def check_config(out: Path, config: dict, resume: bool) -> dict:
         merged.update({p: kw for p, kw in now.items() if kw})
         config = {**config, "policy_kwargs": dict(sorted(merged.items()))}
         if on_disk != config:
-            path.write_text(json.dumps(config, indent=1))
+            atomic_write_text(path, json.dumps(config, indent=1))
         return config
-    if path.is_file():  # not resuming: start over
+    if path.is_file():  # not resuming (or nothing readable to resume): start over
         shutil.rmtree(out / "state", ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(config, indent=1))
+    atomic_write_text(path, json.dumps(config, indent=1))
     return config
+
+
+def _read_config(path: Path) -> dict | None:
+    """The recorded settings of a run, or None (with a warning) when ``config.json`` cannot be read: a
+    kill while an earlier version wrote it in place left it empty or cut, and the turns checkpointed
+    beside it cannot be matched to settings any more, so the run starts over rather than stopping."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(saved, dict):
+            return saved
+        problem = f"it holds a JSON {type(saved).__name__}, not the settings object"
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        problem = f"{type(e).__name__}: {e}" if path.stat().st_size else "it is empty"
+    warnings.warn(f"{path} cannot be read ({problem}; cut by a kill while it was written?): its checkpointed "
+                  "turns cannot be matched to settings, so this run starts over", RuntimeWarning, stacklevel=3)
+    return None
 
 
 def environment_dtypes(entry: dict) -> list[str]:
@@ -172,16 +189,28 @@ def load_resumable(path: Path, current: dict, keys: Sequence[str], *, settings: 
     return saved
 
 
-def read_rows(path: Path) -> list[dict]:
+def read_rows(path: Path, *, repair: bool = False) -> list[dict]:
+    """The JSON lines of `path` up to the first one an interruption cut (that turn is redone); with
+    `repair`, a file holding such a line is rewritten (atomically) with the whole lines before it, so
+    lines appended later are read again."""
     if not path.is_file():
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+    cut = False
+    for line in lines:
         if line.strip():
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:  # a line cut by an interruption: redo that turn
+                cut = True
                 break
+            if not isinstance(row, dict):
+                cut = True
+                break
+            rows.append(row)
+    if cut and repair:
+        atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     return rows
 
 
@@ -191,7 +220,7 @@ ENVIRONMENTS_FILE = "environments.jsonl"
 def record_environment(state: Path, environment: dict) -> None:
     """Append `environment` to the state's list of machines that ran its turns (once per change)."""
     path = state / ENVIRONMENTS_FILE
-    seen = read_rows(path)
+    seen = read_rows(path, repair=True)
     if not seen or seen[-1] != environment:
         with path.open("a") as f:
             f.write(json.dumps(environment, sort_keys=True) + "\n")

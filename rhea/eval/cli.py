@@ -20,6 +20,11 @@ def _policies(value: str) -> list[str]:
     if value == "all":
         return available_policies()
     names = _split(value)
+    if not names:
+        from rhea.eval.runner import BenchError
+
+        raise BenchError(f"--policies {value!r} names no policy; pass a comma list of {available_policies()}, "
+                         "'default' or 'all'")
     unknown = [n for n in names if n not in available_policies()]
     if unknown:  # before the model loads, not after
         from rhea.eval.runner import BenchError
@@ -31,7 +36,12 @@ def _policies(value: str) -> list[str]:
 def _suites(value: str) -> list[str]:
     from rhea.eval.suites import list_suites
 
-    return list_suites() if value == "all" else _split(value)
+    names = list_suites() if value == "all" else _split(value)
+    if not names:
+        from rhea.eval.runner import BenchError
+
+        raise BenchError(f"--suite {value!r} names no suite; pass one of {list_suites()}, a comma list, or 'all'")
+    return names
 
 
 def _check_thresholds(args, policies: list[str]) -> None:
@@ -203,6 +213,9 @@ def _cmd_bench(args) -> int:
         print("rhea bench: no judge configured (--judge-url URL --judge-model NAME, any OpenAI-compatible "
               f"endpoint, or `rhea models install {DEFAULT_LOCAL_JUDGE}` for the offline default): long-horizon "
               "quality ratings are skipped; its recall and reference checks still run.", file=sys.stderr)
+    from rhea.storage import check_writable_directory
+
+    check_writable_directory(args.out, "--out")  # before the model loads: a run never fails to save at the end
     # build every suite once before loading the model, so bad options fail fast
     kwargs_of = {}
     for name in suites:

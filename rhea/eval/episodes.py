@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
 from rhea.errors import RheaError
+from rhea.storage import readable_directory
 from rhea.eval.checkpoint import read_rows, record_environment
 from rhea.eval.report import json_default
 
@@ -36,6 +38,8 @@ def cost_row(record) -> dict:
         "context_tokens": record.prompt_tokens, "latent_slots": record.latent_slots,
         "text_tokens": record.prompt_tokens - record.latent_slots, "new_tokens": record.new_tokens,
         "full_history_tokens": record.full_history_tokens, "content_tokens": record.content_tokens,
+        # bytes the conversation held after the turn: history keys/values + stored latents
+        "bytes_held": getattr(record, "bytes_held", None),
         "compress_s": float(t.get("compress_s", 0.0)),
         "score_s": max(plan_s - float(t.get("plan_compress_s", 0.0)), 0.0) if compresses else 0.0,
         "plan_s": plan_s, "render_s": float(t.get("render_s", 0.0)),
@@ -96,14 +100,18 @@ def _resume(model, tokenizer, policy: str, episode, state: Path | None, session_
             kwargs: dict, environment: dict | None):
     """``(session, rows, finished)`` for `episode`: its checkpointed rows and saved session where `state`
     holds a consistent pair, else a new session and an emptied checkpoint folder."""
-    rows = read_rows(state / "rows.jsonl") if state is not None else []
+    rows = read_rows(state / "rows.jsonl", repair=True) if state is not None else []
     if (state is not None and (state / "done").is_file()) or len(rows) >= len(episode.turns):
         return None, rows[: len(episode.turns)], True
     session = None
-    if rows and state is not None and (state / "session").is_dir():
-        session = session_cls.load(state / "session", model, policy_kwargs=kwargs)
-        if len(session.conversation) != sum(1 for r in rows if "error" not in r):
-            session = None  # the session and the rows disagree (cut mid-write): redo the episode
+    if rows and state is not None and readable_directory(state / "session", "session.json").is_dir():
+        try:
+            session = session_cls.load(state / "session", model, policy_kwargs=kwargs)
+        except RheaError as e:  # a checkpoint damaged outside rhea's atomic saves: redo rather than stop
+            warnings.warn(f"{state}: the checkpointed session cannot be restored ({e}); this episode starts over",
+                          RuntimeWarning, stacklevel=2)
+        if session is not None and len(session.conversation) != sum(1 for r in rows if "error" not in r):
+            session = None  # the session and the rows disagree (cut between the two writes): redo the episode
     if session is None:
         rows = []
         session = session_cls(model, tokenizer, policy, max_new_tokens=max_new_tokens, policy_kwargs=kwargs)

@@ -45,7 +45,12 @@ def _open_text(path: str | Path) -> tuple[Path, str]:
     if not path.is_file():
         raise FileNotFoundError(f"benchmark file {str(path)!r} does not exist; pass the path "
                                 "to a downloaded copy of the benchmark")
-    return path, path.read_text(encoding="utf-8")
+    try:
+        return path, path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        from rhea.storage import not_utf8
+
+        raise DataFormatError(not_utf8(path, e)) from None
 
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
@@ -52,14 +51,9 @@ def write_results(path: str | Path, results: dict) -> Path:
     text = json.dumps(results, indent=1, ensure_ascii=False, default=json_default)
     data = gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0) if path.name.endswith(".gz") \
         else text.encode("utf-8")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from rhea.storage import atomic_write_bytes
+
+    atomic_write_bytes(path, data)
     return path
 
 
@@ -110,12 +104,13 @@ def json_default(value: Any) -> Any:
 def write_outputs(results: dict, out: str | Path) -> list[Path]:
     """Write ``results.json``, ``summary.md`` and the PNGs for `results` into `out`."""
     from rhea.eval import stats_report
+    from rhea.storage import atomic_write_text
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     results["statistics"] = stats_report.statistics(results)  # intervals over episodes, vs vanilla
     written = [write_results(results_file(out), results), out / "summary.md"]
-    written[1].write_text(summary_markdown(results))
+    atomic_write_text(written[1], summary_markdown(results))
     if _can_plot():
         written.extend(plot_results(results, out))
         written.extend(stats_report.plot_bands(results, out))

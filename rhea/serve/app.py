@@ -57,14 +57,18 @@ def completion_body(engine: Engine, request: ChatRequest, answer: Answer, cid: s
     return body
 
 
-def create_app(engine: Engine):
-    """The FastAPI app serving `engine` (the engine's worker must be started)."""
+def create_app(engine: Engine, access: "AccessPolicy | None" = None):
+    """The FastAPI app serving `engine` (the engine's worker must be started), behind `access` (API key,
+    JSON-only POSTs, Host check, CORS; `rhea.serve.access`): by default JSON-only POSTs and nothing else."""
+    from rhea.serve.access import AccessMiddleware, AccessPolicy
+
     from fastapi import FastAPI
     from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     app = FastAPI(title="rhea serve", version="1", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.engine = engine
+    app.add_middleware(AccessMiddleware, policy=access if access is not None else AccessPolicy())
 
     def error_response(exc: BaseException) -> JSONResponse:
         status, body, headers = error_body(exc)
@@ -98,8 +102,12 @@ def create_app(engine: Engine):
 
     def static_file(relative: str):
         root = STATIC.resolve()
-        path = (root / relative).resolve()
-        if not path.is_relative_to(root) or not path.is_file():
+        try:
+            path = (root / relative).resolve() if "\x00" not in relative else None
+            found = path is not None and path.is_relative_to(root) and path.is_file()
+        except (OSError, ValueError):  # a name no file system holds (over-long, undecodable)
+            found = False
+        if not found:
             what = "the chat page (rhea/serve/static/index.html) is not installed" if relative == "index.html" \
                 else f"no static file {relative!r}"
             return JSONResponse(APIError(what, code="not_found").body(), status_code=404)

@@ -33,14 +33,32 @@ import torch
 from rhea.serve.errors import ServeConfigError
 
 
-class LRU:
-    """A thread-safe map holding at most `max_entries` items (0: holds nothing)."""
+def _nbytes(value) -> int:
+    """Bytes of a cached tensor or array (0 for other values)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    return int(getattr(value, "nbytes", 0) or 0)
 
-    def __init__(self, max_entries: int):
+
+class LRU:
+    """A thread-safe map holding at most `max_entries` items (0: holds nothing) and, with `max_bytes`,
+    at most that many bytes of values (tensors and arrays counted by their data; a value larger than
+    the whole budget is not kept).
+
+    >>> lru = LRU(10, max_bytes=64); lru.put("a", torch.zeros(8)); lru.put("b", torch.zeros(16))
+    >>> lru.keys(), lru.bytes                      # 32 + 64 bytes do not fit in 64: "a" went first
+    (['b'], 64)
+    """
+
+    def __init__(self, max_entries: int, *, max_bytes: int | None = None):
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 0:
             raise ServeConfigError(f"cache size {max_entries!r} must be an int >= 0")
-        self.max_entries = max_entries
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
+            raise ServeConfigError(f"cache bytes {max_bytes!r} must be an int >= 0 (or None: no byte bound)")
+        self.max_entries, self.max_bytes = max_entries, max_bytes
         self._data: OrderedDict = OrderedDict()
+        self._sizes: dict = {}
+        self.bytes = 0
         self._lock = threading.Lock()
         self.hits = self.misses = self.evictions = 0
 
@@ -54,13 +72,18 @@ class LRU:
             return default
 
     def put(self, key: Hashable, value) -> None:
+        size = _nbytes(value)
         with self._lock:
-            if self.max_entries == 0:
+            if self.max_entries == 0 or (self.max_bytes is not None and size > self.max_bytes):
                 return
-            self._data[key] = value
+            if key in self._data:
+                self.bytes -= self._sizes[key]
+            self._data[key], self._sizes[key] = value, size
+            self.bytes += size
             self._data.move_to_end(key)
-            while len(self._data) > self.max_entries:
-                self._data.popitem(last=False)
+            while len(self._data) > self.max_entries or (self.max_bytes is not None and self.bytes > self.max_bytes):
+                old, _ = self._data.popitem(last=False)
+                self.bytes -= self._sizes.pop(old)
                 self.evictions += 1
 
     def keys(self) -> list:
@@ -71,8 +94,8 @@ class LRU:
         return len(self._data)
 
     def stats(self) -> dict:
-        return {"entries": len(self._data), "max_entries": self.max_entries, "hits": self.hits,
-                "misses": self.misses, "evictions": self.evictions}
+        return {"entries": len(self._data), "max_entries": self.max_entries, "bytes": self.bytes,
+                "max_bytes": self.max_bytes, "hits": self.hits, "misses": self.misses, "evictions": self.evictions}
 
 
 def adapter_digest(model) -> str:
@@ -100,11 +123,27 @@ class LatentStore:
     >>> a, b = LatentStore("m", "x", 4, directory=d), LatentStore("m", "x", 4, directory=d)
     >>> a.put("reply", torch.ones(2, 3)); b.get("reply").shape, b.stats()["dir_hits"]
     (torch.Size([2, 3]), 1)
+
+    `max_bytes` bounds the in-memory latents in bytes (one latent is `rhea.context.latent_bytes`:
+    1.66 MB for SmolLM2-135M's `states` compressor), `dir_max_bytes` the directory: past it the files
+    least recently used (by modification time, which a hit refreshes) are removed. Temporary files
+    that a killed writer left (``*.tmp`` older than a minute) are removed when the store opens.
     """
 
-    def __init__(self, model_id: str, digest: str, max_entries: int = 4096, *, directory: str | os.PathLike | None = None):
+    #: a temporary file older than this (seconds) belongs to a writer that died
+    STALE_TMP_S = 60.0
+
+    def __init__(self, model_id: str, digest: str, max_entries: int = 4096, *, directory: str | os.PathLike | None = None,
+                 max_bytes: int | None = None, dir_max_bytes: int | None = None):
         self.model_id, self.digest = model_id, digest
-        self.memory = LRU(max_entries)
+        self.memory = LRU(max_entries, max_bytes=max_bytes)
+        if dir_max_bytes is not None and (isinstance(dir_max_bytes, bool) or not isinstance(dir_max_bytes, int)
+                                          or dir_max_bytes < 0):
+            raise ServeConfigError(f"--cache-dir-bytes {dir_max_bytes!r} must be an int >= 0 (or unset: no bound)")
+        self.dir_max_bytes = dir_max_bytes
+        self.dir_bytes = 0
+        self.dir_evictions = self.tmp_removed = 0
+        self._dir_lock = threading.Lock()
         self.directory = Path(directory) if directory is not None else None
         if self.directory is not None:
             try:
@@ -114,7 +153,49 @@ class LatentStore:
             except OSError as e:
                 raise ServeConfigError(f"--cache-dir {self.directory}: cannot write there ({e}); pass a writable "
                                        "directory (shared by the replicas)") from None
+            self._scan_directory()
         self.dir_hits = self.dir_misses = self.dir_writes = 0
+
+    def _files(self) -> list[tuple[float, int, Path]]:
+        out = []
+        for path in self.directory.glob("*/*.safetensors"):
+            try:
+                st = path.stat()
+            except OSError:  # removed by another replica meanwhile
+                continue
+            out.append((st.st_mtime, st.st_size, path))
+        return out
+
+    def _scan_directory(self) -> None:
+        """Remove the temporary files of dead writers; count (and bound) the bytes held."""
+        import time
+
+        now = time.time()
+        for tmp in self.directory.glob("*/*.tmp"):
+            try:
+                if now - tmp.stat().st_mtime > self.STALE_TMP_S:
+                    tmp.unlink()
+                    self.tmp_removed += 1
+            except OSError:
+                pass
+        self.dir_bytes = sum(size for _, size, _ in self._files())
+        self._evict_files()
+
+    def _evict_files(self) -> None:
+        if self.dir_max_bytes is None or self.dir_bytes <= self.dir_max_bytes:
+            return
+        with self._dir_lock:
+            files = sorted(self._files())  # oldest first; other replicas' files count too
+            self.dir_bytes = sum(size for _, size, _ in files)
+            for _, size, path in files:
+                if self.dir_bytes <= self.dir_max_bytes:
+                    break
+                try:
+                    path.unlink()
+                    self.dir_evictions += 1
+                except OSError:
+                    pass
+                self.dir_bytes -= size
 
     def key(self, text: str) -> str:
         return hashlib.sha256(f"{self.model_id}\0{self.digest}\0{text}".encode("utf-8")).hexdigest()
@@ -139,6 +220,10 @@ class LatentStore:
             self.dir_misses += 1
             return None
         self.dir_hits += 1
+        try:
+            os.utime(path)  # a hit makes the file recently used (eviction goes by modification time)
+        except OSError:
+            pass
         self.memory.put(key, tensor)
         return tensor
 
@@ -148,25 +233,25 @@ class LatentStore:
         self.memory.put(key, latents)
         if self.directory is None:
             return
-        from safetensors.torch import save_file
+        from safetensors.torch import save
 
-        path = self._path(key)
-        path.parent.mkdir(exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        os.close(fd)
-        try:
-            save_file({"latents": latents}, tmp, metadata={"model": self.model_id, "digest": self.digest})
-            os.replace(tmp, path)  # atomic: readers see the old file or the whole new one
-            self.dir_writes += 1
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        from rhea.storage import atomic_write_bytes
+
+        # atomic (temp sibling, fsync, rename): readers see the old file or the whole new one
+        data = save({"latents": latents}, metadata={"model": self.model_id, "digest": self.digest})
+        if self.dir_max_bytes is not None and len(data) > self.dir_max_bytes:
+            return  # larger than the whole directory budget: kept in memory only
+        atomic_write_bytes(self._path(key), data)
+        self.dir_writes += 1
+        self.dir_bytes += len(data)
+        self._evict_files()
 
     def stats(self) -> dict:
         out = self.memory.stats()
         if self.directory is not None:
             out.update(directory=str(self.directory), dir_hits=self.dir_hits, dir_misses=self.dir_misses,
-                       dir_writes=self.dir_writes)
+                       dir_writes=self.dir_writes, dir_bytes=self.dir_bytes, dir_max_bytes=self.dir_max_bytes,
+                       dir_evictions=self.dir_evictions, tmp_removed=self.tmp_removed)
         return out
 
 

@@ -35,8 +35,11 @@ def check_args(args) -> dict:
         raise ServeConfigError(f"--batch-wait-ms {args.batch_wait_ms} must be between 0 and 10000")
     if args.cache_entries < 0:
         raise ServeConfigError(f"--cache-entries {args.cache_entries} must be >= 0 (0: no in-memory cache)")
+    if args.cache_bytes < 0 or (args.cache_dir_bytes is not None and args.cache_dir_bytes < 0):
+        raise ServeConfigError("--cache-bytes and --cache-dir-bytes must be >= 0")
     if args.history_entries < 0:
         raise ServeConfigError(f"--history-entries {args.history_entries} must be >= 0 (0: no conversation KV reuse)")
+    access_policy(args)  # the access options' own errors, before the model loads
     check_model_path(args.model)
     cls = policy_class(args.policy)  # raises the registry's named error for an unknown policy
     kwargs = {k: v for k, v in (("tau_low", args.tau_low), ("tau_high", args.tau_high), ("scorer", args.scorer),
@@ -47,6 +50,14 @@ def check_args(args) -> dict:
     if args.cache_dir is not None and Path(args.cache_dir).exists() and not Path(args.cache_dir).is_dir():
         raise ServeConfigError(f"--cache-dir {args.cache_dir} is a file; pass a directory")
     return kwargs
+
+
+def access_policy(args):
+    """The `AccessPolicy` of the access options (--api-key or RHEA_API_KEY, --allowed-hosts, --cors-origins)."""
+    from rhea.serve.access import AccessPolicy
+
+    return AccessPolicy.for_server(args.host, api_key=args.api_key, allowed_hosts=args.allowed_hosts,
+                                   cors_origins=args.cors_origins)
 
 
 def warm_up(engine) -> float:
@@ -78,12 +89,13 @@ def _cmd_serve(args) -> int:
     engine = Engine(model, model_id=args.served_model_name or served_name(args.model), policy=args.policy,
                     policy_kwargs=policy_kwargs, max_tokens=args.max_tokens, max_queue=args.max_queue,
                     max_batch=args.max_batch, cache_entries=args.cache_entries, cache_dir=args.cache_dir,
-                    history_entries=args.history_entries, batch_wait_ms=args.batch_wait_ms)
+                    history_entries=args.history_entries, batch_wait_ms=args.batch_wait_ms,
+                    cache_bytes=args.cache_bytes, cache_dir_bytes=args.cache_dir_bytes)
     warm_up(engine)
     print(f"rhea serve: model {engine.model_id!r}, policy {engine.policy_name!r} on http://{args.host}:{args.port}",
           flush=True)
     try:
-        uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level=args.log_level)
+        uvicorn.run(create_app(engine, access_policy(args)), host=args.host, port=args.port, log_level=args.log_level)
     finally:
         engine.close()
     return 0
@@ -111,10 +123,26 @@ def register(sub) -> None:
                         "fp32); 0 turns it off")
     p.add_argument("--cache-dir", default=None, help="shared latent store: a directory of safetensors files that "
                    "replicas read and write")
+    p.add_argument("--cache-bytes", type=int, default=1 << 30,
+                   help="bytes of latents kept in memory (LRU; default 1 GiB). One latent is n_mem x latent width x 4 "
+                        "bytes: 1.66 MB for smollm2-135m's `states` compressor (docs/serving.md)")
+    p.add_argument("--cache-dir-bytes", type=int, default=None,
+                   help="bytes of latent files kept in --cache-dir (least recently used removed first; default: "
+                        "no bound)")
     p.add_argument("--tau-low", type=float, default=None)
     p.add_argument("--tau-high", type=float, default=None)
     p.add_argument("--scorer", choices=["latent", "bm25", "dense", "fused"], default=None)
     p.add_argument("--latent-tier", choices=["auto", "on", "off"], default=None)
+    access = p.add_argument_group("access control (docs/serving.md, 'Access control')")
+    access.add_argument("--api-key", default=None,
+                        help="require 'Authorization: Bearer KEY' on /v1/* (401 otherwise); default: the RHEA_API_KEY "
+                             "environment variable, else no key")
+    access.add_argument("--allowed-hosts", default=None, metavar="HOSTS",
+                        help="comma list of names the Host header may carry (421 otherwise), '*' for any; default: "
+                             "localhost names when --host is a loopback address, any host otherwise")
+    access.add_argument("--cors-origins", default=None, metavar="ORIGINS",
+                        help="comma list of browser origins allowed to call the API (e.g. https://app.example.com), "
+                             "'*' for any; default: none (CORS off)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     add_device_argument(p)
     add_threads_argument(p)

@@ -139,6 +139,11 @@ def rhea_usage(answer: Answer, policy: str, *, trace: bool = False) -> dict:
     return _finite(out)
 
 
+#: The in-memory latent cache's default bound: 1 GiB (about 640 latents of SmolLM2-135M's `states`
+#: compressor, 1.66 MB each; `rhea.context.latent_bytes`).
+DEFAULT_CACHE_BYTES = 1 << 30
+
+
 class Engine:
     """Owns the model, the policy, the caches and the worker thread.
 
@@ -154,7 +159,8 @@ class Engine:
     def __init__(self, model, *, model_id: str, policy: str = "rhea", policy_kwargs: dict | None = None,
                  max_tokens: int = 128, max_queue: int = 64, max_batch: int = 8, cache_entries: int = 4096,
                  cache_dir: str | None = None, prefix_blocks: int = 8, history_entries: int = 8,
-                 batch_wait_ms: float = 50.0, start: bool = True):
+                 batch_wait_ms: float = 50.0, start: bool = True, cache_bytes: int | None = DEFAULT_CACHE_BYTES,
+                 cache_dir_bytes: int | None = None):
         from rhea.session import ChatSession
 
         for name, value, lo in (("max_tokens", max_tokens, 1), ("max_queue", max_queue, 1),
@@ -171,7 +177,8 @@ class Engine:
                                    reuse_prefix_cache=False)
         self.policy_name = self.session.policy.name
         self.digest = adapter_digest(model)
-        self.latents = LatentStore(model_id, self.digest, cache_entries, directory=cache_dir)
+        self.latents = LatentStore(model_id, self.digest, cache_entries, directory=cache_dir, max_bytes=cache_bytes,
+                                   dir_max_bytes=cache_dir_bytes)
         self.prefixes = PrefixPool(prefix_blocks)
         self.histories = HistoryPool(history_entries)
         self.recognizer_cache: CachedRecognizer | None = None
@@ -196,6 +203,7 @@ class Engine:
         if "dense" in getattr(policy, "components", ()):
             self.embedder_cache = policy._embedder = CachedEmbedder(policy.embedder, entries)
         if hasattr(policy, "episodic"):
+            self.compresses_replies = bool(getattr(policy, "needs_latents", True))
             self.compress = CachedCompress(self.model.compress_replies, self.latents, self.model.device)
             policy.episodic.compress_fn = self.compress
 
@@ -243,6 +251,7 @@ class Engine:
     def submit(self, request: ChatRequest, on_event: Callable[[str, Any], None] | None = None) -> concurrent.futures.Future:
         """Queue `request`; its future resolves to an `Answer` (or raises). Raises `QueueFullError`
         at once when ``max_queue`` jobs are already waiting."""
+        self.check_compressible(request)
         job = Job(request, on_event=on_event)
         with self._cv:
             if self._closed:
@@ -252,6 +261,26 @@ class Engine:
             self._jobs.append(job)
             self._cv.notify()
         return job.future
+
+    def check_compressible(self, request: ChatRequest) -> None:
+        """Refuse, before any model work, a past reply the compressor cannot take whole: one over the
+        model's context (less the `<mem>` slots) when replies are not compressed in chunks."""
+        model = self.model
+        limit = getattr(model, "max_context", None)
+        if (self.compress is None or not getattr(self, "compresses_replies", True) or limit is None
+                or getattr(model.config, "compress_chunk_tokens", None)):
+            return
+        room = limit - model.n_mem
+        for k, turn in enumerate(request.conversation):
+            text = turn.assistant
+            if len(text.encode("utf-8")) + 1 <= room:  # at most one token per byte, and one more at the start
+                continue
+            n = len(model.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+            if n > room:
+                raise ContextOverflowError(
+                    f"past assistant reply {k + 1} of the messages has {n} tokens; this model compresses a reply of at "
+                    f"most {room} tokens ({limit} of context less {model.n_mem} <mem> slots). Shorten or split that "
+                    "reply, or drop it from the messages")
 
     def _take(self) -> list[Job] | None:
         with self._cv:

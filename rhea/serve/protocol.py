@@ -162,6 +162,12 @@ def parse_request(raw: bytes, served_model: str) -> ChatRequest:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise _bad(f"the request body is not valid JSON ({e}); send a JSON object", None, "invalid_json") from None
+    except RecursionError:
+        raise _bad("the request body nests arrays or objects too deeply to read; send the messages as a flat "
+                   "list of {role, content} objects", None, "invalid_json") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts (int_max_str_digits)
+        raise _bad(f"the request body holds a value that cannot be read ({e}); send numbers of ordinary size",
+                   None, "invalid_json") from None
     if not isinstance(body, dict):
         raise _bad(f"the request body must be a JSON object, got {type(body).__name__}", None, "invalid_json")
     model = body.get("model")

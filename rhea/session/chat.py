@@ -1,6 +1,7 @@
 """`ChatSession`: a model, a context policy and the conversation, one `send()` per turn."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -42,6 +43,10 @@ class TurnRecord:
     #: Text tokens + latent slots of the plan, counted like `full_history_tokens` (content only,
     #: no chat-template tokens), so the two compare; None in sessions saved before it existed.
     content_tokens: int | None = None
+    #: Bytes the session held once the turn was done: the history cache's keys/values (and its
+    #: latent rows) plus the policy's stored latents (`ChatSession.bytes_held`); None in sessions
+    #: saved before it existed.
+    bytes_held: int | None = None
 
 
 @dataclass
@@ -282,6 +287,7 @@ class ChatSession:
             full_history_tokens=plan.ledger.full_history_tokens, tiers=tiers,
             content_tokens=plan.ledger.text_tokens + plan.ledger.latent_slots,
             timings={"plan_s": staged.t_plan, **gen.timings, "observe_s": t_observe, **work},
+            bytes_held=sum(self.bytes_held().values()),
         )
         self.records.append(record)
         self.last_plan, self.last_generation = plan, gen
@@ -314,18 +320,38 @@ class ChatSession:
         if error:
             raise error[0]
 
+    def bytes_held(self) -> dict[str, int]:
+        """Memory this conversation holds now, in bytes: ``kv_cache`` (the keys/values `HistoryKVCache`
+        keeps of the last prompt and reply, with its latent rows) and ``latents`` (every reply's latent
+        the policy stores, e.g. `EpisodicMemory`'s)."""
+        from rhea.context import tensor_bytes
+
+        kv = 0
+        if self.prefix_cache is not None:
+            kv = tensor_bytes(getattr(self.prefix_cache, "_kv", None)) + \
+                tensor_bytes(getattr(self.prefix_cache, "_latents", None))
+        episodic = getattr(self.policy, "episodic", None)
+        latents = sum(tensor_bytes(e.latents) for e in getattr(episodic, "entries", ()) or ())
+        return {"kv_cache": kv, "latents": latents}
+
     # ---------------------------------------------------------------- persistence
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write ``session.json`` (conversation, policy state, records) and ``session.safetensors`` (latents)."""
-        from safetensors.torch import save_file
+    def save(self, path: str | os.PathLike, *, wait: bool = True) -> Path:
+        """Write ``session.json`` (conversation, policy state, records), ``session.safetensors`` (latents)
+        and ``manifest.json`` (the SHA-256 of both) into the directory `path`.
+
+        The save is atomic: the files go to a new directory beside `path`, which then replaces it, so a
+        kill at any point leaves the previous save or this one. Saves to one path are serialized by a
+        lock file beside it (``wait=False`` raises `rhea.storage.SaveInProgressError` instead of waiting).
+        """
+        from safetensors.torch import save
 
         from rhea.session.tensors import split_tensors
+        from rhea.storage import replace_directory, sha256_bytes
 
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
         state, tensors = split_tensors(self.policy.state_dict(), "policy")
         payload = {
-            "format": "rhea-session/1",
+            "format": SESSION_FORMAT,
             "conversation": json.loads(self.conversation.to_json()),
             "policy": state,
             "records": [asdict(r) for r in self.records],
@@ -336,41 +362,164 @@ class ChatSession:
             "model": {"hidden_size": self.model.hidden_size, "n_mem": self.model.n_mem,
                       "latent_width": self.model.latent_width, "base_model": self.model.config.base_model},
         }
-        (path / SESSION_JSON).write_text(json.dumps(payload, indent=1, ensure_ascii=False))
-        save_file(tensors, str(path / SESSION_TENSORS))
-        return path
+        files = {SESSION_JSON: json.dumps(payload, indent=1, ensure_ascii=False).encode("utf-8"),
+                 SESSION_TENSORS: save(tensors)}
+        manifest = {"format": MANIFEST_FORMAT,
+                    "files": {name: {"sha256": sha256_bytes(data), "bytes": len(data)} for name, data in files.items()}}
+        files[SESSION_MANIFEST] = json.dumps(manifest, indent=1).encode("utf-8")
+
+        def fill(directory: Path) -> None:
+            for name, data in files.items():
+                (directory / name).write_bytes(data)
+
+        return replace_directory(path, fill, wait=wait, names={SESSION_JSON, SESSION_TENSORS, SESSION_MANIFEST})
 
     @classmethod
-    def load(cls, path: str | os.PathLike, model, *, policy_kwargs: dict | None = None) -> "ChatSession":
-        """Restore a session written by `save` onto `model` (same hidden size and n_mem)."""
-        from safetensors.torch import load_file
+    def load(cls, path: str | os.PathLike, model, *, policy_kwargs: dict | None = None,
+             verify: bool = True) -> "ChatSession":
+        """Restore a session written by `save` onto `model` (same hidden size and n_mem).
+
+        Every problem with the folder is a `SessionError` naming it: a missing file, a file whose
+        SHA-256 differs from the one ``manifest.json`` recorded at save time (``verify=False`` skips
+        that check; sessions saved without a manifest are not checked), or a ``session.json`` that
+        does not hold what `save` writes.
+        """
+        from safetensors.torch import load as load_tensors
 
         from rhea.session.tensors import join_tensors
+        from rhea.storage import readable_directory, sha256_bytes
 
-        path = Path(path)
+        path = readable_directory(Path(path), SESSION_JSON)
+        if not path.is_dir():
+            raise SessionError(f"{path} is not a saved session (no such directory); save one with ChatSession.save")
+        raw: dict[str, bytes] = {}
+        for name in (SESSION_JSON, SESSION_TENSORS):
+            try:
+                raw[name] = (path / name).read_bytes()
+            except FileNotFoundError:
+                raise SessionError(f"{path} is not a saved session ({name} missing); save one with "
+                                   "ChatSession.save") from None
+            except OSError as e:
+                raise SessionError(f"{path}/{name} cannot be read ({e.strerror or e})") from None
+        if verify:
+            _verify_manifest(path, raw)
         try:
-            payload = json.loads((path / SESSION_JSON).read_text())
-            tensors = load_file(str(path / SESSION_TENSORS))
-        except FileNotFoundError as e:
-            raise SessionError(f"{path} is not a saved session ({e.filename} missing); save one with ChatSession.save") from e
-        except (json.JSONDecodeError, Exception) as e:
-            raise SessionError(f"{path} holds a corrupted session ({type(e).__name__}: {e})") from e
-        if payload.get("format") != "rhea-session/1":
-            raise SessionError(f"{path}: unknown session format {payload.get('format')!r}")
+            payload = json.loads(raw[SESSION_JSON].decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise SessionError(f"{path}/{SESSION_JSON} is not valid JSON ({e}); the session is corrupted, "
+                               "restore it from a copy or start a new one") from None
+        _check_payload(path, payload)
+        try:
+            tensors = load_tensors(raw[SESSION_TENSORS])
+        except Exception as e:  # safetensors raises its own SafetensorError on a damaged header
+            raise SessionError(f"{path}/{SESSION_TENSORS} is not a valid safetensors file ({type(e).__name__}: "
+                               f"{e}); the session is corrupted, restore it from a copy") from None
         saved = payload["model"]
         width = saved.get("latent_width", saved["hidden_size"])  # sessions saved before latent_width
         if (saved["hidden_size"], saved["n_mem"], width) != (model.hidden_size, model.n_mem, model.latent_width):
             raise SessionError(
                 f"{path} was saved with a model of hidden size {saved['hidden_size']}, n_mem {saved['n_mem']} and "
-                f"latent width {width} ({saved['base_model']}); this model has {model.hidden_size}, {model.n_mem} "
-                f"and {model.latent_width} (latent_injection={model.config.latent_injection!r})"
+                f"latent width {width} ({saved.get('base_model')}); this model has {model.hidden_size}, "
+                f"{model.n_mem} and {model.latent_width} (latent_injection={model.config.latent_injection!r})"
             )
-        policy_state = join_tensors(payload["policy"], tensors)
-        session = cls(model, policy=policy_state["name"], max_new_tokens=payload["max_new_tokens"],
-                      adapter=payload["adapter"], generation_kwargs=payload["generation_kwargs"],
-                      reuse_prefix_cache=payload.get("reuse_prefix_cache", True),
-                      policy_kwargs={**policy_state.get("config", {}), **(policy_kwargs or {})})
-        session.policy.load_state_dict(policy_state)
-        session.conversation = Conversation.from_json(json.dumps(payload["conversation"]))
-        session.records = [TurnRecord(**r) for r in payload["records"]]
+        try:
+            policy_state = join_tensors(payload["policy"], tensors)
+            session = cls(model, policy=policy_state["name"], max_new_tokens=payload["max_new_tokens"],
+                          adapter=payload["adapter"], generation_kwargs=payload["generation_kwargs"],
+                          reuse_prefix_cache=payload.get("reuse_prefix_cache", True),
+                          policy_kwargs={**policy_state.get("config", {}), **(policy_kwargs or {})})
+            session.policy.load_state_dict(policy_state)
+            session.conversation = Conversation.from_json(json.dumps(payload["conversation"]))
+            session.records = [TurnRecord(**r) for r in payload["records"]]
+        except SessionError:
+            raise
+        except (RheaError, KeyError, TypeError, AttributeError, ValueError, IndexError, RuntimeError) as e:
+            raise SessionError(f"{path}/{SESSION_JSON} does not hold a session this version can restore "
+                               f"({type(e).__name__}: {e}); it was altered or written by another program") from e
         return session
+
+
+SESSION_FORMAT = "rhea-session/1"
+SESSION_MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "rhea-manifest/1"
+_RECORD_FIELDS = {f.name: f for f in TurnRecord.__dataclass_fields__.values()}
+
+
+def _verify_manifest(path: Path, raw: dict[str, bytes]) -> None:
+    """Refuse a folder whose files are not the ones its save wrote (a mix of two saves, a flipped bit)."""
+    from rhea.storage import sha256_bytes
+
+    try:
+        manifest = json.loads((path / SESSION_MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return  # saved before manifests were written: nothing recorded to check against
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SessionError(f"{path}/{SESSION_MANIFEST} cannot be read ({e}); the session is corrupted, restore it "
+                           "from a copy (or load with verify=False to skip the digest check)") from None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise SessionError(f"{path}/{SESSION_MANIFEST} is not a rhea manifest ({MANIFEST_FORMAT!r} with a 'files' "
+                           "object); restore the session from a copy")
+    for name, data in raw.items():
+        entry = files.get(name)
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+            raise SessionError(f"{path}/{SESSION_MANIFEST} records no SHA-256 for {name}; restore the session "
+                               "from a copy")
+        if sha256_bytes(data) != entry["sha256"]:
+            raise SessionError(
+                f"{path}/{name} is not the file its save wrote (SHA-256 {sha256_bytes(data)[:16]}…, the manifest "
+                f"records {entry['sha256'][:16]}…): the session is corrupted (altered, or a mix of files of "
+                "two saves); restore it from a copy (or load with verify=False to skip the digest check)")
+
+
+def _check_payload(path: Path, payload: Any) -> None:
+    """Raise `SessionError` naming the first field of a ``session.json`` that `save` would not write."""
+    where = f"{path}/{SESSION_JSON}"
+
+    def bad(what: str) -> SessionError:
+        return SessionError(f"{where}: {what}; the file was altered or written by another program, restore it "
+                            "from a copy or start a new session")
+
+    def is_int(x) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool)
+
+    if not isinstance(payload, dict):
+        raise bad(f"holds a JSON {type(payload).__name__}, not an object")
+    if payload.get("format") != SESSION_FORMAT:
+        raise SessionError(f"{where}: unknown session format {payload.get('format')!r} (this version reads "
+                           f"{SESSION_FORMAT!r})")
+    kinds = {"conversation": dict, "policy": dict, "records": list, "model": dict, "adapter": str,
+             "generation_kwargs": dict}
+    for key, kind in kinds.items():
+        if key not in payload:
+            raise bad(f"the field {key!r} is missing")
+        if not isinstance(payload[key], kind):
+            raise bad(f"{key!r} must be a JSON {kind.__name__.replace('dict', 'object').replace('str', 'string')}, "
+                      f"got {type(payload[key]).__name__}")
+    if not is_int(payload.get("max_new_tokens")) or payload["max_new_tokens"] < 1:
+        raise bad(f"'max_new_tokens' must be an int >= 1, got {payload.get('max_new_tokens')!r}")
+    if not isinstance(payload.get("reuse_prefix_cache", True), bool):
+        raise bad(f"'reuse_prefix_cache' must be true or false, got {payload['reuse_prefix_cache']!r}")
+    model = payload["model"]
+    for key in ("hidden_size", "n_mem"):
+        if not is_int(model.get(key)) or model[key] < 1:
+            raise bad(f"model.{key} must be an int >= 1, got {model.get(key)!r}")
+    if "latent_width" in model and (not is_int(model["latent_width"]) or model["latent_width"] < 1):
+        raise bad(f"model.latent_width must be an int >= 1, got {model['latent_width']!r}")
+    policy = payload["policy"]
+    if not isinstance(policy.get("name"), str):
+        raise bad(f"policy.name must be a policy name, got {policy.get('name')!r}")
+    if not isinstance(policy.get("config", {}), dict) or not isinstance(policy.get("state", {}), dict):
+        raise bad("policy.config and policy.state must be JSON objects")
+    turns = payload["conversation"].get("turns")
+    if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
+        raise bad("conversation.turns must be a list of turn objects")
+    required = {n for n, f in _RECORD_FIELDS.items()
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    for i, record in enumerate(payload["records"]):
+        if not isinstance(record, dict):
+            raise bad(f"records[{i}] must be an object, got {type(record).__name__}")
+        missing, unknown = sorted(required - set(record)), sorted(set(record) - set(_RECORD_FIELDS))
+        if missing or unknown:
+            raise bad(f"records[{i}] " + (f"lacks {', '.join(missing)}" if missing else
+                                          f"has unknown fields {', '.join(unknown)}"))

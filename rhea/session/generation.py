@@ -147,9 +147,14 @@ def _overflow_advice(plan: ContextPlan, tokenizer, n_prompt: int, max_new_tokens
     kept = [d for d in plan.decisions.turns if d.tier != "drop"]
     if not kept or query_tokens + max_new_tokens >= limit:
         # no history in the prompt: switching policy cannot help
+        overhead = n_prompt - query_tokens  # the chat template's tokens (and any system text) around the message
+        room = limit - max_new_tokens - overhead
+        if room < 1:  # even an empty message would not fit: max_new_tokens is the problem
+            return (f"{head}: max_new_tokens={max_new_tokens} and the {overhead} tokens around the message leave no "
+                    f"room for it. Lower max_new_tokens to at most {max(limit - overhead - query_tokens, 0)} for this "
+                    f"message, or under {limit - overhead} in any case.")
         return (f"{head}, and no past turn is in it: the message itself is {query_tokens} tokens. Split the message "
-                f"into parts of under {max(limit - max_new_tokens - (n_prompt - query_tokens), 1)} tokens each "
-                "(or lower max_new_tokens).")
+                f"into parts of at most {room} tokens each (or lower max_new_tokens).")
     if len(kept) == len(plan.decisions.turns) and all(d.tier == "raw" for d in kept):
         # the policy kept the whole history as text: only one that drops or compresses turns helps
         return (f"{head}; {len(kept)} past turns are in it. Use a policy that drops or compresses history "

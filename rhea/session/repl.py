@@ -9,6 +9,7 @@ import re
 import sys
 from typing import Callable, Iterable
 
+from rhea.errors import RheaError
 from rhea.session.chat import ChatSession
 
 HELP = """commands:
@@ -125,7 +126,12 @@ def repl(chat: ChatSession, lines: Iterable[str], write: Callable[[str], None],
                 elif cmd == "/save":
                     echo(f"saved to {chat.save(arg or 'rhea-session')}")
                 elif cmd == "/load":
-                    chat = (load_session or (lambda p: ChatSession.load(p, chat.model)))(arg or "rhea-session")
+                    try:
+                        chat = (load_session or (lambda p: ChatSession.load(p, chat.model)))(arg or "rhea-session")
+                    except (RheaError, ValueError, OSError) as e:
+                        echo(f"error: {e}\n(nothing loaded: the current conversation of {len(chat.conversation)} "
+                             "turns is kept; /save it before another /load)")
+                        continue
                     echo(f"loaded {len(chat.conversation)} turns, policy {chat.policy.name}")
                 elif cmd == "/policy":
                     chat.set_policy(arg)
@@ -138,7 +144,7 @@ def repl(chat: ChatSession, lines: Iterable[str], write: Callable[[str], None],
                     echo(format_trace(chat))
                 else:
                     echo(f"unknown command {cmd}; /help lists them")
-            except (ValueError, OSError) as e:
+            except (RheaError, ValueError, OSError) as e:
                 echo(f"error: {e}")
             continue
         try:

@@ -175,6 +175,9 @@ class TrainConfig:
             bad = sorted(set(values) - known)
             if bad:
                 raise TrainConfigError(f"unknown key(s) {bad} in section {name!r}; known keys: {sorted(known)}")
+            for f in dataclasses.fields(factory):
+                if f.name in values:
+                    _check_kind(name, f, values[f.name])
             built[name] = factory(**values)
         return cls(**built)
 
@@ -187,12 +190,37 @@ class TrainConfig:
                 data = yaml.safe_load(f) or {}
         except FileNotFoundError as e:
             raise TrainConfigError(f"config file {path} not found") from e
+        except IsADirectoryError as e:
+            raise TrainConfigError(f"config file {path} is a directory; pass the YAML file") from e
+        except UnicodeDecodeError as e:
+            from rhea.storage import not_utf8
+
+            raise TrainConfigError(not_utf8(path, e)) from None
         except yaml.YAMLError as e:
             raise TrainConfigError(f"{path} is not valid YAML ({e})") from e
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+_KINDS = {"bool": ({bool}, "true or false"), "int": ({int}, "an integer"), "float": ({int, float}, "a number"),
+          "str": ({str}, "a string"), "None": ({type(None)}, "null")}
+
+
+def _check_kind(section: str, f: dataclasses.Field, value: Any) -> None:
+    """Refuse a value of another kind than the key's annotation takes (a word for a number, a number for a
+    name), so the range checks and the trainer never compare a string with a number."""
+    names = [n.strip() for n in str(f.type).split("|")]
+    if not all(n in _KINDS for n in names):
+        return  # Any, lists, mappings: checked by the section's own rules
+    allowed = set().union(*(_KINDS[n][0] for n in names))
+    if type(value) in allowed:
+        return
+    default = f.default if f.default is not dataclasses.MISSING else None
+    want = " or ".join(_KINDS[n][1] for n in names)
+    raise TrainConfigError(f"{section}.{f.name}={value!r} must be {want} (default {default!r}); write e.g. "
+                           f"`{section}: {{{f.name}: {default!r}}}` in the YAML, or --set {section}.{f.name}=VALUE")
 
 
 def _field_docs(cls) -> dict[str, str]:

@@ -78,11 +78,17 @@ def record_to_conversation(record: dict, *, where: str) -> tuple[str, Conversati
 
 
 def _iter_jsonl(path: Path) -> Iterator[tuple[str, dict]]:
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                from rhea.storage import not_utf8
+
+                raise TrainingDataError(not_utf8(where, e)) from None
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
             try:
                 yield where, json.loads(line)
             except json.JSONDecodeError as e:

@@ -89,6 +89,29 @@ def contrastive_loss_from_config(config: TrainConfig) -> ContrastiveRetrievalLos
                                     center=r.contrastive_center)
 
 
+def preflight(config: TrainConfig, *, needs_data: bool = True) -> None:
+    """Check what a run reads and writes before any model loads: ``data.path`` is a readable UTF-8 JSONL
+    file (or a `datasets` directory) and ``run.output_dir`` a directory that can be written."""
+    from rhea.storage import StorageError, check_writable_directory, not_utf8
+
+    try:
+        check_writable_directory(config.run.output_dir, "run.output_dir")
+    except StorageError as e:
+        raise TrainConfigError(str(e)) from None
+    path = config.data.path
+    if not needs_data or path is None or not os.path.isfile(path):
+        return  # a missing path or a datasets directory is reported by the loader that reads it
+    try:
+        with open(path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise TrainConfigError("data.path " + not_utf8(f"{path}:{lineno}", e)) from None
+    except PermissionError:
+        raise TrainConfigError(f"data.path {path} cannot be read: permission denied") from None
+
+
 def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
     """The newest ``checkpoint-N`` directory holding a complete checkpoint, or None."""
     root = Path(output_dir)
@@ -115,6 +138,7 @@ class Trainer:
     def __init__(self, config: TrainConfig, *, model=None, samples: SampleSet | None = None,
                  aux_losses: Sequence[AuxiliaryLoss] = (), accelerator=None):
         self.config = config
+        preflight(config, needs_data=samples is None)
         if config.run.num_threads:
             torch.set_num_threads(config.run.num_threads)
         self.accelerator = accelerator or self._make_accelerator()

@@ -199,7 +199,8 @@ def test_streaming_format_matches_the_non_streamed_reply(client):
     ({"model": "tiny", "messages": HISTORY, "rhea": "yes"}, 400, None, "rhea"),
 ])
 def test_bad_requests_get_openai_errors(client, body, status, code, param):
-    r = client.post("/v1/chat/completions", content=body) if isinstance(body, bytes) else \
+    r = client.post("/v1/chat/completions", content=body, headers={"Content-Type": "application/json"}) \
+        if isinstance(body, bytes) else \
         client.post("/v1/chat/completions", json=body)
     _error(r, status, code, param)
 

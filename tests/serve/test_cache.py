@@ -23,7 +23,8 @@ def test_lru_keeps_the_most_recently_used_within_its_bound():
     assert lru.get("b") == "B"  # b is now the most recent
     lru.put("e", "E")
     assert lru.keys() == ["d", "b", "e"] and len(lru) == 3
-    assert lru.stats() == {"entries": 3, "max_entries": 3, "hits": 1, "misses": 1, "evictions": 2}
+    assert lru.stats() == {"entries": 3, "max_entries": 3, "bytes": 0, "max_bytes": None, "hits": 1, "misses": 1,
+                           "evictions": 2}
     off = LRU(0)
     off.put("a", 1)
     assert off.get("a") is None and len(off) == 0

@@ -1,0 +1,18 @@
+"""Files that survive a kill: atomic writes, directory swaps, per-path locks and digests (`atomic`)."""
+from rhea.storage.atomic import (
+    SaveInProgressError,
+    StorageError,
+    atomic_write_bytes,
+    atomic_write_text,
+    check_writable_directory,
+    file_digest,
+    locked,
+    not_utf8,
+    replace_directory,
+    read_text_file,
+    readable_directory,
+    sha256_bytes,
+)
+
+__all__ = ["SaveInProgressError", "StorageError", "atomic_write_bytes", "atomic_write_text", "check_writable_directory", "file_digest",
+           "locked", "not_utf8", "read_text_file", "readable_directory", "replace_directory", "sha256_bytes"]
