@@ -110,13 +110,34 @@ ADD_PATTERNS: tuple[str, ...] = (
     r"\b(?:every|each) single (?:answer|response|reply)\b",
     r"\bmake (?:every|each|all(?: of)?(?: your)?) (?:answers?|responses?|repl(?:y|ies))\b",
     r"(?:^|[.!?]\s+)(?:all|every|each) (?:answers|responses|replies)\b(?= (?:from|should|must|will|need|have|are)\b)",
+    # a verb applied to every reply: "End every response with ...", "Limit every reply to 100 words"
+    r"\b(?:begin|start|open|end|finish|close|sign(?: off)?|limit|keep|make sure|return|write|format|give me|number|put|"
+    r"include|wrap|answer)\b[^.?!]{0,40}?\b(?:every|each|all(?: of)?(?: your)?) (?:single )?(?:answers?|responses?|repl(?:y|ies)|"
+    r"messages?)\b(?! (?:above|below|so far|you (?:just |already )?gave))",
+    r"\bin (?:all )?(?:of )?your (?:answers|responses|replies|messages|writing for me)\b(?! (?:above|so far|earlier|before))",
+    rf"\byour {_REPLIES} (?:should|must|need to|have to|are to)\b(?! have been)",
+    r"\b(?:all|every|each) (?:of )?my (?:questions|prompts|messages|requests)\b",
+    r"\b(?:answer|respond to|reply to|treat) (?:every|each|all(?: the)?) (?:questions?|prompts?|messages?)\b",
+    r"\b(?:for|in|with) (?:everything|anything) (?:i (?:ask|say|send|write)|you (?:tell|say|write|give|send|do|suggest|recommend))\b"
+    r"|,? for everything[.!]?\s*$",
+    r"\b(?:every|each|any|all) (?:[\w-]+ ){0,2}you (?:give|make|suggest|write|send|mention|use|recommend)\b",
+    r"\b(?:the whole time|at all times)\b",
+    r"(?:^|[.!?]\s+)in (?:this|our) (?:conversation|chat|session),",
+    r"\b(?:make it a rule|a standing rule)\b",
+    r"^\s*(?:(?:please|ok(?:ay)?|so|now)[,]?\s+)*(?:talk|speak|write|reply|respond|answer) to me (?:only |always )?(?:like|as|in)\b",
+    r"^\s*(?:(?:please|ok(?:ay)?|so|now)[,]?\s+)*(?:you will be|you'?ll be|be) my (?:[\w-]+ ){0,2}(?:tutor|coach|teacher|assistant|"
+    r"guide|mentor|partner|editor|translator|butler|dungeon master|therapist|buddy|interviewer|sparring partner)\b",
+    r"\bi (?:prefer|like|want|need|would like|'d like) (?:all )?(?:your )?(?:(?:short|long|brief|concise|detailed|simple|plain) )?"
+    r"(?:answers|responses|replies)\b",
+    r"\ball (?:of )?(?:the |your )?(?:answers|responses|replies)\b(?= (?:to be|should|must|will|need|have to|are to|in)\b)",
     r"(?:^|[.!?]\s+)(?:going|moving) forward,(?!\s*(?:what|how|why|when|where|who|which|is|are|will|do|does|can|should)\b)"
     r"|\bhenceforth\b",
     rf"\b(?:for|in|on|at|during) (?:every|each|all) (?:single )?(?:turns?|rounds?|exchanges?) (?:of|in) (?:this|our|the) {_CONV}\b",
     r"\b(?:for|in|on|at) (?:every|each) (?:single )?(?:turn|round)\b",
     r"\b(?:in|for|across|to|with) all (?:of )?(?:the |your |my )?(?:future |subsequent |following |upcoming )?(?:answers|responses|replies|outputs)\b",
     r"\ball (?:of )?(?:your |our )?(?:communications?|correspondence)\b",
-    r"\b(?:whenever|every time|each time|any ?time) you (?:answer|respond|reply|write (?:back|to me)|talk to me|speak to me)\b",
+    r"\b(?:whenever|every time|each time|any ?time) you (?:answer|respond|reply|write|talk to me|speak to me|mention|give|use|"
+    r"suggest|recommend|explain|quote|cite)\b",
     r"\b(?:whenever|every time|each time|any ?time) i (?:ask|send|write|message|give|type) (?:you|a|an|any|one|something|anything)\b",
     rf"\b(?:throughout|during|for the duration of) (?:this|our|the) (?:whole |entire |upcoming |following )?{_CONV}\b",
     rf"\b(?:for|in) (?:this|our) (?:whole|entire|upcoming|following) {_CONV}\b",
@@ -172,7 +193,11 @@ REVOKE_PATTERNS: tuple[str, ...] = (
     r"\b(?:you can|you may|feel free to|it'?s fine to|it is fine to)\b[^.?!]*\bagain\b",
     r"\b(?:go|switch) back to (?:normal|answering|writing|responding|replying|talking|english|your (?:usual|normal|default)"
     r"|the (?:usual|normal|default|old))\b",
-    r"\bnever ?mind (?:the|that|about)(?: [\w'-]+){0,3} (?:rules?|instructions?|format|thing|request|persona)\b",
+    r"\bnever ?mind (?:the|that|about)(?: [\w'-]+){0,3} (?:rules?|instructions?|format|thing|request|persona|voice|accent|style)\b",
+    r"\b(?:remove|drop|lose|cut) the (?:[\w-]+ )?(?:requirement|rule|restriction|constraint|instruction)\b",
+    r"\bno more [\w-]+ (?:talk|voice|style|format|thing|stuff|rhymes|haikus?|jargon|emojis|accent)\b",
+    r"\b(?:i'?m|i am|we'?re|we are) done with (?:the|that|this|your)\b",
+    r"(?:^|[:;.!?]\s+)(?:please\s+)?(?:don'?t|do not)\b[^.?!]*\bany ?more\b",
     r"\b(?:the )?[\w-]+ (?:thing|rule|format) is (?:over|done|off)\b",
 )
 
@@ -369,7 +394,7 @@ FIRST_MESSAGE_PATTERNS: tuple[str, ...] = (
 #: or opens with a task: its constraint is for that output, not the conversation.
 ONE_OUTPUT_PATTERN = (
     r"\b(?:your|the|this|that) (?:entire |whole |full |final |next )?(?:response|answer|reply|output|essay|poem|story|"
-    r"letter|email|e-mail|summary|list|text|haiku|song|article|blog(?: post)?|post|tweet|riddle|resume|itinerary|rubric|"
+    r"letter(?! '')(?! [a-z]\b)|email|e-mail|summary|list|text|haiku|song|article|blog(?: post)?|post|tweet|riddle|resume|itinerary|rubric|"
     r"limerick|speech|script|paragraph|report|review|description|explanation|translation|code|function|program|proposal|"
     r"pitch|ad|advertisement|slogan|title|joke|rap|sonnet|cover letter|template|outline|critique|plan|recipe|dialogue|"
     r"conversation (?:between|with)|question|sentence|request|prompt|note|file|page|json (?:block|code))\b(?!s)"
