@@ -222,6 +222,8 @@ ONE_OFF_PATTERNS: tuple[str, ...] = (
     r"\b(?:give me|write|put|format|make) (?:this|that) (?:answer|reply|response|comparison|list|text|paragraph|email|essay)\b",
     r"\bfor this (?:comparison|list|text|paragraph|email|essay|summary|explanation|example|task)\b",
     r"\b(?:answer|do|give me) this one\b",
+    # several versions of this one reply: "Give two different responses ...", "Separate your two answers with ***"
+    r"\b(?:two|2|three|3|several|multiple) (?:different |separate |alternative )?(?:responses|answers|versions|replies)\b",
     r"\b(?:reply|respond|answer) (?:to )?this(?: message| question)? (?:in|with|using)\b",
     r"^\s*(?:ok(?:ay)?,?\s+|now,?\s+)?(?:please\s+)?(?:try (?:that |it )?again|redo|rewrite|rephrase|reword|shorten|lengthen|translate (?:that|this|it)|convert (?:that|this|it))\b",
     # --- structural cues (the last STRUCTURAL_ONE_OFF patterns): they read the message's shape, not
@@ -431,8 +433,8 @@ _PRODUCTION = re.compile(
     r"provide (?:a|an|me (?:a|an|with a)) (?:[\w-]+[, ]+){0,3}(?:list|summary|translation|description|version|rewrite|story|"
     r"poem|essay|article|email|letter|outline|plan|itinerary|script|draft))\b", re.IGNORECASE)
 
-_PRODUCTION_INSIDE = re.compile(r"\b(?:and|then|to|please|you)\s+(?:make it|rewrite|write|compose|draft|expand|summari[sz]e|"
-                                r"translate|paraphrase|edit|improve|proofread)\b", re.IGNORECASE)
+_PRODUCTION_INSIDE = re.compile(r"\b(?:and|then|please|you)\s+(?:make it|(?:rewrite|write|compose|draft|expand|summari[sz]e|"
+                                r"translate|paraphrase|edit|improve|proofread) (?:it|this|that|the|a|an|my|me)\b)", re.IGNORECASE)
 
 
 def match_first_message(text: str) -> str | None:
