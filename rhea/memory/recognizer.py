@@ -449,7 +449,7 @@ def match_first_message(text: str) -> str | None:
 
     >>> match_first_message("Can you advise me on some food that boosts the immune system? "
     ...                     "Please do not mention the word 'antioxidant'.")
-    'Please do not mention the word'
+    'Please do not mention'
     >>> match_first_message("Write a poem about cats. Do not use any commas in your response.") is None
     True
     """
