@@ -2,9 +2,12 @@
 
     python scripts/build_recognizer_set.py /work/shared/data [--out rhea/data/recognizer_labelled.jsonl]
 
-Every row is {"text", "label", "kind", "category", "source", "id"}: label 1 = the user
+Every row is {"text", "label", "kind", "category", "source", "id", "turn"}: label 1 = the user
 message sets (kind "add") or cancels (kind "revoke") a rule for ALL later replies, 0 = it does
-not. `source` and `id` say where the text came from, so evaluation can leave one source out.
+not. `source` and `id` say where the text came from, so evaluation can leave one source out;
+`turn` is the message's index among its conversation's user messages (0 = the first message,
+where a bare style or lexical constraint beside the task is a standing rule; null = unknown,
+read as a later message).
 
 Labels are by reading, not by any recognizer. Per source (what was read, and the rule that
 follows from it; the exceptions are listed by id below):
@@ -24,10 +27,18 @@ follows from it; the exceptions are listed by id below):
 - mt_eval_global (MT-Eval, MIT): the 220 ordinary queries of raw_global_inst.jsonl -> 0; the
   global-instruction turns, the 14 templates of MT-Eval's utils/global_inst.py (copied below,
   instantiated with several arguments) -> 1.
-- ifeval (google-research IFEval input_data.jsonl, Apache-2.0): 541 task prompts with inline
-  constraints ("... Your entire response should be in lowercase.") -> 0: each constrains the
-  reply to that task. Read by grepping for scope words (conversation, throughout, all your,
-  every response, from now, pretend); every hit is a one-task constraint.
+- ifeval (google-research IFEval input_data.jsonl, Apache-2.0): 541 single-turn task prompts
+  with inline constraints, each read as a conversation's first message (turn 0). A constraint
+  tied to the one output ("Your entire response should be in lowercase", "the essay", "Use
+  less than 300 words", "repeat the request") -> 0. A bare style, lexical, language or persona
+  constraint in a sentence of its own ("Do not mention the word Taylor, Swift, or Together.",
+  "Answer in all caps.", "Please respond to me only in Korean.", "I want you to act like a DnD
+  dungeon master.") is a standing rule at a first message -> 1, unless the prompt asks for one
+  piece of writing ("Write a song ... Do not mention the word Taylor": the ban is the song's),
+  or the constraint is how to answer the question just before it ("...? Answer in email
+  format."). The `IFEVAL_STANDING` keys were read one by one among the prompts whose
+  constraints are of a lexical, case, language, tone or persona kind; include-this-keyword and
+  count constraints were read as one-off.
 - ultrachat (HuggingFaceH4/ultrachat_200k sample, MIT): the 68 user turns of 20 chats -> 0.
 - multiwoz (MultiWOZ 2.1 dummy, Apache-2.0) and sgd (Schema-Guided Dialogue dummy, CC BY-SA
   4.0): user turns of task-oriented two-person dialogue -> 0.
@@ -35,7 +46,10 @@ follows from it; the exceptions are listed by id below):
   question / answer pairs inside each "Query Sentence", split into single messages -> 0
   (questions, and short answers such as "Germany." that a user might type).
 - rhea_v1: the project's earlier hand-written 319 rows (scripts/recognizer_data/rhea_v1_rows.jsonl).
-- authored_v2: hand-written rows for the recognizer's false positives on real chats (scripts/recognizer_data/authored_v2.py).
+- authored_v2: hand-written rows for precision (scripts/recognizer_data/authored_v2.py).
+- authored_v3: hand-written rows for recall, each with its turn: the ways people scope a rule to
+  the conversation, personas, bare constraints beside a first task, and hard negatives that
+  share their words (scripts/recognizer_data/authored_v3.py).
 
 The output is deterministic (no sampling); duplicates (same normalised text) keep the first.
 """
@@ -53,6 +67,8 @@ DEFAULT_OUT = HERE.parent / "rhea" / "data" / "recognizer_labelled.jsonl"
 MAX_CHARS = 4000  # longer user turns (pasted articles) are skipped, counted in the summary
 
 MT_BENCH_GLOBAL = {f"{q}_0" for q in range(91, 100)}
+IFEVAL_STANDING = {30, 301, 1019, 1094, 1108, 1342, 1582, 1691, 1813, 2084, 2225, 2273, 2355, 2391, 2432, 2591, 3063,
+                   3188, 3221, 3386}
 MT_BENCH_AMBIGUOUS = {"100_0"}
 
 # MT-Eval utils/global_inst.py (KwanWaiChung/MT-Eval, MIT), the `get_prompt` texts verbatim,
@@ -93,8 +109,9 @@ _QUESTION_START = re.compile(
     r"has|have|had|tell|any|and|so|in what|name|give|was there|were there)\b[^?]*\?)")
 
 
-def _row(text, label, kind, category, source, rid):
-    return {"text": text.strip(), "label": int(label), "kind": kind, "category": category, "source": source, "id": str(rid)}
+def _row(text, label, kind, category, source, rid, turn=None):
+    return {"text": text.strip(), "label": int(label), "kind": kind, "category": category, "source": source, "id": str(rid),
+            "turn": turn}
 
 
 def _jsonl(path: Path):
@@ -108,48 +125,51 @@ def mt_bench(data: Path):
             if rid in MT_BENCH_AMBIGUOUS:
                 continue
             if rid in MT_BENCH_GLOBAL:
-                yield _row(turn, 1, "add", "persona", "mt_bench", rid)
+                yield _row(turn, 1, "add", "persona", "mt_bench", rid, i)
             else:
-                yield _row(turn, 0, "none", "task" if i == 0 else "one-off-followup", "mt_bench", rid)
+                yield _row(turn, 0, "none", "task" if i == 0 else "one-off-followup", "mt_bench", rid, i)
 
 
 def mt_eval_followup(data: Path):
     for r in _jsonl(data / "mt_eval" / "raw_mt-bench_extended.jsonl"):
-        for t in r["conversation"][2:]:
-            yield _row(t["user"], 0, "none", "one-off-followup", "mt_eval_followup", t["id"])
+        for i, t in enumerate(r["conversation"][2:], start=2):
+            yield _row(t["user"], 0, "none", "one-off-followup", "mt_eval_followup", t["id"], i)
 
 
 def mt_eval_refinement(data: Path):
     for session in _jsonl(data / "mt_eval" / "raw_refinement_multi_inst.jsonl"):
-        for t in session[1:]:
+        for i, t in enumerate(session[1:], start=1):
             cat = "question" if "short-qa" in t["id"] else "task-inline-constraint"
-            yield _row(t["user"], 0, "none", cat, "mt_eval_refinement", t["id"])
+            yield _row(t["user"], 0, "none", cat, "mt_eval_refinement", t["id"], i)
 
 
 def mt_eval_global(data: Path):
     for name, text in MT_EVAL_GLOBAL_TEMPLATES:
-        yield _row(text, 1, "add", "global-template", "mt_eval_global", f"inst:{name}")
+        yield _row(text, 1, "add", "global-template", "mt_eval_global", f"inst:{name}", 0)  # MT-Eval gives it first
     for r in _jsonl(data / "mt_eval" / "raw_global_inst.jsonl"):
-        yield _row(r["query"], 0, "none", "question", "mt_eval_global", f"query:{r['id']}")
+        yield _row(r["query"], 0, "none", "question", "mt_eval_global", f"query:{r['id']}", 1)  # a query after it
 
 
 def ifeval(data: Path):
     for r in _jsonl(data / "ifeval" / "input_data.jsonl"):
-        yield _row(r["prompt"], 0, "none", "task-inline-constraint", "ifeval", r["key"])
+        if r["key"] in IFEVAL_STANDING:
+            yield _row(r["prompt"], 1, "add", "first-message-constraint", "ifeval", r["key"], 0)
+        else:
+            yield _row(r["prompt"], 0, "none", "task-inline-constraint", "ifeval", r["key"], 0)
 
 
 def ultrachat(data: Path):
     for conv in json.loads((data / "dialogue_corpora" / "ultrachat_200k_sample20.json").read_text(encoding="utf-8")):
-        for i, m in enumerate(conv["messages"]):
-            if m["role"] == "user":
-                yield _row(m["content"], 0, "none", "chat-turn", "ultrachat", f"{conv['prompt_id'][:12]}_{i}")
+        users = [(i, m) for i, m in enumerate(conv["messages"]) if m["role"] == "user"]
+        for k, (i, m) in enumerate(users):
+            yield _row(m["content"], 0, "none", "chat-turn", "ultrachat", f"{conv['prompt_id'][:12]}_{i}", k)
 
 
 def dst(data: Path, name: str, file: str):
     for d in json.loads((data / "dst_corpora" / file).read_text(encoding="utf-8")):
-        for t in d["turns"]:
-            if t["speaker"] == "user":
-                yield _row(t["utterance"], 0, "none", "task-dialogue", name, f"{d['dialogue_id']}_{t['utt_idx']}")
+        users = [t for t in d["turns"] if t["speaker"] == "user"]
+        for k, t in enumerate(users):
+            yield _row(t["utterance"], 0, "none", "task-dialogue", name, f"{d['dialogue_id']}_{t['utt_idx']}", k)
 
 
 def topiocqa(data: Path):
@@ -168,7 +188,8 @@ def topiocqa(data: Path):
                 answer, question = ("", p) if not cut or cut.start() == 0 else (p[:cut.start()], p[cut.start():])
             for text, cat in ((answer, "short-answer"), (question, "question")):
                 if text.strip():
-                    yield _row(text, 0, "none", cat, "topiocqa", f"{r['question_id']}_{k}")
+                    # a TopiOCQA dialogue alternates questions and answers: the first question opens it
+                    yield _row(text, 0, "none", cat, "topiocqa", f"{r['question_id']}_{k}", k)
                     k += 1
 
 
@@ -185,6 +206,14 @@ def authored_v2(_data: Path):
         yield _row(text, label, kind, cat, "authored_v2", i)
 
 
+def authored_v3(_data: Path):
+    spec = importlib.util.spec_from_file_location("authored_v3", HERE / "recognizer_data" / "authored_v3.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for i, (text, label, kind, cat, turn) in enumerate(mod.ROWS):
+        yield _row(text, label, kind, cat, "authored_v3", i, turn)
+
+
 SOURCES = {
     "mt_bench": mt_bench,
     "mt_eval_followup": mt_eval_followup,
@@ -197,6 +226,7 @@ SOURCES = {
     "topiocqa": topiocqa,
     "rhea_v1": rhea_v1,
     "authored_v2": authored_v2,
+    "authored_v3": authored_v3,
 }
 
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from rhea.errors import require_text
-from rhea.memory.recognizer import QUOTED, match_rules, strip_quotes
+from rhea.memory.recognizer import match_rules, split_sentences, strip_quotes
 
 _LANGUAGES = (
     "english|french|spanish|german|japanese|italian|portuguese|dutch|korean|swedish|chinese|mandarin|"
@@ -64,21 +64,9 @@ _STOPWORDS = set(
 )
 
 
-_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?]['\"”’]))\s+(?=\S)")
-
-
-def _blank_quote(m: re.Match) -> str:
-    quote = m.group(0)  # keep the opening quote, the last character and the closing quote
-    return quote if len(quote) <= 3 else quote[0] + "x" * (len(quote) - 3) + quote[-2:]
-
-
 def _sentences(text: str) -> list[str]:
-    """Verbatim sentences of `text`, found on a copy with quoted spans blanked (same length), so the periods
-    inside "'My answer is yes.', 'No.'" do not end a sentence; a quote's last mark is kept, so "... 'My answer
-    is maybe.' From now on, ..." still does."""
-    masked = QUOTED.sub(_blank_quote, text)
-    starts = [0] + [m.end() for m in _SENTENCE_END.finditer(masked)]
-    return [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
+    """Verbatim sentences of `text` (the recognizer's `split_sentences`)."""
+    return split_sentences(text)
 
 
 def _cued(sentence: str) -> bool:
@@ -164,6 +152,7 @@ class MemoryEvent:
     turn: int | None
     reason: str
     by_id: int | None = None  # the entry that caused a replace / conflict-kept
+    source_message: str | None = None  # for "add": the whole user message the entry came from
 
 
 @dataclass
@@ -223,7 +212,8 @@ class InstructionalMemory:
                           "kept both, the later one is listed last and wins", by_id=entry.id)
             kept.append(old)
         self._entries = kept + [entry]
-        self._log("add", entry.id, text, turn, f"global instruction at turn {turn}; slots {list(entry.slots) or 'unknown'}")
+        self._log("add", entry.id, text, turn, f"global instruction at turn {turn}; slots {list(entry.slots) or 'unknown'}",
+                  source_message=source_message)
         self.version += 1
         return entry
 
@@ -267,7 +257,9 @@ class InstructionalMemory:
         names a replacement ("forget the JSON rule and use YAML instead") removes the old
         entry and keeps the message as the new one. A message with several cued instructions
         is stored as one entry per instruction (`split_directives`), each keeping the whole
-        message as its `source_message`. A one-off request (decision scope "one-off": "just this
+        message as its `source_message`. Only the decision's `rule` (the sentences that carry the
+        rule) is stored and rendered: a first message that sets a rule beside its question puts
+        the rule, not the question, into the block. A one-off request (decision scope "one-off": "just this
         once, answer in English") changes nothing, so it never replaces a standing rule; it is
         recorded as a "one-off-ignored" event. Other non-global decisions are ignored silently.
 
@@ -284,7 +276,7 @@ class InstructionalMemory:
                           f"a request for this reply only ({decision.matched!r}); standing rules unchanged")
             return self.history[start:]
         if decision.kind == "add":
-            for part in split_directives(text):
+            for part in split_directives(getattr(decision, "rule", None) or text):
                 self.add(part, turn, source_message=text)
         elif decision.kind == "revoke":
             if not self.revoke(text, reason=f"revoked by the user at turn {turn} ({decision.source})", turn=turn):
@@ -336,7 +328,8 @@ class InstructionalMemory:
                 ended.setdefault(h.entry_id, h)
         out = {}
         for turn, adds in added.items():
-            if all(a.entry_id in ended for a in adds) and all(_cued(s) for a in adds for s in _sentences(a.text)):
+            if all(a.entry_id in ended for a in adds) and all(_cued(s) for a in adds
+                                                               for s in _sentences(a.source_message or a.text)):
                 why = "; ".join(f"its instruction was {'revoked' if ended[a.entry_id].action == 'revoke' else 'replaced'}"
                                 f" at turn {ended[a.entry_id].turn}: {a.text!r}" for a in adds)
                 out[turn] = why
@@ -374,8 +367,8 @@ class InstructionalMemory:
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not an InstructionalMemory dict ({exc}); pass what to_dict() returned") from exc
 
-    def _log(self, action, entry_id, text, turn, reason, by_id=None) -> None:
-        self.history.append(MemoryEvent(action, entry_id, text, turn, reason, by_id))
+    def _log(self, action, entry_id, text, turn, reason, by_id=None, source_message=None) -> None:
+        self.history.append(MemoryEvent(action, entry_id, text, turn, reason, by_id, source_message))
 
 
 def _check_turn(turn) -> None:

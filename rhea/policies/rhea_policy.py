@@ -29,7 +29,7 @@ from rhea.context.plan import ContextPlan, TurnDecision
 from rhea.errors import RheaConfigError, require_text
 from rhea.memory.episodic import EpisodicMemory
 from rhea.memory.instructional import InstructionalMemory
-from rhea.memory.recognizer import InstructionRecognizer
+from rhea.memory.recognizer import InstructionRecognizer, recognize_at
 from rhea.memory.scoring import (COMPONENTS, FUSIONS, TierRule, assign_tiers, components_of, default_embedder,
                                  describe_thresholds, fuse, hidden_best, latent_tier_active, rank_order)
 from rhea.modeling.config import check_replan, check_thresholds
@@ -198,7 +198,7 @@ class RheaPolicy(ContextPolicy):
         if not self.use_im or (turn_index, query) in self._seen_queries:
             return []
         self._seen_queries.add((turn_index, query))
-        decision = self.recognizer(query)
+        decision = recognize_at(self.recognizer, query, turn_index)  # a first message's bare constraints are standing
         events = self.im.update(query, decision, turn_index)  # one-off requests are logged, never stored
         return [{"recognizer": {"kind": decision.kind, "source": decision.source, "matched": decision.matched,
                                 "confidence": decision.confidence, "scope": decision.scope},

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from rhea.serve.errors import ServeConfigError
+from rhea.memory.recognizer import recognize_at
 
 
 def _nbytes(value) -> int:
@@ -278,17 +279,19 @@ class CachedCompress:
 
 
 class CachedRecognizer:
-    """The instruction recognizer with its verdicts kept per message text (the rest delegates)."""
+    """The instruction recognizer with its verdicts kept per message text and whether it opens the
+    conversation (the recognizer reads a first message differently); the rest delegates."""
 
     def __init__(self, recognizer, max_entries: int = 4096):
         self.inner = recognizer
         self.verdicts = LRU(max_entries)
 
-    def __call__(self, text: str):
-        verdict = self.verdicts.get(text)
+    def __call__(self, text: str, turn: int | None = None):
+        key = (turn == 0, text)
+        verdict = self.verdicts.get(key)
         if verdict is None:
-            verdict = self.inner(text)
-            self.verdicts.put(text, verdict)
+            verdict = recognize_at(self.inner, text, turn)
+            self.verdicts.put(key, verdict)
         return verdict
 
     def __getattr__(self, name: str) -> Any:

@@ -40,16 +40,22 @@ def test_labelled_set_is_large_varied_and_traceable():
     assert len(rows) >= 1000
     assert len({r["text"] for r in rows}) == len(rows)
     for r in rows:
-        assert set(r) == {"text", "label", "kind", "category", "source", "id"}
+        assert set(r) == {"text", "label", "kind", "category", "source", "id", "turn"}
         assert r["label"] == (r["kind"] != "none")
+        assert r["turn"] is None or (isinstance(r["turn"], int) and r["turn"] >= 0)
     assert len({(r["source"], r["id"]) for r in rows}) == len(rows)  # (source, id) names a row
     sources = {r["source"] for r in rows}
     assert {"mt_bench", "mt_eval_global", "mt_eval_refinement", "ifeval", "ultrachat", "multiwoz", "sgd",
             "topiocqa"} <= sources
     assert HARD_NEGATIVE_KINDS <= {r["category"] for r in rows if not r["label"]}
     # real (not hand-written) positives exist in at least two sources, so LOSO measures recall on real text
-    real_pos = {r["source"] for r in rows if r["label"] and r["source"] not in ("rhea_v1", "authored_v2")}
-    assert len(real_pos) >= 2
+    real_pos = {r["source"] for r in rows if r["label"] and r["source"] not in ("rhea_v1", "authored_v2", "authored_v3")}
+    assert len(real_pos) >= 3
+    # first messages are where people state their rules: both labels occur there, in real and written sources
+    first = [r for r in rows if r["turn"] == 0]
+    assert {0, 1} <= {r["label"] for r in first if r["source"] == "ifeval"}
+    assert {0, 1} <= {r["label"] for r in first if r["source"] == "authored_v3"}
+    assert len(load_labelled("authored_v3")) >= 200
     with pytest.raises(ValueError, match="sources are"):
         load_labelled("nope")
 
@@ -116,22 +122,22 @@ def test_classifier_runs_only_when_rules_do_not_decide():
 
     rec = InstructionRecognizer(scorer)
     assert rec("From now on, be brief.").source == "rules" and calls == []
-    d = rec("Talk to me like a pirate.")
+    d = rec("I'd love it if you sounded like a pirate.")
     assert (d.is_global, d.kind, d.source, d.confidence) == (True, "add", "classifier", 0.9)
-    assert calls == ["Talk to me like a pirate."]
-    assert not InstructionRecognizer(scorer, threshold=0.95)("Talk to me like a pirate.").is_global
+    assert calls == ["I'd love it if you sounded like a pirate."]
+    assert not InstructionRecognizer(scorer, threshold=0.95)("I'd love it if you sounded like a pirate.").is_global
 
 
 def test_paper_prompt_classifier_parses_yes_no():
     gen = ScriptedGenerator(["YES", " no.", "maybe?"])
     rec = InstructionRecognizer(gen)
     assert isinstance(rec.classifier, PromptClassifier)
-    first = rec("Talk to me like a pirate.")
+    first = rec("I'd love it if you sounded like a pirate.")
     assert first.is_global and first.matched == "YES"
     content = gen.calls[0][0]["content"]
-    assert "Talk to me like a pirate. Answer:" in content and "global instruction" in content
+    assert "I'd love it if you sounded like a pirate. Answer:" in content and "global instruction" in content
     assert not rec("What is the capital of Peru?").is_global
-    # an unparseable reply is no evidence of a standing rule: precision comes first
+    # an unparseable reply is no evidence of a standing rule
     assert rec("Whales are fascinating, are they not?").confidence == 0.0
     assert PromptClassifier(ScriptedGenerator(["hmm"]), unparsed=0.5)("x") == 0.5
     assert "{message}" in CLASSIFIER_PROMPT and PAPER_PROMPT.endswith("{message} Answer:")
@@ -144,7 +150,7 @@ def test_paper_prompt_runs_on_a_real_tiny_model():
     clf = PromptClassifier(HFGenerator(model))
     p = clf("From here we talk about whales.")
     assert p in (0.0, 1.0) and isinstance(clf.last_reply, str)
-    d = InstructionRecognizer(HFGenerator(model))("Talk to me like a pirate.")
+    d = InstructionRecognizer(HFGenerator(model))("I'd love it if you sounded like a pirate.")
     assert d.source == "classifier" and d.confidence in (0.0, 1.0)
 
 
@@ -166,10 +172,11 @@ def test_fit_logistic_and_head_roundtrip():
         fit_logistic(x, np.zeros(200))
 
 
-def test_packaged_head_is_calibrated_for_precision():
+def test_packaged_head_is_calibrated_for_recall():
     head = packaged_head()
     assert head.weights.shape == (384 + len(CUE_FEATURES),)
-    assert 0.5 <= head.threshold < 1.0 and head.meta["rows"] == len(load_labelled())
+    assert 0.0 < head.threshold < 1.0 and head.meta["rows"] == len(load_labelled())
+    assert "recall >= 0.95" in head.meta["threshold_from"]
 
 
 def test_cue_features_are_flags():
@@ -256,7 +263,7 @@ def test_bad_inputs():
     with pytest.raises(RheaError, match="classifier"):
         InstructionRecognizer(classifier=42)
     with pytest.raises(ValueError, match="probability"):
-        InstructionRecognizer(lambda t: 3.0)("Talk to me like a pirate.")
+        InstructionRecognizer(lambda t: 3.0)("I'd love it if you sounded like a pirate.")
     with pytest.raises(ValueError, match="message"):
         PromptClassifier(ScriptedGenerator([]), prompt="no placeholder")
     with pytest.raises(ValueError, match="scope"):
