@@ -59,7 +59,8 @@ COST_FIELDS = ("context_tokens", "text_tokens", "latent_slots", "new_tokens", "f
                "compress_s", "score_s", "plan_s", "prefill_s", "decode_s", "latency_s")
 #: The headline metric of each suite (first column of its summary table).
 HEADLINE = {"instruction-retention": "iar", "state-tracking": "accuracy",
-            "long-horizon": "recall_accuracy", "efficiency": None, "multi-session-qa": "f1"}
+            "long-horizon": "recall_accuracy", "efficiency": None, "multi-session-qa": "f1",
+            "mt-eval-recollection": "iar"}
 
 
 def run_suite(
