@@ -67,6 +67,8 @@ def _check_thresholds(args, policies: list[str]) -> None:
                          f"tau_high kept raw); pass --tau-low <= --tau-high")
 
 
+#: The suites whose replies an LLM judge rates (`rhea bench` passes them the judge; `rhea judge` rates them later).
+JUDGED_SUITES = ("long-horizon", "long-mt-bench-plus")
 #: the offline judge `rhea bench` uses for long-horizon when it is installed and no other is named
 #: (its agreement with MT-Bench's references is measured in docs/evaluation.md)
 DEFAULT_LOCAL_JUDGE = "qwen2.5-coder-1.5b"
@@ -194,19 +196,21 @@ def _cmd_bench(args) -> int:
     for policy, name, value in (parse_policy_option(o, policies) for o in args.policy_option or ()):
         policy_kwargs.setdefault(policy, {})[name] = value
     judge = None
-    if "long-horizon" in suites:
+    judged = [s for s in suites if s in JUDGED_SUITES]
+    if judged:
         judge = _resolve_judge(args)
     else:
         args.judge_local = None
-    if "long-horizon" in suites and judge is None and not args.judge_local:
+    if judged and judge is None and not args.judge_local:
         print("rhea bench: no judge configured (--judge-url URL --judge-model NAME, any OpenAI-compatible "
-              f"endpoint, or `rhea models install {DEFAULT_LOCAL_JUDGE}` for the offline default): long-horizon "
-              "quality ratings are skipped; its recall and reference checks still run.", file=sys.stderr)
+              f"endpoint, or `rhea models install {DEFAULT_LOCAL_JUDGE}` for the offline default): "
+              f"{', '.join(judged)} quality ratings are skipped (rate them later with `rhea judge`); the rule checks "
+              "still run.", file=sys.stderr)
     # build every suite once before loading the model, so bad options fail fast
     kwargs_of = {}
     for name in suites:
         kwargs = dict(suite_kwargs_of.get(name, {}))
-        if name == "long-horizon" and judge is not None:
+        if name in JUDGED_SUITES and judge is not None:
             kwargs["judge"] = judge
         get_suite(name, path=args.data, **kwargs)
         kwargs_of[name] = kwargs
@@ -214,11 +218,12 @@ def _cmd_bench(args) -> int:
     from rhea.modeling.loading import load_rhea_model, resolve_dtype
 
     model = load_rhea_model(args.model, device=args.device, dtype=resolve_dtype(args.dtype))
-    if args.judge_local and "long-horizon" in suites:
+    if args.judge_local and judged:
         # the judge runs the plain base model (adapters disabled); the same model when it is the one benched
         # K episodes' replies of a turn are rated in one batch
-        kwargs_of["long-horizon"]["judge"] = _local_judge(args, args.batch_episodes,
-                                                          model if args.judge_local == args.model else None)
+        local = _local_judge(args, args.batch_episodes, model if args.judge_local == args.model else None)
+        for name in judged:
+            kwargs_of[name]["judge"] = local
     if not getattr(model, "adapters_trained", False):
         print(f"rhea bench: note: {args.model}'s compress/generate adapters are untrained; latent tiers carry noise.",
               file=sys.stderr)
@@ -314,7 +319,7 @@ def register(sub) -> None:
     bench.set_defaults(func=_cmd_bench)
 
     judge = sub.add_parser(
-        "judge", help="rate a finished long-horizon run's replies afterwards (a run made with --judge-local none)",
+        "judge", help="rate a finished long-horizon or long-mt-bench-plus run's replies afterwards (a run made with --judge-local none)",
         description="Rate every question reply of a finished `rhea bench --suite long-horizon` run with an LLM judge "
                     "(FastChat's MT-Bench prompts) and rewrite its results.json, summary.md and plots as a judged run. "
                     "Resumable: ratings are kept in RUN/judge/ratings.jsonl as they are made; run it again to continue.")

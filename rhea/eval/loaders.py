@@ -499,3 +499,50 @@ def load_convlab_unified(path: str | Path) -> list[MultiSessionConversation]:
             out.append(MultiSessionConversation(conv_id, (Session(tuple(turns)),), tuple(questions),
                                                 str(dialogue.get("dataset") or "convlab")))
     return out
+
+
+# --------------------------------------------------------------------------------- MT-Bench+
+
+@dataclass(frozen=True)
+class MTBenchPlusConversation:
+    """One MT-Bench+ conversation (MemoChat): user turns as ``(text, turn_info)`` pairs, where ``turn_info``
+    names the MT-Bench question and turn (``"stem-143-1"``), and its retrospective question (``"...-Q"``,
+    about an earlier question of the conversation) apart from them."""
+
+    id: str
+    type: str
+    turns: tuple[tuple[str, str], ...]
+    question: tuple[str, str] | None
+
+
+def load_mt_bench_plus(path: str | Path) -> list[MTBenchPlusConversation]:
+    """Read MemoChat's ``mtbenchplus.json`` (a JSON list of ``{id, type, conversations: [{from, value,
+    turn-info}]}``; the chatbot values are empty: the model under test writes them)."""
+    path, text = _open_text(path)
+    expected = 'a JSON list of {"id", "type", "conversations": [{"from": "human"|"chatbot", "value", "turn-info"}]}'
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise _fail(path, None, f"invalid JSON ({err.msg})", expected) from None
+    if not isinstance(data, list) or not data:
+        raise _fail(path, None, "not a non-empty JSON list", expected)
+    out = []
+    for item in data:
+        _require(path, None, item, {"id": (str, int), "conversations": list}, expected)
+        turns, question = [], None
+        for message in item["conversations"]:
+            if not isinstance(message, dict) or message.get("from") not in ("human", "chatbot"):
+                raise _fail(path, None, f"{item['id']}: a message without 'from' human|chatbot", expected)
+            if message["from"] != "human":
+                continue
+            info = str(message.get("turn-info") or "")
+            if not info or not str(message.get("value") or "").strip():
+                raise _fail(path, None, f"{item['id']}: a human message without text or 'turn-info'", expected)
+            if info.endswith("-Q"):
+                question = (message["value"], info)
+            else:
+                turns.append((message["value"], info))
+        if not turns:
+            raise _fail(path, None, f"{item['id']}: no human turns", expected)
+        out.append(MTBenchPlusConversation(str(item["id"]), str(item.get("type") or ""), tuple(turns), question))
+    return out

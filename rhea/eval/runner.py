@@ -60,7 +60,7 @@ COST_FIELDS = ("context_tokens", "text_tokens", "latent_slots", "new_tokens", "f
 #: The headline metric of each suite (first column of its summary table).
 HEADLINE = {"instruction-retention": "iar", "state-tracking": "accuracy",
             "long-horizon": "recall_accuracy", "efficiency": None, "multi-session-qa": "f1",
-            "mt-eval-recollection": "iar"}
+            "mt-eval-recollection": "iar", "long-mt-bench-plus": "retrospective_judge_mean"}
 
 
 def run_suite(
