@@ -56,17 +56,20 @@ def decision_trace(plan) -> dict:
     return {"decisions": view["decisions"], "ledger": view["ledger"]}
 
 
-def evidence_row(turn, plan) -> dict:
-    """For a turn whose meta names its ``evidence`` (indices of the history turns that hold the answer): the
-    share of them in the plan's context (``evidence_in_context``: shown raw, as latents, or recalled) and
-    shown as text (``evidence_raw``); nothing for other turns."""
-    evidence = turn.meta.get("evidence")
-    if not evidence or plan is None:
+def evidence_row(turn, plan, placed: dict[int, int] | None = None) -> dict:
+    """For a turn whose meta names the turns that hold its answer, ``evidence`` (indices into the episode's
+    fed history) or ``evidence_turns`` (indices of earlier scripted turns of the episode, placed in the
+    conversation by `placed`; one that failed is not there): the share of them in the plan's context
+    (``evidence_in_context``: shown raw, as latents, or recalled) and shown as text (``evidence_raw``);
+    nothing for other turns."""
+    history, scripted = list(turn.meta.get("evidence") or ()), list(turn.meta.get("evidence_turns") or ())
+    if not (history or scripted) or plan is None:
         return {}
+    where = history + [(placed or {}).get(i) for i in scripted]
     by_turn = {d.turn: d for d in plan.decisions.turns}
-    shown = [by_turn[i] for i in evidence if i in by_turn]
-    return {"evidence_in_context": sum(d.tier != "drop" or bool(d.recalled) for d in shown) / len(evidence),
-            "evidence_raw": sum(d.tier == "raw" or bool(d.recalled) for d in shown) / len(evidence)}
+    shown = [by_turn[i] for i in where if i is not None and i in by_turn]
+    return {"evidence_in_context": sum(d.tier != "drop" or bool(d.recalled) for d in shown) / len(where),
+            "evidence_raw": sum(d.tier == "raw" or bool(d.recalled) for d in shown) / len(where)}
 
 
 def feed_history(session, episode) -> float:
@@ -89,6 +92,17 @@ def feed_history(session, episode) -> float:
     return time.perf_counter() - started
 
 
+def _placed(episode, rows) -> dict[int, int]:
+    """``{scripted turn index: its index in the conversation}`` for the turns of `rows` that were added to it
+    (after the episode's fed history)."""
+    placed, at = {}, len(episode.history)
+    for row in rows:
+        if "error" not in row and row.get("kind") != "question":
+            placed[row.get("turn_index")] = at
+            at += 1
+    return placed
+
+
 def _kept(rows) -> int:
     """How many of `rows` added a turn to the conversation (answered, and not an independent question)."""
     return sum(1 for r in rows if "error" not in r and r.get("kind") != "question")
@@ -104,7 +118,8 @@ def _start_state(state: Path | None, environment: dict | None) -> None:
 
 
 def _finish_turn(policy: str, episode, turn, reply: str, error: str | None, trace, history: list, session,
-                 state: Path | None, bar, scores: dict | None = None, **extra: Any) -> dict:
+                 state: Path | None, bar, scores: dict | None = None, placed: dict[int, int] | None = None,
+                 **extra: Any) -> dict:
     """The row of one answered turn (scored, unless `scores` holds its scores already; its cost and
     decisions from `trace`; `error` scored as a miss), checkpointed in `state`; `history` grows by the
     turn unless it failed."""
@@ -114,7 +129,7 @@ def _finish_turn(policy: str, episode, turn, reply: str, error: str | None, trac
     else:
         row.update(cost_row(trace.record))
         row.update(decision_trace(trace.plan))
-        row.update(evidence_row(turn, trace.plan))
+        row.update(evidence_row(turn, trace.plan, placed))
         row.update(extra)
     row["reply"] = reply
     if scores is None:
@@ -163,6 +178,7 @@ def run_episode(model, tokenizer, policy: str, episode, state: Path | None, bar,
     bar.update(len(rows))
     fed_s = feed_history(session, episode) if not rows else None  # a resumed session holds its history already
     history = [(r["user"], r["reply"]) for r in rows if "error" not in r and r.get("kind") != "question"]
+    placed = _placed(episode, rows)
     traces = []  # the session reports every finished turn here: its record (timings) and plan
     session.add_observer(traces.append)
     for turn in episode.turns[len(rows):]:
@@ -174,7 +190,9 @@ def run_episode(model, tokenizer, policy: str, episode, state: Path | None, bar,
         # the seconds the policy took to catch up on the episode's history, on the first turn after it
         fed, fed_s = ({"history_s": fed_s} if fed_s is not None and episode.history else {}), None
         rows.append(_finish_turn(policy, episode, turn, reply, error, traces[-1] if error is None else None, history,
-                                 session, state, bar, **fed))
+                                 session, state, bar, placed=placed, **fed))
+        if error is None and turn.kind != "question":
+            placed[turn.meta.get("index")] = len(session.conversation) - 1
     if state is not None:
         (state / "done").write_text("")
     return rows

@@ -44,7 +44,7 @@ def test_loader_and_episodes(tmp_path):
     assert [t.kind for t in ep.turns] == ["query"] * 6 + ["question"] * 2
     q = ep.turns[6]
     # the retrospective question refers to the two turns of its conversation's writing question
-    assert [ep.turns[i].meta["turn_info"].rsplit("-", 1)[0] for i in q.meta["evidence"]] == [
+    assert [ep.turns[i].meta["turn_info"].rsplit("-", 1)[0] for i in q.meta["evidence_turns"]] == [
         q.meta["turn_info"].rsplit("-", 1)[0]] * 2
     follow = ep.turns[1]
     assert follow.meta["turn_number"] == 2 and follow.meta["first_question"] == ep.turns[0].user

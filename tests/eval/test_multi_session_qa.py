@@ -152,3 +152,20 @@ def test_run_suite_smoke_and_resume(tiny_model, tmp_path):
 def test_builtin_data_runs_without_a_file():
     ep = MultiSessionQASuite(min_history_turns=None).generate(seed=1)[0]
     assert ep.meta["history_turns"] == 6 and len(ep.turns) == 4
+
+
+def test_evidence_row_places_scripted_turns():
+    from types import SimpleNamespace
+
+    from rhea.eval.episodes import evidence_row
+    from rhea.eval.suites import SuiteTurn
+
+    plan = SimpleNamespace(decisions=SimpleNamespace(turns=[
+        TurnDecision(0, "raw", None, ""), TurnDecision(1, "drop", None, ""), TurnDecision(2, "latent", None, "")]))
+    fed = SuiteTurn("q", "question", meta={"evidence": [0, 1]})
+    assert evidence_row(fed, plan) == {"evidence_in_context": 0.5, "evidence_raw": 0.5}
+    # scripted turns 3 and 5 sit at conversation turns 1 and 2; turn 4 failed and is in no conversation
+    asked = SuiteTurn("q", "question", meta={"evidence_turns": [3, 4, 5]})
+    row = evidence_row(asked, plan, {3: 1, 5: 2})
+    assert row == {"evidence_in_context": 1 / 3, "evidence_raw": 0.0}
+    assert evidence_row(SuiteTurn("q", "query"), plan) == {}

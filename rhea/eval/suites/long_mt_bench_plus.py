@@ -24,7 +24,7 @@ A real run on the embedded model (10 sessions of 5 conversations, ~70 turns each
 
 >>> suite = LongMTBenchPlusSuite(n_episodes=1, conversations_per_episode=2)
 >>> ep = suite.generate(seed=0)[0]
->>> [t.kind for t in ep.turns][-2:], ep.turns[-1].meta["evidence"] != []
+>>> [t.kind for t in ep.turns][-2:], ep.turns[-1].meta["evidence_turns"] != []
 (['question', 'question'], True)
 """
 from __future__ import annotations
@@ -52,7 +52,7 @@ def builtin_conversations() -> list[MTBenchPlusConversation]:
         a, b = CHAINED_QUESTIONS[i], CHAINED_QUESTIONS[i + 1]
         turns = tuple((text, f"{q['category']}-{q['question_id']}-{n}") for q in (a, b)
                       for n, text in enumerate(q["turns"]))
-        question = (f"Going back to the very first thing I asked you, repeat your answer in one sentence.",
+        question = ("Going back to the very first thing I asked you, repeat your answer in one sentence.",
                     f"{a['category']}-{a['question_id']}-Q")
         out.append(MTBenchPlusConversation(f"builtin-{i // 2}", "retrospection", turns, question))
     return out
@@ -116,7 +116,7 @@ class LongMTBenchPlusSuite(LongHorizonSuite):
             text, info = conv.question
             evidence = list(seen.get(_question_key(info), []))
             asked.append(SuiteTurn(text, "question", meta={"category": "retrospective", "turn_info": info,
-                                                           "evidence": evidence, "conversation": conv.id,
+                                                           "evidence_turns": evidence, "conversation": conv.id,
                                                            "evidence_users": [turns[i].user for i in evidence],
                                                            "turn_number": 1, "conversation_type": conv.type}))
         return turns + asked, {"conversations": [c.id for c in group], "user_turns": len(turns)}

@@ -11,8 +11,9 @@ memories) carries on from question to question. Episodes use disjoint conversati
 
 Scores per question, against the gold answer: SQuAD token F1 (``f1``), whether the reply contains the
 normalised gold answer (``contains``), and, from the plan, whether the evidence turns were in the context
-(``evidence_in_context``: raw, latent or recalled; ``evidence_raw``: as text), with the question's
-``category`` for a breakdown.
+(``evidence_in_context``: raw, latent or recalled; ``evidence_raw``: as text; over the questions that got
+a plan: a turn that failed, e.g. a prompt over the model's window, scores F1 0 and is counted in the run's
+``errors``), with the question's ``category`` for a breakdown.
 
 Data (`rhea.eval.loaders.load_multi_session`): the project's format (sessions with optional dates,
 questions with gold answers and evidence turn ids), MemoChat's TopiOCQA conversations (turn-recall
@@ -35,7 +36,6 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter, defaultdict
-from pathlib import Path
 from typing import Sequence
 
 from rhea.eval import loaders
