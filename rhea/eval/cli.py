@@ -180,7 +180,9 @@ def _cmd_bench(args) -> int:
     # per-suite options: {suite: {kwarg: value}}; an option for a suite not being run is an error
     suite_options = {"instruction-retention": {"n_instructions": args.n_instructions, "n_revoke": args.n_revoke,
                                                "schedule": args.schedule},
-                     "state-tracking": {"n_keys": args.n_keys, "n_probes": args.n_probes}}
+                     "state-tracking": {"n_keys": args.n_keys, "n_probes": args.n_probes},
+                     "multi-session-qa": {"min_history_turns": args.min_history_turns},
+                     "long-mt-bench-plus": {"conversations_per_episode": args.conversations_per_episode}}
     suite_kwargs_of: dict[str, dict] = {}
     for suite, options in suite_options.items():
         given = {k: v for k, v in options.items() if v is not None}
@@ -279,8 +281,9 @@ def register(sub) -> None:
 
     bench = sub.add_parser(
         "bench", help="run evaluation suites for context policies; write results.json, summary.md and plots",
-        description="Run a suite (instruction-retention, state-tracking, long-horizon, efficiency, or 'all') for "
-                    "each policy on a model. Resumable: run the same command again to continue an interrupted run.")
+        description="Run a suite (instruction-retention, state-tracking, long-horizon, efficiency, multi-session-qa, "
+                    "long-mt-bench-plus, mt-eval-recollection, or 'all') for each policy on a model. Resumable: run the "
+                    "same command again to continue an interrupted run.")
     bench.add_argument("--suite", required=True, help="suite name, comma list, or 'all'")
     bench.add_argument("--policies", default="default",
                        help="comma list of policies, 'default' (vanilla,recent-k,bm25,summary,reply-soft-compress,"
@@ -307,6 +310,12 @@ def register(sub) -> None:
                        help="state-tracking: keys (or people) tracked; each probe asks for every key set so far")
     bench.add_argument("--n-probes", type=int_at_least(1, "probes per episode"), default=None,
                        help="state-tracking: probes per episode (the last turn and random earlier ones)")
+    bench.add_argument("--min-history-turns", type=int_at_least(0, "history turns per episode"), default=None,
+                       help="multi-session-qa: concatenate conversations until an episode's history holds this many "
+                            "turns (default 300 with --data; 0: one conversation per episode)")
+    bench.add_argument("--conversations-per-episode", type=int_at_least(1, "conversations per episode"), default=None,
+                       help="long-mt-bench-plus: MT-Bench+ conversations concatenated into one session (default 5, "
+                            "as SeCom builds Long-MT-Bench+)")
     bench.add_argument("--policy-option", action="append", metavar="POLICY.NAME=VALUE",
                        help="a constructor option of one policy, e.g. rhea-no-im.recent_raw=0 or rhea.scorer=bm25 "
                             "(VALUE is read as JSON, else as text); repeatable. A policy's options are recorded "

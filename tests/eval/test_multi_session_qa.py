@@ -86,7 +86,7 @@ def test_loader_errors(tmp_path):
     with pytest.raises(Exception, match="disjoint episodes"):
         get_suite("multi-session-qa", path=str(_native(tmp_path)), n_episodes=3, min_history_turns=8).generate()
     with pytest.raises(Exception, match="more questions"):
-        get_suite("multi-session-qa", path=str(_native(tmp_path)), min_history_turns=None).generate(n_turns=5)
+        get_suite("multi-session-qa", path=str(_native(tmp_path)), min_history_turns=0).generate(n_turns=5)
 
 
 def test_topiocqa_and_convlab_loaders(tmp_path):
@@ -150,7 +150,7 @@ def test_run_suite_smoke_and_resume(tiny_model, tmp_path):
 
 
 def test_builtin_data_runs_without_a_file():
-    ep = MultiSessionQASuite(min_history_turns=None).generate(seed=1)[0]
+    ep = MultiSessionQASuite().generate(seed=1)[0]
     assert ep.meta["history_turns"] == 6 and len(ep.turns) == 4
 
 
@@ -169,3 +169,19 @@ def test_evidence_row_places_scripted_turns():
     row = evidence_row(asked, plan, {3: 1, 5: 2})
     assert row == {"evidence_in_context": 1 / 3, "evidence_raw": 0.0}
     assert evidence_row(SuiteTurn("q", "query"), plan) == {}
+
+
+def test_cli_runs_the_suite_with_its_option(tiny_model, tmp_path, monkeypatch, capsys):
+    import rhea.modeling.loading as loading
+    from rhea.cli import main
+
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name, **kw: tiny_model)
+    out = tmp_path / "out"
+    common = ["--data", str(_native(tmp_path)), "--policies", "vanilla", "--max-new-tokens", "2",
+              "--model", "tiny", "--out", str(out), "--quiet"]
+    assert main(["bench", "--suite", "multi-session-qa", "--min-history-turns", "8", *common]) == 0
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["config"]["suite_kwargs"] == {"min_history_turns": 8}
+    assert len(saved["episodes"][0]["history"]) == 10
+    code = main(["bench", "--suite", "efficiency", "--min-history-turns", "8", *common])
+    assert code != 0 and "only applies to the multi-session-qa suite" in capsys.readouterr().err

@@ -4,7 +4,8 @@ An episode's history is fed, not generated: conversations from the data (each on
 turns with the replies given then) are concatenated in a seeded order into one long history, LoCoMo-style
 (sessions numbered from 1 in the order they are fed, each turn carrying ``{"session": n, "date": ...}`` in
 its meta, so a turn shown away from its place carries its session header), until it holds at least
-`min_history_turns` turns (``None``: one conversation per episode). The policy catches up on the history
+`min_history_turns` turns (default 300 with a data file; 0: one conversation per episode, the default for
+the built-in history). The policy catches up on the history
 turn by turn (`ContextPolicy.catch_up`); then each question is asked on its own (``kind="question"``,
 `ChatSession.ask`): every question sees the same history, and the policy's state (a kept plan, its
 memories) carries on from question to question. Episodes use disjoint conversations.
@@ -26,7 +27,7 @@ A real run on the embedded model (four policies, 20 questions over 300+ turns of
     rhea bench --suite multi-session-qa --data ../shared/data/dialogue_corpora/memochat_topiocqa_test_question.jsonl \\
         --policies vanilla,bm25,recent-k,rhea --episodes 1 --turns 20 --max-new-tokens 32 --out runs/msqa
 
->>> suite = MultiSessionQASuite(n_episodes=1, min_history_turns=None)
+>>> suite = MultiSessionQASuite(n_episodes=1)
 >>> ep = suite.generate(seed=0)[0]
 >>> ep.turns[0].kind, ep.history[0]["meta"]["session"]
 ('question', 1)
@@ -88,6 +89,10 @@ def builtin_data() -> list[MultiSessionConversation]:
         "builtin")]
 
 
+#: The history an episode reaches with a data file, in turns: the long regime (LoCoMo's conversations hold 300+).
+DEFAULT_HISTORY_TURNS = 300
+
+
 class MultiSessionQASuite(Suite):
     """A fed multi-session history, then independent questions scored by F1, containment and evidence."""
 
@@ -96,25 +101,26 @@ class MultiSessionQASuite(Suite):
     score_fields = ("f1",)
 
     def __init__(self, *, data: Sequence[MultiSessionConversation] | None = None, n_episodes: int = 1,
-                 min_history_turns: int | None = 300):
+                 min_history_turns: int | None = None):
         super().__init__(data=list(data) if data is not None else builtin_data(), n_episodes=n_episodes)
         if not self.data:
             raise SuiteConfigError("data has no conversations; pass at least one (see rhea.eval.loaders."
                                    "load_multi_session)")
-        if min_history_turns is not None:
-            require_int("min_history_turns", min_history_turns, 1)
+        if min_history_turns is None:
+            min_history_turns = DEFAULT_HISTORY_TURNS if data is not None else 0
+        require_int("min_history_turns", min_history_turns, 0)
         self.min_history_turns = min_history_turns
 
     load = staticmethod(loaders.load_multi_session)
 
     def _groups(self, rng: random.Random) -> list[list[MultiSessionConversation]]:
         """`n_episodes` disjoint groups of conversations, in a seeded order, each of at least
-        `min_history_turns` turns (one conversation each when that is None)."""
+        `min_history_turns` turns (one conversation each when that is 0)."""
         order = rng.sample(self.data, len(self.data))
         groups, current = [], []
         for conv in order:
             current.append(conv)
-            if self.min_history_turns is None or sum(c.n_turns for c in current) >= self.min_history_turns:
+            if sum(c.n_turns for c in current) >= self.min_history_turns:
                 groups.append(current)
                 current = []
             if len(groups) == self.n_episodes:
@@ -145,7 +151,7 @@ class MultiSessionQASuite(Suite):
             raise SuiteConfigError(f"conversations {[c.id for c in group]} hold no questions; pass data with questions")
         if n_turns is not None and n_turns > len(questions):
             raise SuiteConfigError(f"n_turns={n_turns} asks more questions than the episode's {len(questions)} "
-                                   f"({len(group)} conversations); lower --turns or raise min_history_turns")
+                                   f"({len(group)} conversations); lower --turns or raise --min-history-turns")
         chosen = rng.sample(questions, n_turns if n_turns is not None else len(questions))
         turns = []
         for conv, q in chosen:
