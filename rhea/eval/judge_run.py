@@ -74,7 +74,7 @@ def read_run(out: str | Path) -> dict:
         raise BenchError(f"{path} is not a `rhea bench` results file (format {RESULTS_FORMAT!r} expected)")
     suite = results.get("config", {}).get("suite")
     if suite not in SUITES:
-        raise BenchError(f"{path} holds a {suite!r} run; only {' and '.join(SUITES)} replies are judged (the other "
+        raise BenchError(f"{path} holds a {suite!r} run; only {' and '.join(map(repr, SUITES))} replies are judged (the other "
                          "suites score by rule: benchmarks/rescore.py re-scores them)")
     if not results.get("policies"):
         raise BenchError(f"{path} holds no policy's turns yet; finish the `rhea bench` run first")
