@@ -63,5 +63,6 @@ def test_run_suite_smoke(tiny_model, tmp_path):
         assert agg["n_turns"] == 6 and 0.0 <= agg["iar"] <= 10.0 and set(agg["iar_by_turn"]) == {1, 2, 3}
         # the instruction turn is fed, not generated: every plan sees it as turn 0
         assert entry["turns"][0]["decisions"]["turns"][0]["turn"] == 0
+    assert "| IAR (0-10) | IAR loose |" in (tmp_path / "run" / "summary.md").read_text()
     rhea_rows = result["policies"]["rhea"]["turns"]
     assert any(rhea_rows[0]["decisions"]["instructions"])  # the recognizer read the fed instruction

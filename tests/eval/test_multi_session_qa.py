@@ -140,7 +140,9 @@ def test_run_suite_smoke_and_resume(tiny_model, tmp_path):
     assert "history_s" in rows[0] and all("history_s" not in r for r in rows[1:])
     # each question answered from the same 10-turn history: the plans cover exactly those turns
     assert all(len(r["decisions"]["turns"]) == 10 for r in rows)
-    assert "multi-session-qa" in (out / "summary.md").read_text()
+    summary = (out / "summary.md").read_text()
+    assert "multi-session-qa" in summary and "| F1 | contains answer | evidence in context |" in summary
+    assert "token F1" in summary  # the per-episode table names the suite's metrics
     again = run_suite(tiny_model, "multi-session-qa", ["vanilla", "recent-k", "rhea"], data=data, suite_kwargs=kwargs,
                       max_new_tokens=3, progress=False, out=out)
     assert [r["reply"] for r in again["policies"]["rhea"]["turns"]] == [r["reply"] for r in rows]
