@@ -17,9 +17,10 @@ REPO = Path(__file__).resolve().parent.parent
 #: A numbered session ("session 28", "Session 31's", "sessions 5-24", "session-25"), or a tracker
 #: reference ("issue 22", "issues #5 and #6", "#22's criterion", "pre-#27 names"). A name that merely
 #: ends in "session" (``ChatSession 2``) has no word boundary before "session"; a number after "#"
-#: must stand alone (so a colour such as ``#1f77b4``, or ``#333333``, is not one).
+#: must stand alone (so a colour such as ``#1f77b4``, or ``#333333``, is not one). A session header of
+#: the data ("[session 3, 2023-05-08]", a multi-session conversation's own numbering) is not one either.
 HISTORY = re.compile(
-    r"\bsessions?[ \-]\d+"
+    r"(?<!\[)\bsessions?[ \-]\d+"
     r"|\bissues? #?\d+(?!\d|-?[a-z])"
     r"|(?<![\w&/])#\d{1,4}(?![\w])",
     re.IGNORECASE)
@@ -55,7 +56,7 @@ def test_a_history_reference_is_found(text):
 @pytest.mark.parametrize("text", [
     "ChatSession 2 turns", "HTTP 404", "colour #1f77b4", "colour #333333", "a session of 40 turns",
     "the session's 3 replies", "`# 1. load`", "step 1,181", "&#39;", "page.html#42-row",
-    "issue a warning", "sessions keep their turns", "Issues 6-character hex ids", "issue 22-character",
+    "issue a warning", "sessions keep their turns", "[session 3, 2023-05-08] what I said", "Issues 6-character hex ids", "issue 22-character",
 ])
 def test_ordinary_text_is_not_a_history_reference(text):
     assert history_references(text) == [], text

@@ -28,8 +28,11 @@ def _require_json_exact(meta: Any, what: str) -> dict:
 class Turn:
     """One exchange: the user's message and the assistant's reply.
 
-    `meta` holds JSON-serializable extras (timestamps, recognizer decisions, ...).
-    The reply may be empty (a model can answer nothing); the user message may not.
+    `meta` holds JSON-serializable extras (timestamps, recognizer decisions, ...). Two keys have
+    a meaning: ``"session"`` (the number or name of the session the turn belongs to, in a
+    multi-session history) and ``"date"`` (that session's date, as text); a turn that carries
+    them is shown with a short header where it is rendered away from its place
+    (`session_header`). The reply may be empty (a model can answer nothing); the user message may not.
 
     >>> Turn("What is 2+2?", "4").user
     'What is 2+2?'
@@ -54,6 +57,32 @@ class Turn:
         if missing:
             raise InvalidTurnError(f"turn dict {data!r} lacks keys {sorted(missing)}")
         return cls(data["user"], data["assistant"], dict(data.get("meta", {})))
+
+
+#: The `Turn.meta` keys that place a turn in a multi-session history.
+SESSION_KEYS = ("session", "date")
+
+
+def session_header(turn: Turn) -> str | None:
+    """The header that places `turn` in its history: ``"[session 3, 2023-05-08]"`` from its
+    ``meta["session"]`` and ``meta["date"]`` (either alone works); None when it has neither.
+
+    >>> session_header(Turn("Where did we go?", "Lisbon.", {"session": 3, "date": "2023-05-08"}))
+    '[session 3, 2023-05-08]'
+    >>> session_header(Turn("hi", "hello", {"date": "8 May 2023"})), session_header(Turn("hi", "hello"))
+    ('[8 May 2023]', None)
+    """
+    session, date = turn.meta.get("session"), turn.meta.get("date")
+    parts = [f"session {session}" if session is not None and str(session).strip() else "",
+             str(date).strip() if date is not None else ""]
+    parts = [p for p in parts if p]
+    return f"[{', '.join(parts)}]" if parts else None
+
+
+def session_of(turn: Turn) -> tuple | None:
+    """What tells `turn`'s session apart from another's (its session and date), None without them."""
+    key = tuple(turn.meta.get(k) for k in SESSION_KEYS)
+    return None if key == (None, None) else key
 
 
 def turn_text(turn: Turn) -> str:

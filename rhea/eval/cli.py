@@ -77,6 +77,8 @@ def _check_thresholds(args, policies: list[str]) -> None:
                          f"tau_high kept raw); pass --tau-low <= --tau-high")
 
 
+#: The suites whose replies an LLM judge rates (`rhea bench` passes them the judge; `rhea judge` rates them later).
+JUDGED_SUITES = ("long-horizon", "long-mt-bench-plus")
 #: the offline judge `rhea bench` uses for long-horizon when it is installed and no other is named
 #: (its agreement with MT-Bench's references is measured in docs/guides/evaluation.md)
 DEFAULT_LOCAL_JUDGE = "qwen2.5-coder-1.5b"
@@ -189,7 +191,9 @@ def _cmd_bench(args) -> int:
     # per-suite options: {suite: {kwarg: value}}; an option for a suite not being run is an error
     suite_options = {"instruction-retention": {"n_instructions": args.n_instructions, "n_revoke": args.n_revoke,
                                                "schedule": args.schedule},
-                     "state-tracking": {"n_keys": args.n_keys, "n_probes": args.n_probes}}
+                     "state-tracking": {"n_keys": args.n_keys, "n_probes": args.n_probes},
+                     "multi-session-qa": {"min_history_turns": args.min_history_turns},
+                     "long-mt-bench-plus": {"conversations_per_episode": args.conversations_per_episode}}
     suite_kwargs_of: dict[str, dict] = {}
     for suite, options in suite_options.items():
         given = {k: v for k, v in options.items() if v is not None}
@@ -205,14 +209,16 @@ def _cmd_bench(args) -> int:
     for policy, name, value in (parse_policy_option(o, policies) for o in args.policy_option or ()):
         policy_kwargs.setdefault(policy, {})[name] = value
     judge = None
-    if "long-horizon" in suites:
+    judged = [s for s in suites if s in JUDGED_SUITES]
+    if judged:
         judge = _resolve_judge(args)
     else:
         args.judge_local = None
-    if "long-horizon" in suites and judge is None and not args.judge_local:
+    if judged and judge is None and not args.judge_local:
         print("rhea bench: no judge configured (--judge-url URL --judge-model NAME, any OpenAI-compatible "
-              f"endpoint, or `rhea models install {DEFAULT_LOCAL_JUDGE}` for the offline default): long-horizon "
-              "quality ratings are skipped; its recall and reference checks still run.", file=sys.stderr)
+              f"endpoint, or `rhea models install {DEFAULT_LOCAL_JUDGE}` for the offline default): "
+              f"{', '.join(judged)} quality ratings are skipped (rate them later with `rhea judge`); the rule checks "
+              "still run.", file=sys.stderr)
     from rhea.storage import check_writable_directory
 
     check_writable_directory(args.out, "--out")  # before the model loads: a run never fails to save at the end
@@ -220,7 +226,7 @@ def _cmd_bench(args) -> int:
     kwargs_of = {}
     for name in suites:
         kwargs = dict(suite_kwargs_of.get(name, {}))
-        if name == "long-horizon" and judge is not None:
+        if name in JUDGED_SUITES and judge is not None:
             kwargs["judge"] = judge
         get_suite(name, path=args.data, **kwargs)
         kwargs_of[name] = kwargs
@@ -228,11 +234,12 @@ def _cmd_bench(args) -> int:
     from rhea.modeling.loading import load_rhea_model, resolve_dtype
 
     model = load_rhea_model(args.model, device=args.device, dtype=resolve_dtype(args.dtype))
-    if args.judge_local and "long-horizon" in suites:
+    if args.judge_local and judged:
         # the judge runs the plain base model (adapters disabled); the same model when it is the one benched
         # K episodes' replies of a turn are rated in one batch
-        kwargs_of["long-horizon"]["judge"] = _local_judge(args, args.batch_episodes,
-                                                          model if args.judge_local == args.model else None)
+        local = _local_judge(args, args.batch_episodes, model if args.judge_local == args.model else None)
+        for name in judged:
+            kwargs_of[name]["judge"] = local
     if not getattr(model, "adapters_trained", False):
         print(f"rhea bench: note: {args.model}'s compress/generate adapters are untrained; latent tiers carry noise.",
               file=sys.stderr)
@@ -337,8 +344,9 @@ def register(sub) -> None:
 
     bench = sub.add_parser(
         "bench", help="run evaluation suites for context policies; write results.json, summary.md and plots",
-        description="Run a suite (instruction-retention, state-tracking, long-horizon, efficiency, or 'all') for "
-                    "each policy on a model. Resumable: run the same command again to continue an interrupted run.")
+        description="Run a suite (instruction-retention, state-tracking, long-horizon, efficiency, multi-session-qa, "
+                    "long-mt-bench-plus, mt-eval-recollection, or 'all') for each policy on a model. Resumable: run the "
+                    "same command again to continue an interrupted run.")
     bench.add_argument("--suite", required=True, help="suite name, comma list, or 'all'")
     bench.add_argument("--policies", default="default",
                        help="comma list of policies, 'default' (vanilla,recent-k,bm25,summary,reply-soft-compress,"
@@ -365,6 +373,12 @@ def register(sub) -> None:
                        help="state-tracking: keys (or people) tracked; each probe asks for every key set so far")
     bench.add_argument("--n-probes", type=int_at_least(1, "probes per episode"), default=None,
                        help="state-tracking: probes per episode (the last turn and random earlier ones)")
+    bench.add_argument("--min-history-turns", type=int_at_least(0, "history turns per episode"), default=None,
+                       help="multi-session-qa: concatenate conversations until an episode's history holds this many "
+                            "turns (default 300 with --data; 0: one conversation per episode)")
+    bench.add_argument("--conversations-per-episode", type=int_at_least(1, "conversations per episode"), default=None,
+                       help="long-mt-bench-plus: MT-Bench+ conversations concatenated into one session (default 5, "
+                            "as SeCom builds Long-MT-Bench+)")
     bench.add_argument("--policy-option", action="append", metavar="POLICY.NAME=VALUE",
                        help="a constructor option of one policy, e.g. rhea-no-im.recent_raw=0 or rhea.scorer=bm25 "
                             "(VALUE is read as JSON, else as text); repeatable. A policy's options are recorded "
@@ -384,7 +398,7 @@ def register(sub) -> None:
     bench.set_defaults(func=_cmd_bench)
 
     judge = sub.add_parser(
-        "judge", help="rate a finished long-horizon run's replies afterwards (a run made with --judge-local none)",
+        "judge", help="rate a finished long-horizon or long-mt-bench-plus run's replies afterwards (a run made with --judge-local none)",
         description="Rate every question reply of a finished `rhea bench --suite long-horizon` run with an LLM judge "
                     "(FastChat's MT-Bench prompts) and rewrite its results.json, summary.md and plots as a judged run. "
                     "Resumable: ratings are kept in RUN/judge/ratings.jsonl as they are made; run it again to continue.")

@@ -60,6 +60,58 @@ def decision_trace(plan) -> dict:
     return {"decisions": view["decisions"], "ledger": view["ledger"]}
 
 
+def evidence_row(turn, plan, placed: dict[int, int] | None = None) -> dict:
+    """For a turn whose meta names the turns that hold its answer, ``evidence`` (indices into the episode's
+    fed history) or ``evidence_turns`` (indices of earlier scripted turns of the episode, placed in the
+    conversation by `placed`; one that failed is not there): the share of them in the plan's context
+    (``evidence_in_context``: shown raw, as latents, or recalled) and shown as text (``evidence_raw``);
+    nothing for other turns."""
+    history, scripted = list(turn.meta.get("evidence") or ()), list(turn.meta.get("evidence_turns") or ())
+    if not (history or scripted) or plan is None:
+        return {}
+    where = history + [(placed or {}).get(i) for i in scripted]
+    by_turn = {d.turn: d for d in plan.decisions.turns}
+    shown = [by_turn[i] for i in where if i is not None and i in by_turn]
+    return {"evidence_in_context": sum(d.tier != "drop" or bool(d.recalled) for d in shown) / len(where),
+            "evidence_raw": sum(d.tier == "raw" or bool(d.recalled) for d in shown) / len(where)}
+
+
+def feed_history(session, episode) -> float:
+    """Give a fresh `session` the episode's `history` (turns with their replies, nothing generated): its
+    policy catches up on them turn by turn, as on a conversation sent as a message list. Returns the seconds."""
+    import time
+
+    from rhea.context import Conversation
+
+    turns = episode.history_turns()
+    if not turns:
+        return 0.0
+    if len(session.conversation):
+        raise RheaError(f"episode {episode.episode_id}: its history can only be fed to a new session, "
+                        f"this one holds {len(session.conversation)} turns")
+    started = time.perf_counter()
+    conversation = Conversation(turns)
+    session.policy.catch_up(conversation)
+    session.conversation = conversation
+    return time.perf_counter() - started
+
+
+def _placed(episode, rows) -> dict[int, int]:
+    """``{scripted turn index: its index in the conversation}`` for the turns of `rows` that were added to it
+    (after the episode's fed history)."""
+    placed, at = {}, len(episode.history)
+    for row in rows:
+        if "error" not in row and row.get("kind") != "question":
+            placed[row.get("turn_index")] = at
+            at += 1
+    return placed
+
+
+def _kept(rows) -> int:
+    """How many of `rows` added a turn to the conversation (answered, and not an independent question)."""
+    return sum(1 for r in rows if "error" not in r and r.get("kind") != "question")
+
+
 def _start_state(state: Path | None, environment: dict | None) -> None:
     """An empty checkpoint folder for an episode that starts over."""
     if state is not None:
@@ -70,7 +122,8 @@ def _start_state(state: Path | None, environment: dict | None) -> None:
 
 
 def _finish_turn(policy: str, episode, turn, reply: str, error: str | None, trace, history: list, session,
-                 state: Path | None, bar, scores: dict | None = None, **extra: Any) -> dict:
+                 state: Path | None, bar, scores: dict | None = None, placed: dict[int, int] | None = None,
+                 **extra: Any) -> dict:
     """The row of one answered turn (scored, unless `scores` holds its scores already; its cost and
     decisions from `trace`; `error` scored as a miss), checkpointed in `state`; `history` grows by the
     turn unless it failed."""
@@ -80,12 +133,13 @@ def _finish_turn(policy: str, episode, turn, reply: str, error: str | None, trac
     else:
         row.update(cost_row(trace.record))
         row.update(decision_trace(trace.plan))
+        row.update(evidence_row(turn, trace.plan, placed))
         row.update(extra)
     row["reply"] = reply
     if scores is None:
         scores = episode.score_turn(turn, reply, history=history)
     row = {**scores, **row, "policy": policy}
-    if error is None:
+    if error is None and turn.kind != "question":  # an independent question is not part of the history
         history.append((turn.user, reply))
     if state is not None:
         if error is None:
@@ -110,7 +164,7 @@ def _resume(model, tokenizer, policy: str, episode, state: Path | None, session_
         except RheaError as e:  # a checkpoint damaged outside rhea's atomic saves: redo rather than stop
             warnings.warn(f"{state}: the checkpointed session cannot be restored ({e}); this episode starts over",
                           RuntimeWarning, stacklevel=2)
-        if session is not None and len(session.conversation) != sum(1 for r in rows if "error" not in r):
+        if session is not None and len(session.conversation) != len(episode.history) + _kept(rows):
             session = None  # the session and the rows disagree (cut between the two writes): redo the episode
     if session is None:
         rows = []
@@ -130,16 +184,23 @@ def run_episode(model, tokenizer, policy: str, episode, state: Path | None, bar,
         bar.update(len(episode.turns))
         return rows
     bar.update(len(rows))
-    history = [(r["user"], r["reply"]) for r in rows if "error" not in r]
+    fed_s = feed_history(session, episode) if not rows else None  # a resumed session holds its history already
+    history = [(r["user"], r["reply"]) for r in rows if "error" not in r and r.get("kind") != "question"]
+    placed = _placed(episode, rows)
     traces = []  # the session reports every finished turn here: its record (timings) and plan
     session.add_observer(traces.append)
     for turn in episode.turns[len(rows):]:
         try:
-            reply, error = session.send(turn.user), None
+            reply = session.ask(turn.user) if turn.kind == "question" else session.send(turn.user)
+            error = None
         except RheaError as e:  # a policy's recorded failure (e.g. a context over the window): score it as a miss
             reply, error = "", f"{type(e).__name__}: {e}"
+        # the seconds the policy took to catch up on the episode's history, on the first turn after it
+        fed, fed_s = ({"history_s": fed_s} if fed_s is not None and episode.history else {}), None
         rows.append(_finish_turn(policy, episode, turn, reply, error, traces[-1] if error is None else None, history,
-                                 session, state, bar))
+                                 session, state, bar, placed=placed, **fed))
+        if error is None and turn.kind != "question":
+            placed[turn.meta.get("index")] = len(session.conversation) - 1
     if state is not None:
         (state / "done").write_text("")
     return rows
@@ -160,6 +221,9 @@ def run_episodes_batched(model, tokenizer, policy: str, episodes: Sequence, stat
 
     if len({len(e.turns) for e in episodes}) > 1:
         raise ValueError("episodes run in one batch must have the same number of turns")
+    if any(e.history or any(t.kind == "question" for t in e.turns) for e in episodes):
+        raise RheaError(f"suite {episodes[0].suite.name!r} feeds a history and asks questions on their own, one "
+                        "episode at a time; run it with batch_episodes=1 (drop --batch-episodes)")
     sessions, traces, rows, histories, live = [], [], [], [], []
     for k, (episode, state) in enumerate(zip(episodes, states)):
         session, done_rows, finished = _resume(model, tokenizer, policy, episode, state, session_cls,

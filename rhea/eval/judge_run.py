@@ -1,4 +1,4 @@
-"""`rhea judge`: rate a finished long-horizon run's replies afterwards, with any judge.
+"""`rhea judge`: rate a finished long-horizon (or long-mt-bench-plus) run's replies afterwards, with any judge.
 
 `rhea bench --suite long-horizon` can rate each question reply as it goes (``--judge-local`` /
 ``--judge-url``), but the judge then costs as much time as the answering model, on the same
@@ -46,6 +46,8 @@ from rhea.eval.report import RESULTS_FORMAT, describe_setting, progress_bar, rea
 JUDGE_DIR = "judge"
 RATINGS_FILE = "ratings.jsonl"
 SUITE = "long-horizon"
+#: The suites whose runs can be judged afterwards (each says which turn kinds it rates: ``judged_kinds``).
+SUITES = ("long-horizon", "long-mt-bench-plus")
 
 
 def read_run(out: str | Path) -> dict:
@@ -63,9 +65,9 @@ def read_run(out: str | Path) -> dict:
     if not isinstance(results, dict) or results.get("format") != RESULTS_FORMAT:
         raise BenchError(f"{path} is not a `rhea bench` results file (format {RESULTS_FORMAT!r} expected)")
     suite = results.get("config", {}).get("suite")
-    if suite != SUITE:
-        raise BenchError(f"{path} holds a {suite!r} run; only {SUITE!r} replies are judged (the other suites "
-                         "score by rule: benchmarks/rescore.py re-scores them)")
+    if suite not in SUITES:
+        raise BenchError(f"{path} holds a {suite!r} run; only {' and '.join(map(repr, SUITES))} replies are judged (the other "
+                         "suites score by rule: benchmarks/rescore.py re-scores them)")
     if not results.get("policies"):
         raise BenchError(f"{path} holds no policy's turns yet; finish the `rhea bench` run first")
     expected = sum(len(e["turns"]) for e in results.get("episodes", []))
@@ -87,7 +89,8 @@ def pending(results: dict) -> list[tuple[tuple[str, str, int], "Any"]]:
     from rhea.eval.suites import get_suite
     from rhea.eval.suites.base import Episode
 
-    suite = get_suite(SUITE, n_episodes=1)
+    suite = _suite_of(results)
+    kinds = getattr(suite, "judged_kinds", ("query",))
     episodes = {e["episode_id"]: Episode.from_dict(e, suite) for e in results["episodes"]}
     asked = []
     for policy, data in results["policies"].items():
@@ -96,9 +99,10 @@ def pending(results: dict) -> list[tuple[tuple[str, str, int], "Any"]]:
             turn = episodes[row["episode_id"]].turns[row["turn_index"]]
             seen = history.setdefault(row["episode_id"], [])
             reply = row.get("reply", "")
-            if turn.kind == "query":
+            if turn.kind in kinds:
                 asked.append((_key(policy, row), suite.judge_request(turn, reply, list(seen))))
-            if "error" not in row:  # as the runner builds history: a failed turn is not in it
+            if "error" not in row and turn.kind != "question":  # as the runner builds history: a failed turn
+                # and a question asked on its own are not in it
                 seen.append((turn.user, reply))
     order = {e["episode_id"]: n for n, e in enumerate(results["episodes"])}
     policies = list(results["policies"])
@@ -169,7 +173,7 @@ def judge_run(out: str | Path, judge, *, rejudge: bool = False, progress: bool =
         rate_into(ratings_path, todo, judge, done, on_batch=lambda n, _: bar.update(n))
     finally:
         bar.close()
-    suite = get_suite(SUITE, n_episodes=1)
+    suite = _suite_of(results)
     for policy, data in results["policies"].items():
         for row in data["turns"]:
             record = done.get(_key(policy, row))
@@ -202,3 +206,11 @@ def _rate_checkpoints(state: Path, episodes: list[dict], rows: list[dict]) -> No
         temporary = path.with_suffix(".jsonl.tmp")
         temporary.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in mine), encoding="utf-8")
         temporary.replace(path)
+
+
+def _suite_of(results: dict):
+    """The suite of a run's results, built only to score and aggregate its turns (its own data is not needed)."""
+    from rhea.eval.suites import get_suite
+
+    name = results.get("config", {}).get("suite", SUITE)
+    return get_suite(name, n_episodes=1, **({"conversations_per_episode": 1} if name == "long-mt-bench-plus" else {}))

@@ -269,3 +269,285 @@ def load_babi(path: str | Path) -> list[list[BabiLine]]:
     if not stories:
         raise _fail(path, None, "no story lines", expected)
     return stories
+
+
+# ------------------------------------------------------------------------- multi-session QA
+
+@dataclass(frozen=True)
+class SessionTurn:
+    """One exchange of a multi-session history: the user's message and the reply given then."""
+
+    id: str
+    user: str
+    assistant: str
+
+
+@dataclass(frozen=True)
+class Session:
+    """A session of a multi-session conversation; `date` as the source writes it ("" when it has none)."""
+
+    turns: tuple[SessionTurn, ...]
+    date: str = ""
+
+
+@dataclass(frozen=True)
+class SessionQuestion:
+    """A question about a multi-session conversation, its gold answer and the ids of the turns that hold it.
+
+    `question` may hold ``{session}``: the number the evidence turn's session has in the history it is asked
+    about (sessions are numbered from 1 in the order they are fed)."""
+
+    question: str
+    answer: str
+    evidence: tuple[str, ...]
+    category: str = ""
+
+
+@dataclass(frozen=True)
+class MultiSessionConversation:
+    """Sessions of turns and questions about them (`load_multi_session`)."""
+
+    id: str
+    sessions: tuple[Session, ...]
+    questions: tuple[SessionQuestion, ...]
+    source: str = "multi-session"
+
+    @property
+    def n_turns(self) -> int:
+        return sum(len(s.turns) for s in self.sessions)
+
+
+MULTI_SESSION_FORMAT = ('{"id": str, "sessions": [{"date": str?, "turns": [{"id": str, "user": str, "assistant": str}]}], '
+                        '"questions": [{"question": str, "answer": str, "evidence": [turn id, ...], "category": str?}]}')
+
+
+def load_multi_session(path: str | Path) -> list[MultiSessionConversation]:
+    """Read multi-session conversations with questions, in any of the formats it knows:
+
+    - the project's own format (a JSON list, or JSON lines, of `MULTI_SESSION_FORMAT` records): sessions
+      of turns (optional session date), questions with gold answers and evidence turn ids;
+    - MemoChat's TopiOCQA file (``topiocqa_test_question.jsonl``): `load_memochat_topiocqa`;
+    - ConvLab-3's unified dialogue format (MultiWOZ 2.1, SGD ``data.json`` / ``dummy_data.json``):
+      `load_convlab_unified`.
+    """
+    path, text = _open_text(path)
+    first = _first_record(path, text)
+    if str(first.get("type", "")).endswith("_topiocqa"):
+        return load_memochat_topiocqa(path)
+    if "dialogue_id" in first and "turns" in first:
+        return load_convlab_unified(path)
+    records = _records(path, text)
+    out = []
+    for line, record in records:
+        _require(path, line, record, {"id": (str, int), "sessions": list, "questions": list}, MULTI_SESSION_FORMAT)
+        sessions, ids = [], set()
+        for s in record["sessions"]:
+            if not isinstance(s, dict) or not isinstance(s.get("turns"), list) or not s["turns"]:
+                raise _fail(path, line, "a session without a non-empty 'turns' list", MULTI_SESSION_FORMAT)
+            turns = []
+            for t in s["turns"]:
+                _require(path, line, t, {"id": (str, int), "user": str, "assistant": str}, MULTI_SESSION_FORMAT)
+                if str(t["id"]) in ids:
+                    raise _fail(path, line, f"turn id {t['id']!r} appears twice", MULTI_SESSION_FORMAT)
+                if not t["user"].strip():
+                    raise _fail(path, line, f"turn {t['id']!r} has an empty user message", MULTI_SESSION_FORMAT)
+                ids.add(str(t["id"]))
+                turns.append(SessionTurn(str(t["id"]), t["user"], t["assistant"]))
+            sessions.append(Session(tuple(turns), str(s.get("date") or "")))
+        questions = []
+        for q in record["questions"]:
+            _require(path, line, q, {"question": str, "answer": str, "evidence": list}, MULTI_SESSION_FORMAT)
+            missing = [e for e in q["evidence"] if str(e) not in ids]
+            if not q["evidence"] or missing:
+                raise _fail(path, line, f"question {q['question'][:40]!r} names evidence {missing or '[]'} that is "
+                            "not a turn id of its conversation", MULTI_SESSION_FORMAT)
+            questions.append(SessionQuestion(q["question"], q["answer"], tuple(str(e) for e in q["evidence"]),
+                                             str(q.get("category") or "")))
+        out.append(MultiSessionConversation(str(record["id"]), tuple(sessions), tuple(questions)))
+    if not out:
+        raise _fail(path, None, "no conversations", MULTI_SESSION_FORMAT)
+    return out
+
+
+def _first_record(path: Path, text: str) -> dict:
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise _fail(path, None, f"invalid JSON ({err.msg})", "a JSON list or JSON lines") from None
+        return data[0] if data and isinstance(data[0], dict) else {}
+    for _, record in read_jsonl(path):
+        return record
+    return {}
+
+
+def _records(path: Path, text: str) -> list[tuple[int | None, dict]]:
+    if text.lstrip().startswith("["):
+        data = json.loads(text)
+        if not all(isinstance(r, dict) for r in data):
+            raise _fail(path, None, "a list item is not an object", "a JSON list of objects")
+        return [(None, r) for r in data]
+    return list(read_jsonl(path))
+
+
+_TOPIOCQA_LINE = __import__("re").compile(r"^\(line (\d+)\) (user|bot): (.*)$")
+_TOPIOCQA_QUESTION = 'In session {session} we talked about {topic}. When I asked "{user}", what did you answer?'
+#: Answers a question about an earlier turn cannot be told apart by (any turn could have said them).
+_UNINFORMATIVE = {"yes", "no", "yes.", "no.", "i don't know.", "unknown", ""}
+
+
+def load_memochat_topiocqa(path: str | Path) -> list[MultiSessionConversation]:
+    """MemoChat's TopiOCQA items of type ``writing_topiocqa`` as one-session conversations.
+
+    Each item holds a TopiOCQA conversation (``(line n) user: ...`` / ``(line n) bot: ...``) and its gold topic
+    segmentation (``[{"topic", "start", "end"}]`` over the lines); a user line and the bot line after it make
+    a turn. The questions are built from the data, one per turn whose answer says something (not yes / no):
+    ``In session {session} we talked about <gold topic>. When I asked "<the user's words>", what did you
+    answer?``, gold = the bot's answer, evidence = that turn. The question quotes the turn's user words, so
+    lexical retrieval finds it easily; the answer must come from the history. The ``retrieval_topiocqa``
+    items (a query sentence and topic options, no conversation) are skipped.
+    """
+    path = Path(path)
+    expected = '{"question_id", "text": "... (line n) user|bot: ...", "answer": "[{topic, start, end}]", "type"}'
+    out = []
+    for line, record in read_jsonl(path):
+        _require(path, line, record, {"text": str, "answer": str, "type": str}, expected)
+        if record["type"] != "writing_topiocqa":
+            continue
+        lines = {}
+        for raw in record["text"].splitlines():
+            match = _TOPIOCQA_LINE.match(raw.strip())
+            if match:
+                lines[int(match.group(1))] = (match.group(2), match.group(3).strip())
+        try:
+            topics = json.loads(record["answer"])
+        except json.JSONDecodeError:
+            raise _fail(path, line, "'answer' is not JSON", expected) from None
+        if not lines or not isinstance(topics, list):
+            raise _fail(path, line, "no '(line n) user: ...' lines or no topic list", expected)
+        conv_id = f"topiocqa-{record.get('question_id', line)}"
+        turns, questions = [], []
+        for number in sorted(lines):
+            role, text = lines[number]
+            if role != "user" or not text:
+                continue
+            reply_role, reply = lines.get(number + 1, ("bot", ""))
+            turn_id = f"{conv_id}:{number}"
+            turns.append(SessionTurn(turn_id, text, reply if reply_role == "bot" else ""))
+            topic = next((t.get("topic") for t in topics if isinstance(t, dict)
+                          and int(t.get("start", 0)) <= number <= int(t.get("end", -1))), None)
+            if topic and reply_role == "bot" and reply.strip().lower() not in _UNINFORMATIVE:
+                questions.append(SessionQuestion(
+                    _TOPIOCQA_QUESTION.format(session="{session}", topic=topic, user=text.rstrip()),
+                    reply, (turn_id,), "turn-recall"))
+        if turns:
+            out.append(MultiSessionConversation(conv_id, (Session(tuple(turns)),), tuple(questions), "topiocqa"))
+    if not out:
+        raise _fail(path, None, "no writing_topiocqa items", expected)
+    return out
+
+
+#: How ConvLab slot names read in a question (others: underscores become spaces).
+_SLOT_WORDS = {"book people": "number of people", "book stay": "number of nights", "book day": "day of the booking",
+               "book time": "time of the booking", "leave at": "departure time", "arrive by": "arrival time"}
+_STATE_QUESTION = "In session {session}, what {slot} did I settle on for the {domain}?"
+
+
+def load_convlab_unified(path: str | Path) -> list[MultiSessionConversation]:
+    """ConvLab-3 unified-format dialogues (MultiWOZ 2.1, SGD) as one-session conversations with state questions.
+
+    A user utterance and the system's next one make a turn. The questions come from the dialogue state of the
+    last user turn: for each slot with a value that names something (not yes / no / dontcare, not an
+    alternative list ``3|2``), ``In session {session}, what <slot> did I settle on for the <domain>?``, gold =
+    the value, evidence = the user turn from which the slot held that value.
+    """
+    path, text = _open_text(path)
+    expected = 'a JSON list of {"dialogue_id", "turns": [{"speaker": "user"|"system", "utterance", "state"?}]}'
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise _fail(path, None, f"invalid JSON ({err.msg})", expected) from None
+    if not isinstance(data, list) or not data:
+        raise _fail(path, None, "not a non-empty JSON list", expected)
+    out = []
+    for dialogue in data:
+        _require(path, None, dialogue, {"dialogue_id": str, "turns": list}, expected)
+        conv_id = dialogue["dialogue_id"]
+        turns, states = [], []
+        utterances = dialogue["turns"]
+        for i, u in enumerate(utterances):
+            if not isinstance(u, dict) or "speaker" not in u or "utterance" not in u:
+                raise _fail(path, None, f"{conv_id}: utterance {i} lacks 'speaker' / 'utterance'", expected)
+            if u["speaker"] != "user" or not str(u["utterance"]).strip():
+                continue
+            nxt = utterances[i + 1] if i + 1 < len(utterances) else None
+            reply = nxt["utterance"] if isinstance(nxt, dict) and nxt.get("speaker") == "system" else ""
+            turns.append(SessionTurn(f"{conv_id}:{len(turns)}", u["utterance"], reply))
+            states.append(u.get("state") or {})
+        questions = []
+        final = states[-1] if states else {}
+        for domain, slots in sorted(final.items()):
+            for slot, value in sorted((slots or {}).items()):
+                value = str(value).strip()
+                if not value or "|" in value or value.lower() in ("yes", "no", "dontcare", "none", "?", "free"):
+                    continue
+                since = len(states) - 1
+                while since > 0 and str((states[since - 1].get(domain) or {}).get(slot, "")).strip() == value:
+                    since -= 1
+                domain_words = domain.split("_")[0].lower()
+                slot_words = _SLOT_WORDS.get(slot, slot.replace("_", " "))
+                questions.append(SessionQuestion(_STATE_QUESTION.format(session="{session}", slot=slot_words,
+                                                                        domain=domain_words),
+                                                 value, (turns[since].id,), "state"))
+        if turns:
+            out.append(MultiSessionConversation(conv_id, (Session(tuple(turns)),), tuple(questions),
+                                                str(dialogue.get("dataset") or "convlab")))
+    return out
+
+
+# --------------------------------------------------------------------------------- MT-Bench+
+
+@dataclass(frozen=True)
+class MTBenchPlusConversation:
+    """One MT-Bench+ conversation (MemoChat): user turns as ``(text, turn_info)`` pairs, where ``turn_info``
+    names the MT-Bench question and turn (``"stem-143-1"``), and its retrospective question (``"...-Q"``,
+    about an earlier question of the conversation) apart from them."""
+
+    id: str
+    type: str
+    turns: tuple[tuple[str, str], ...]
+    question: tuple[str, str] | None
+
+
+def load_mt_bench_plus(path: str | Path) -> list[MTBenchPlusConversation]:
+    """Read MemoChat's ``mtbenchplus.json`` (a JSON list of ``{id, type, conversations: [{from, value,
+    turn-info}]}``; the chatbot values are empty: the model under test writes them)."""
+    path, text = _open_text(path)
+    expected = 'a JSON list of {"id", "type", "conversations": [{"from": "human"|"chatbot", "value", "turn-info"}]}'
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise _fail(path, None, f"invalid JSON ({err.msg})", expected) from None
+    if not isinstance(data, list) or not data:
+        raise _fail(path, None, "not a non-empty JSON list", expected)
+    out = []
+    for item in data:
+        _require(path, None, item, {"id": (str, int), "conversations": list}, expected)
+        turns, question = [], None
+        for message in item["conversations"]:
+            if not isinstance(message, dict) or message.get("from") not in ("human", "chatbot"):
+                raise _fail(path, None, f"{item['id']}: a message without 'from' human|chatbot", expected)
+            if message["from"] != "human":
+                continue
+            info = str(message.get("turn-info") or "")
+            if not info or not str(message.get("value") or "").strip():
+                raise _fail(path, None, f"{item['id']}: a human message without text or 'turn-info'", expected)
+            if info.endswith("-Q"):
+                question = (message["value"], info)
+            else:
+                turns.append((message["value"], info))
+        if not turns:
+            raise _fail(path, None, f"{item['id']}: no human turns", expected)
+        out.append(MTBenchPlusConversation(str(item["id"]), str(item.get("type") or ""), tuple(turns), question))
+    return out

@@ -154,6 +154,16 @@ def summary_rows(results: dict) -> list[dict]:
         elif suite == "long-horizon":
             row.update({"recall accuracy": agg.get("recall_accuracy"), "rule accuracy": agg.get("rule_accuracy"),
                         "judge (1-10)": agg.get("judge_mean")})
+        elif suite == "multi-session-qa":
+            row.update({"F1": agg.get("f1"), "contains answer": agg.get("contains"),
+                        "evidence in context": agg.get("evidence_in_context"), "evidence raw": agg.get("evidence_raw")})
+        elif suite == "mt-eval-recollection":
+            row.update({"IAR (0-10)": agg.get("iar"), "IAR loose": agg.get("iar_loose"),
+                        "non-answers": agg.get("non_answers")})
+        elif suite == "long-mt-bench-plus":
+            row.update({"retrospective judge (1-10)": agg.get("retrospective_judge_mean"),
+                        "judge (1-10)": agg.get("judge_mean"), "evidence in context": agg.get("evidence_in_context"),
+                        "non-answers": agg.get("non_answers")})
         row.update({
             "context tokens/turn": cost.get("mean_context_tokens"),
             "latent slots/turn": cost.get("mean_latent_slots"),

@@ -62,7 +62,8 @@ COST_FIELDS = ("context_tokens", "text_tokens", "latent_slots", "new_tokens", "f
                "compress_s", "score_s", "plan_s", "prefill_s", "decode_s", "latency_s")
 #: The headline metric of each suite (first column of its summary table).
 HEADLINE = {"instruction-retention": "iar", "state-tracking": "accuracy",
-            "long-horizon": "recall_accuracy", "efficiency": None}
+            "long-horizon": "recall_accuracy", "efficiency": None, "multi-session-qa": "f1",
+            "mt-eval-recollection": "iar", "long-mt-bench-plus": "retrospective_judge_mean"}
 
 
 def run_suite(
@@ -117,6 +118,9 @@ def run_suite(
     policy_kwargs = {k: dict(v) for k, v in (policy_kwargs or {}).items()}
     _check_thresholds(model, policies, policy_kwargs)  # before anything is written to `out`
     episodes = suite.generate(n_turns=n_turns, seed=seed)
+    if batch_episodes > 1 and any(e.history or any(t.kind == "question" for t in e.turns) for e in episodes):
+        raise BenchError(f"suite {suite.name!r} feeds each episode a history and asks its questions on their own, "
+                         "one episode at a time; run it with batch_episodes=1 (drop --batch-episodes)")
     config = {"format": RESULTS_FORMAT, "suite": suite.name, "policies": policies,
               "n_turns": len(episodes[0].turns), "n_episodes": len(episodes), "seed": seed, "data": data,
               "suite_kwargs": {k: describe_setting(v) for k, v in (suite_kwargs or {}).items()}, "max_new_tokens": max_new_tokens,

@@ -22,6 +22,9 @@ HEADLINE_METRICS = {
     "instruction-retention": ("iar", "iar_loose", "non_answer_rate", "revoked_still_followed"),
     "state-tracking": ("accuracy", "jga", "probe_jga", "stale_rate"),
     "long-horizon": ("recall_accuracy", "rule_accuracy", "judge_mean"),
+    "multi-session-qa": ("f1", "contains", "evidence_in_context"),
+    "mt-eval-recollection": ("iar", "iar_loose"),
+    "long-mt-bench-plus": ("retrospective_judge_mean", "judge_mean", "evidence_in_context"),
     "efficiency": (),
 }
 COST_METRICS = ("context_tokens", "latency_s")
@@ -32,7 +35,9 @@ LABELS = {"iar": "IAR strict (0-10)", "iar_loose": "IAR loose (0-10)",
           "accuracy": "accuracy", "jga": "JGA (final, exact)", "probe_jga": "probe JGA",
           "stale_rate": "stale rate", "recall_accuracy": "recall accuracy",
           "rule_accuracy": "rule accuracy", "judge_mean": "judge (1-10)",
-          "context_tokens": "context tokens/turn", "latency_s": "latency s/turn"}
+          "context_tokens": "context tokens/turn", "latency_s": "latency s/turn",
+          "f1": "token F1", "contains": "contains answer", "evidence_in_context": "evidence in context",
+          "retrospective_judge_mean": "retrospective judge (1-10)"}
 BASELINE = "vanilla"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Sequence, Union
 
-from rhea.context.conversation import Conversation
+from rhea.context.conversation import Conversation, Turn, session_header, session_of
 from rhea.context.latent import Latent
 from rhea.context.plan import ContextPlan, PlanDecisions, TokenLedger, TurnDecision
 from rhea.errors import InvalidTurnError, RheaConfigError, require_text
@@ -70,6 +70,10 @@ def assemble_plan(
     user text and put `latents[turn]` in place of the reply; "drop" turns are left out.
     A decision with ``recalled`` also shows its turn as raw text after the newest turn (in turn order), whatever
     its tier in place, so a plan kept from an earlier query changes only at its end.
+    A turn whose meta places it in a session (`rhea.context.conversation.session_header`) opens its user
+    message with that header wherever it is shown away from its place: the first turn shown, the first
+    of its session, the first after dropped turns, and every recalled turn, so a question about when
+    something was said can be answered from a turn shown out of order.
     `extra_system` (e.g. a summary) follows the instructions inside the system block.
     Ledger token counts cover message text only (chat-template markup excluded), the same
     way for the plan and for the full history, so the two compare.
@@ -89,14 +93,19 @@ def assemble_plan(
     text_tokens = count_tokens(system, tokenizer)
     full_tokens = count_tokens(system_text, tokenizer) + count_tokens(query, tokenizer)
     latent_slots = dropped = 0
+    shown_before = None  # the index of the last turn shown in place
     for index, turn in enumerate(conversation):
         turn_tokens = count_tokens(turn.user, tokenizer) + count_tokens(turn.assistant, tokenizer)
-        full_tokens += turn_tokens
+        opens_session = index == 0 or session_of(turn) != session_of(conversation[index - 1])
+        full_tokens += turn_tokens + (_header_tokens(turn, tokenizer) if opens_session else 0)
         tier = by_turn[index].tier
         if tier == "drop":
             dropped += not by_turn[index].recalled  # a recalled turn is in the context, after the newest
             continue
-        messages.append({"role": "user", "content": turn.user})
+        user, header_tokens = _placed(turn, opens_session or shown_before != index - 1, tokenizer)
+        shown_before = index
+        messages.append({"role": "user", "content": user})
+        text_tokens += header_tokens
         if tier == "raw":
             messages.append({"role": "assistant", "content": turn.assistant})
             text_tokens += turn_tokens
@@ -108,8 +117,9 @@ def assemble_plan(
             latent_slots += latents[index].n_slots
     for d in sorted((d for d in decisions if d.recalled), key=lambda d: d.turn):
         turn = conversation[d.turn]
-        messages += [{"role": "user", "content": turn.user}, {"role": "assistant", "content": turn.assistant}]
-        text_tokens += count_tokens(turn.user, tokenizer) + count_tokens(turn.assistant, tokenizer)
+        user, header_tokens = _placed(turn, True, tokenizer)
+        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": turn.assistant}]
+        text_tokens += header_tokens + count_tokens(turn.user, tokenizer) + count_tokens(turn.assistant, tokenizer)
     messages.append({"role": "user", "content": query})
     text_tokens += count_tokens(query, tokenizer)
 
@@ -122,3 +132,17 @@ def assemble_plan(
     )
     ordered = sorted(decisions, key=lambda d: d.turn)
     return ContextPlan(messages, PlanDecisions(ordered, instructions, list(records)), ledger, policy)
+
+
+def _header_tokens(turn: Turn, tokenizer: Any) -> int:
+    header = session_header(turn)
+    return count_tokens(header + " ", tokenizer) if header else 0
+
+
+def _placed(turn: Turn, away: bool, tokenizer: Any) -> tuple[str, int]:
+    """`turn`'s user text, opened by its session header when it is shown `away` from its place, and the
+    header's tokens (0 without one)."""
+    header = session_header(turn) if away else None
+    if header is None:
+        return turn.user, 0
+    return f"{header} {turn.user}", count_tokens(header + " ", tokenizer)

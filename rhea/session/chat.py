@@ -244,6 +244,27 @@ class ChatSession:
             )
         return self.end_turn(staged, gen)
 
+    def ask(self, text: str) -> str:
+        """Answer `text` from the conversation so far without adding the exchange to it: the policy
+        plans as for `send` (its own state, e.g. a kept plan or a recognized instruction, carries on)
+        but does not observe the reply, so several questions about one history are each answered from
+        that history alone. The turn is recorded (`records`, observers) like any other.
+
+        >>> from rhea.testing import tiny_rhea
+        >>> chat = ChatSession(tiny_rhea(), policy="vanilla", max_new_tokens=2)
+        >>> _ = chat.send("hi"); _ = chat.ask("what did I say?"); len(chat.conversation)
+        1
+        """
+        staged = self.begin_turn(text)
+        if staged.answered is not None:
+            gen = self._answered_generation(staged)
+        else:
+            gen = generate_from_plan(
+                self.model, staged.plan, max_new_tokens=self.max_new_tokens, adapter=self._adapter_for(staged.plan),
+                prefix_cache=self.prefix_cache, **self.generation_kwargs,
+            )
+        return self.end_turn(staged, gen, keep=False)
+
     def begin_turn(self, text: str) -> "StagedTurn":
         """The first half of `send`: check `text` and plan the context (nothing recorded yet).
 
@@ -263,26 +284,29 @@ class ChatSession:
                           new_tokens=len(self.tokenizer(answered, add_special_tokens=False)["input_ids"]),
                           timings={"render_s": 0.0, "prefill_s": 0.0, "decode_s": 0.0})
 
-    def end_turn(self, staged: "StagedTurn", gen: Generation, *, observed_s: float | None = None) -> str:
+    def end_turn(self, staged: "StagedTurn", gen: Generation, *, observed_s: float | None = None,
+                 keep: bool = True) -> str:
         """The second half of `send`: observe the reply `gen`, record the turn, notify observers.
 
         `observed_s`: the policy has already observed this turn (several sessions' turns observed
         together, `send_batch`), taking that many seconds; it is recorded, not observed again.
+        `keep`: False leaves the exchange out of the conversation and unobserved (`ask`).
         """
         plan = staged.plan
         turn = Turn(staged.text, gen.text)
         t1 = time.perf_counter()
-        if observed_s is None:
+        if observed_s is None and keep:
             self.policy.observe(turn)  # Rhea compresses the new reply here, once
         t_observe = time.perf_counter() - t1 if observed_s is None else float(observed_s)
         work = _work(staged.work_before, self.policy.counters())  # e.g. compress_calls, compress_s (the whole turn)
         work.update({f"plan_{k}": v for k, v in _work(staged.work_before, staged.work_planned).items()})  # ... in planning alone
-        self.conversation.append(turn)
+        if keep:
+            self.conversation.append(turn)
         tiers: dict[str, int] = {}
         for d in plan.decisions.turns:
             tiers[d.tier] = tiers.get(d.tier, 0) + 1
         record = TurnRecord(
-            turn=len(self.conversation) - 1, policy=self.policy.name, prompt_tokens=gen.prompt_tokens,
+            turn=len(self.conversation) - keep, policy=self.policy.name, prompt_tokens=gen.prompt_tokens,
             latent_slots=gen.latent_slots, new_tokens=gen.new_tokens,
             full_history_tokens=plan.ledger.full_history_tokens, tiers=tiers,
             content_tokens=plan.ledger.text_tokens + plan.ledger.latent_slots,

@@ -44,7 +44,7 @@ def test_generators_are_deterministic_in_the_seed(name, kwargs):
 
 def test_registry_and_errors():
     assert list_suites() == ["efficiency", "instruction-retention", "long-horizon",
-                             "state-tracking"]
+                             "long-mt-bench-plus", "mt-eval-recollection", "multi-session-qa", "state-tracking"]
     with pytest.raises(UnknownSuiteError, match="'retention'.*instruction-retention"):
         get_suite("retention")
     with pytest.raises(SuiteConfigError, match="n_turns=1 must be an integer >= 4"):

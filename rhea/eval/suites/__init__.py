@@ -1,7 +1,7 @@
 """Evaluation suites: seeded scripted conversations plus their scoring.
 
 >>> list_suites()
-['efficiency', 'instruction-retention', 'long-horizon', 'state-tracking']
+['efficiency', 'instruction-retention', 'long-horizon', 'long-mt-bench-plus', 'mt-eval-recollection', 'multi-session-qa', 'state-tracking']
 >>> suite = get_suite("state-tracking", n_episodes=1)
 >>> episodes = suite.generate(n_turns=8, seed=0)
 >>> episodes[0].turns[-1].kind
@@ -16,10 +16,14 @@ from rhea.eval.suites.base import (TURN_KINDS, Episode, Suite, SuiteConfigError,
 from rhea.eval.suites.efficiency import EfficiencySuite
 from rhea.eval.suites.instruction_retention import InstructionRetentionSuite, RetentionData
 from rhea.eval.suites.long_horizon import LongHorizonSuite
+from rhea.eval.suites.long_mt_bench_plus import LongMTBenchPlusSuite
+from rhea.eval.suites.mt_eval_recollection import MTEvalRecollectionSuite
+from rhea.eval.suites.multi_session_qa import MultiSessionQASuite
 from rhea.eval.suites.state_tracking import StateTrackingSuite
 
 _SUITES: dict[str, type[Suite]] = {cls.name: cls for cls in (
-    InstructionRetentionSuite, StateTrackingSuite, LongHorizonSuite, EfficiencySuite)}
+    InstructionRetentionSuite, StateTrackingSuite, LongHorizonSuite, EfficiencySuite, MultiSessionQASuite, MTEvalRecollectionSuite,
+    LongMTBenchPlusSuite)}
 
 
 class UnknownSuiteError(SuiteConfigError):
@@ -41,5 +45,5 @@ def get_suite(name: str, *, path: str | None = None, **kwargs: Any) -> Suite:
 
 __all__ = ["TURN_KINDS", "Episode", "Suite", "SuiteConfigError", "SuiteTurn",
            "UnknownSuiteError", "EfficiencySuite", "InstructionRetentionSuite",
-           "LongHorizonSuite", "RetentionData", "StateTrackingSuite", "get_suite",
+           "LongHorizonSuite", "LongMTBenchPlusSuite", "MTEvalRecollectionSuite", "MultiSessionQASuite", "RetentionData", "StateTrackingSuite", "get_suite",
            "list_suites", "normalize_answer", "summarize_numeric", "value_matches"]

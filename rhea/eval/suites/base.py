@@ -23,9 +23,11 @@ from rhea.errors import RheaError
 from rhea.eval.checkers import InstructionSpec
 
 #: Turn kinds: a global instruction, its revocation, an ordinary question, small talk that
-#: only adds distance, a fact the model must track ("update"), and a question whose answer
-#: is known ("probe").
-TURN_KINDS = ("instruction", "revoke", "query", "filler", "update", "probe")
+#: only adds distance, a fact the model must track ("update"), a question whose answer
+#: is known ("probe"), and a question about the history asked on its own ("question": answered
+#: from the conversation so far and not added to it, `ChatSession.ask`, so every question of an
+#: episode sees the same history).
+TURN_KINDS = ("instruction", "revoke", "query", "filler", "update", "probe", "question")
 
 
 class SuiteConfigError(RheaError, ValueError):
@@ -79,6 +81,9 @@ class Episode:
     suite: "Suite"
     turns: list[SuiteTurn]
     meta: dict = field(default_factory=dict)
+    #: Turns that happened before the first scripted turn, with their replies (`Turn.to_dict` form):
+    #: a runner feeds them to the session's policy (`ContextPolicy.catch_up`), nothing is generated.
+    history: list[dict] = field(default_factory=list)
 
     def score_turn(self, turn: SuiteTurn, reply: str, *,
                    history: Sequence[tuple[str, str]] = ()) -> dict:
@@ -97,8 +102,17 @@ class Episode:
         return len(self.turns)
 
     def to_dict(self) -> dict:
-        return {"episode_id": self.episode_id, "suite": self.suite.name,
-                "meta": _jsonable(self.meta), "turns": [t.to_dict() for t in self.turns]}
+        out = {"episode_id": self.episode_id, "suite": self.suite.name,
+               "meta": _jsonable(self.meta), "turns": [t.to_dict() for t in self.turns]}
+        if self.history:
+            out["history"] = [dict(t) for t in self.history]
+        return out
+
+    def history_turns(self) -> list:
+        """`history` as `rhea.context.Turn` objects."""
+        from rhea.context.conversation import Turn
+
+        return [Turn.from_dict(t) for t in self.history]
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], suite: "Suite") -> "Episode":
@@ -108,7 +122,7 @@ class Episode:
             raise SuiteConfigError(f"episode {data.get('episode_id')!r} belongs to suite {data['suite']!r}, "
                                    f"not {suite.name!r}")
         return cls(data["episode_id"], suite, [SuiteTurn.from_dict(t) for t in data["turns"]],
-                   dict(data.get("meta") or {}))
+                   dict(data.get("meta") or {}), [dict(t) for t in data.get("history") or ()])
 
 
 def _jsonable(value: Any) -> Any:
@@ -124,8 +138,11 @@ def _jsonable(value: Any) -> Any:
 class Suite:
     """Base class: subclasses set `name`, build episodes, score turns and aggregate.
 
-    Subclasses implement ``_episodes(n_turns, rng)``, ``score_turn`` and ``_aggregate``;
+    Subclasses implement ``_episode(n_turns, rng)``, ``score_turn`` and ``_aggregate``;
     ``load(path)`` (a classmethod) reads the public data format into the ``data=`` value.
+    ``_episode`` returns ``(turns, meta)``; a ``"history"`` list in that meta (turn dicts) becomes the
+    episode's `Episode.history`. A suite whose `default_turns` is None passes None to ``_episode``
+    when no turn count is asked for (e.g. every question its data holds).
     """
 
     name = "suite"
@@ -148,15 +165,17 @@ class Suite:
     def generate(self, n_turns: int | None = None, seed: int = 0) -> list[Episode]:
         """`n_episodes` episodes of `n_turns` user turns each; same seed → same episodes."""
         n_turns = self.default_turns if n_turns is None else n_turns
-        require_int("n_turns", n_turns, self.min_turns())
+        if n_turns is not None:
+            require_int("n_turns", n_turns, self.min_turns())
         rng = random.Random(f"{self.name}:{seed}")
         episodes = []
         for number in range(self.n_episodes):
             turns, meta = self._episode(n_turns, rng)
+            history = list(meta.pop("history", ()))
             indexed = [SuiteTurn(t.user, t.kind, t.active_instructions, t.expected,
                                  {**t.meta, "index": i}) for i, t in enumerate(turns)]
             episodes.append(Episode(f"{self.name}/{seed}/{number}", self, indexed,
-                                    {**meta, "seed": seed}))
+                                    {**meta, "seed": seed}, history))
         return episodes
 
     def min_turns(self) -> int:

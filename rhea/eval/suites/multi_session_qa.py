@@ -1,0 +1,185 @@
+"""multi-session-qa: questions about a long history of earlier sessions, answered from the history.
+
+An episode's history is fed, not generated: conversations from the data (each one or more sessions of
+turns with the replies given then) are concatenated in a seeded order into one long history, LoCoMo-style
+(sessions numbered from 1 in the order they are fed, each turn carrying ``{"session": n, "date": ...}`` in
+its meta, so a turn shown away from its place carries its session header), until it holds at least
+`min_history_turns` turns (default 300 with a data file; 0: one conversation per episode, the default for
+the built-in history). The policy catches up on the history
+turn by turn (`ContextPolicy.catch_up`); then each question is asked on its own (``kind="question"``,
+`ChatSession.ask`): every question sees the same history, and the policy's state (a kept plan, its
+memories) carries on from question to question. Episodes use disjoint conversations.
+
+Scores per question, against the gold answer: SQuAD token F1 (``f1``), whether the reply contains the
+normalised gold answer (``contains``), and, from the plan, whether the evidence turns were in the context
+(``evidence_in_context``: raw, latent or recalled; ``evidence_raw``: as text; over the questions that got
+a plan: a turn that failed, e.g. a prompt over the model's window, scores F1 0 and is counted in the run's
+``errors``), with the question's ``category`` for a breakdown.
+
+Data (`rhea.eval.loaders.load_multi_session`): the project's format (sessions with optional dates,
+questions with gold answers and evidence turn ids), MemoChat's TopiOCQA conversations (turn-recall
+questions built from each turn, quoting its user words), ConvLab-3 MultiWOZ / SGD dialogues (questions on
+the final dialogue state, evidence = the turn that set the value). With no data, a small built-in
+history runs (for smoke tests only).
+
+A real run on the embedded model (four policies, 20 questions over 300+ turns of TopiOCQA)::
+
+    rhea bench --suite multi-session-qa --data ../shared/data/dialogue_corpora/memochat_topiocqa_test_question.jsonl \\
+        --policies vanilla,bm25,recent-k,rhea --episodes 1 --turns 20 --max-new-tokens 32 --out runs/msqa
+
+>>> suite = MultiSessionQASuite(n_episodes=1)
+>>> ep = suite.generate(seed=0)[0]
+>>> ep.turns[0].kind, ep.history[0]["meta"]["session"]
+('question', 1)
+"""
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter, defaultdict
+from typing import Sequence
+
+from rhea.eval import loaders
+from rhea.eval.loaders import MultiSessionConversation, Session, SessionQuestion, SessionTurn
+from rhea.eval.suites.base import Suite, SuiteConfigError, SuiteTurn, mean, normalize_answer, require_int
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    """SQuAD's token F1 between `prediction` and `gold` after `normalize_answer`.
+
+    >>> round(token_f1("It was Mariah Carey, I think", "Mariah Carey."), 3)
+    0.5
+    """
+    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if not pred or not ref:
+        return float(pred == ref)
+    common = sum((Counter(pred) & Counter(ref)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred), common / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def contains_answer(prediction: str, gold: str) -> bool:
+    """Whether the normalised gold answer occurs in the normalised reply as whole words.
+
+    >>> contains_answer("She was born in 1969.", "1969"), contains_answer("in 19690", "1969")
+    (True, False)
+    """
+    ref = normalize_answer(gold)
+    return bool(ref) and re.search(rf"(?<!\w){re.escape(ref)}(?!\w)", normalize_answer(prediction)) is not None
+
+
+def builtin_data() -> list[MultiSessionConversation]:
+    """A small dated history written for rhea, so the suite runs with no data file (smoke tests)."""
+    def turns(cid, pairs):
+        return tuple(SessionTurn(f"{cid}:{i}", u, a) for i, (u, a) in enumerate(pairs))
+
+    a = turns("trip", [("I booked flights to Lisbon for the conference.", "Great, enjoy Lisbon!"),
+                       ("My talk is about soil bacteria.", "That sounds like a fascinating topic."),
+                       ("Any tips for jet lag?", "Sleep on local time from the first night.")])
+    b = turns("garden", [("I planted three apple trees today.", "Lovely, which varieties?"),
+                         ("Two Braeburn and one Cox.", "Good choices for a temperate garden."),
+                         ("The soil here is quite clay-heavy.", "Add compost to loosen it.")])
+    return [MultiSessionConversation("builtin", (Session(a, "2024-03-02"), Session(b, "2024-04-15")), (
+        SessionQuestion("Which city did I book flights to?", "Lisbon", ("trip:0",), "single-hop"),
+        SessionQuestion("What is my conference talk about?", "soil bacteria", ("trip:1",), "single-hop"),
+        SessionQuestion("How many apple trees did I plant?", "three", ("garden:0",), "single-hop"),
+        SessionQuestion("On what date did I plant the apple trees?", "2024-04-15", ("garden:0",), "date")),
+        "builtin")]
+
+
+#: The history an episode reaches with a data file, in turns: the long regime (LoCoMo's conversations hold 300+).
+DEFAULT_HISTORY_TURNS = 300
+
+
+class MultiSessionQASuite(Suite):
+    """A fed multi-session history, then independent questions scored by F1, containment and evidence."""
+
+    name = "multi-session-qa"
+    default_turns = None  # every question of the episode's conversations
+    score_fields = ("f1",)
+
+    def __init__(self, *, data: Sequence[MultiSessionConversation] | None = None, n_episodes: int = 1,
+                 min_history_turns: int | None = None):
+        super().__init__(data=list(data) if data is not None else builtin_data(), n_episodes=n_episodes)
+        if not self.data:
+            raise SuiteConfigError("data has no conversations; pass at least one (see rhea.eval.loaders."
+                                   "load_multi_session)")
+        if min_history_turns is None:
+            min_history_turns = DEFAULT_HISTORY_TURNS if data is not None else 0
+        require_int("min_history_turns", min_history_turns, 0)
+        self.min_history_turns = min_history_turns
+
+    load = staticmethod(loaders.load_multi_session)
+
+    def _groups(self, rng: random.Random) -> list[list[MultiSessionConversation]]:
+        """`n_episodes` disjoint groups of conversations, in a seeded order, each of at least
+        `min_history_turns` turns (one conversation each when that is 0)."""
+        order = rng.sample(self.data, len(self.data))
+        groups, current = [], []
+        for conv in order:
+            current.append(conv)
+            if sum(c.n_turns for c in current) >= self.min_history_turns:
+                groups.append(current)
+                current = []
+            if len(groups) == self.n_episodes:
+                return groups
+        total = sum(c.n_turns for c in self.data)
+        raise SuiteConfigError(
+            f"the data ({len(self.data)} conversations, {total} turns) gives only {len(groups)} disjoint episodes of "
+            f"at least {self.min_history_turns} turns, not n_episodes={self.n_episodes}; lower --episodes or "
+            "min_history_turns, or pass more data")
+
+    def generate(self, n_turns: int | None = None, seed: int = 0):
+        self._groups_left = self._groups(random.Random(f"{self.name}:{seed}:groups"))
+        return super().generate(n_turns, seed)
+
+    def _episode(self, n_turns: int | None, rng: random.Random):
+        group = self._groups_left.pop(0)
+        history, position, questions = [], {}, []
+        session_number = 0
+        for conv in group:
+            for session in conv.sessions:
+                session_number += 1
+                meta = {"session": session_number, **({"date": session.date} if session.date else {})}
+                for turn in session.turns:
+                    position[(conv.id, turn.id)] = (len(history), session_number)
+                    history.append({"user": turn.user, "assistant": turn.assistant, "meta": dict(meta)})
+            questions.extend((conv, q) for q in conv.questions)
+        if not questions:
+            raise SuiteConfigError(f"conversations {[c.id for c in group]} hold no questions; pass data with questions")
+        if n_turns is not None and n_turns > len(questions):
+            raise SuiteConfigError(f"n_turns={n_turns} asks more questions than the episode's {len(questions)} "
+                                   f"({len(group)} conversations); lower --turns or raise --min-history-turns")
+        chosen = rng.sample(questions, n_turns if n_turns is not None else len(questions))
+        turns = []
+        for conv, q in chosen:
+            evidence = [position[(conv.id, e)][0] for e in q.evidence]
+            session = position[(conv.id, q.evidence[0])][1]
+            turns.append(SuiteTurn(q.question.replace("{session}", str(session)), "question", expected=q.answer,
+                                   meta={"evidence": evidence, "category": q.category or "uncategorised",
+                                         "conversation": conv.id, "session": session}))
+        meta = {"conversations": [c.id for c in group], "history_turns": len(history), "sessions": session_number,
+                "sources": sorted({c.source for c in group}), "history": history}
+        return turns, meta
+
+    def score_turn(self, turn: SuiteTurn, reply: str, *, history=()) -> dict:
+        if turn.kind != "question":
+            return {}
+        return {"f1": token_f1(reply, turn.expected), "contains": float(contains_answer(reply, turn.expected)),
+                "category": turn.meta["category"]}
+
+    def _aggregate(self, turn_scores: Sequence[dict]) -> dict:
+        asked = [s for s in turn_scores if s.get("kind") == "question"]
+        by_category = defaultdict(list)
+        for s in asked:
+            by_category[s["category"]].append(s)
+        summary = {"f1": mean(s.get("f1") for s in asked), "contains": mean(s.get("contains") for s in asked),
+                   "evidence_in_context": mean(s.get("evidence_in_context") for s in asked),
+                   "evidence_raw": mean(s.get("evidence_raw") for s in asked), "questions": len(asked)}
+        summary["by_category"] = {c: {"n": len(v), "f1": mean(s.get("f1") for s in v),
+                                      "contains": mean(s.get("contains") for s in v),
+                                      "evidence_in_context": mean(s.get("evidence_in_context") for s in v)}
+                                  for c, v in sorted(by_category.items())}
+        return summary
