@@ -22,7 +22,7 @@ DOCS = ROOT / "docs"
 #: A numbered work session ("session 12", "sessions 5-24", "session-25 adapters") or a tracker
 #: reference ("issue #22", "#24"): development history, which belongs in git, CHANGELOG.md and the
 #: dated pages under docs/reports/, not in the pages that describe the library.
-HISTORY = re.compile(r"[Ss]essions? [0-9]|[Ss]essions? [0-9]+[-–]|[Ss]ession-[0-9]|[Ii]ssue #[0-9]|#[0-9]{2}\b")
+HISTORY = re.compile(r"(?<!\[)[Ss]essions? [0-9]|[Ss]essions? [0-9]+[-–]|[Ss]ession-[0-9]|[Ii]ssue #[0-9]|#[0-9]{2}\b")
 
 
 def public_packages() -> list[str]:
