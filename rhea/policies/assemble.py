@@ -86,6 +86,7 @@ def assemble_plan(
     system = "\n\n".join(part for part in (system_text, *extra_system) if part and part.strip())
 
     messages: list[dict] = [{"role": "system", "content": system}] if system else []
+    sources: list[int | None] = [None] * len(messages)
     text_tokens = count_tokens(system, tokenizer)
     full_tokens = count_tokens(system_text, tokenizer) + count_tokens(query, tokenizer)
     latent_slots = dropped = 0
@@ -97,6 +98,7 @@ def assemble_plan(
             dropped += not by_turn[index].recalled  # a recalled turn is in the context, after the newest
             continue
         messages.append({"role": "user", "content": turn.user})
+        sources += [index, index]
         if tier == "raw":
             messages.append({"role": "assistant", "content": turn.assistant})
             text_tokens += turn_tokens
@@ -109,8 +111,10 @@ def assemble_plan(
     for d in sorted((d for d in decisions if d.recalled), key=lambda d: d.turn):
         turn = conversation[d.turn]
         messages += [{"role": "user", "content": turn.user}, {"role": "assistant", "content": turn.assistant}]
+        sources += [d.turn, d.turn]
         text_tokens += count_tokens(turn.user, tokenizer) + count_tokens(turn.assistant, tokenizer)
     messages.append({"role": "user", "content": query})
+    sources.append(None)
     text_tokens += count_tokens(query, tokenizer)
 
     ledger = TokenLedger(
@@ -121,4 +125,4 @@ def assemble_plan(
         counter="tokenizer" if tokenizer is not None else "regex-approx",
     )
     ordered = sorted(decisions, key=lambda d: d.turn)
-    return ContextPlan(messages, PlanDecisions(ordered, instructions, list(records)), ledger, policy)
+    return ContextPlan(messages, PlanDecisions(ordered, instructions, list(records)), ledger, policy, sources)

@@ -133,6 +133,9 @@ def rhea_usage(answer: Answer, policy: str, *, trace: bool = False) -> dict:
     out = {"policy": policy, "tokens_fed": led.text_tokens + led.latent_slots,
            "tokens_full_history": led.full_history_tokens, "tokens_saved": led.saved_tokens,
            "instructions": list(plan.decisions.instructions), "turns": turns}
+    budget = next((r for r in reversed(plan.decisions.records) if r.get("event") == "budget"), None)
+    if budget is not None:  # the window the prompt was fitted to, and what had to give way
+        out["budget"] = {k: v for k, v in budget.items() if k != "event"}
     if trace:
         out["records"] = list(plan.decisions.records)
         out["timings"] = dict(answer.timings)
@@ -299,8 +302,14 @@ class Engine:
 
     # ------------------------------------------------------------ one request
     def rebuild(self, request: ChatRequest):
-        """Plan `request` on the engine's session: reset, replay the past turns, plan the query."""
+        """Plan `request` on the engine's session: reset, replay the past turns, plan the query.
+
+        A query that alone cannot fit the model's window with the request's ``max_tokens`` is a
+        `ContextWindowError` (400 ``context_length_exceeded``) before any past turn is replayed; the plan
+        itself fits the window by construction (`ChatSession.begin_turn`)."""
         session, policy = self.session, self.session.policy
+        max_new = request.max_tokens or self.max_tokens
+        session.check_fits(request.query, max_new)
         policy.reset()
         if hasattr(policy, "episodic") and self.compress is not None:
             policy.episodic.compress_fn = self.compress  # reset() made a new episodic memory
@@ -317,7 +326,7 @@ class Engine:
             policy.system_prompt = "\n\n".join(request.system) or None
         policy.catch_up(request.conversation)  # as ChatSession.set_policy catches a policy up
         session.conversation = request.conversation
-        return session.begin_turn(request.query)
+        return session.begin_turn(request.query, max_new_tokens=max_new)
 
     def _gen_kwargs(self, request: ChatRequest) -> dict:
         if request.temperature > 0:
