@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Sequence, Union
 
+from rhea.context.budget import count_text_tokens
 from rhea.context.conversation import Conversation
 from rhea.context.latent import Latent
 from rhea.context.plan import ContextPlan, PlanDecisions, TokenLedger, TurnDecision
@@ -48,7 +49,7 @@ def count_tokens(text: str, tokenizer: Any = None) -> int:
         return 0
     if tokenizer is None:
         return len(_APPROX_TOKEN.findall(text))
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return count_text_tokens(text, tokenizer)  # remembered per text: a long history is counted once
 
 
 def assemble_plan(
