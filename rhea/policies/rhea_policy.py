@@ -256,16 +256,18 @@ class RheaPolicy(ContextPolicy):
         """The kept turns admitted best-first while they fit `token_budget`, counted in tokens (text) and
         `<mem>` slots (latents), after the instruction block and the query are reserved: a raw turn that no
         longer fits becomes latent if the latent tier is on and its latent fits, else it is dropped, with
-        ``reason=budget`` in its note. Unscored turns (newer than a kept plan) come first, newest first;
-        then the scored ones, highest score first. The best turn that does not fit whole, when at least
-        `MIN_KEPT_TOKENS` of room is left, stays raw for `rhea.context.fit_plan` to cut."""
+        ``reason=budget`` in its note. The last ``recent_raw`` turns come first, then unscored turns (newer
+        than a kept plan), newest first, then the scored ones, highest score first. The best turn that does
+        not fit whole, when at least `MIN_KEPT_TOKENS` of room is left, stays raw for `rhea.context.fit_plan`
+        to cut."""
         budget, per = self.token_budget, self.token_budget.per_message
         system = self.im.render() if self.use_im else ""
         room = (budget.prompt_tokens - budget.template_overhead - self._tokens(query)
                 - (self._tokens(system) + per if system else 0))
         rows = {e.turn: int(e.latents.shape[0]) for e in self.episodic.entries} if self.latents_on else {}
+        recent = len(conversation) - self.rule.recent_raw  # the last recent_raw turns: raw whatever they score
         order = sorted((d for d in decisions if d.tier != "drop" or d.recalled),
-                       key=lambda d: (d.score is not None, -(d.score or 0.0), -d.turn))
+                       key=lambda d: (d.turn < recent, d.score is not None, -(d.score or 0.0), -d.turn))
         out = {d.turn: d for d in decisions}
         limit = f"the {budget.prompt_tokens}-token prompt the window allows"
         for d in order:

@@ -169,6 +169,7 @@ def test_long_turns_on_every_policy_fit_the_window_and_are_answered(model, name)
     assert rec["window"] == 512 and rec["max_new_tokens"] == 8 and rec["rendered_tokens"] <= limit
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(POLICIES))
 def test_a_200_turn_conversation_of_600_token_turns_is_answered_on_every_turn(model, name):
     """200 turns of a 200-token message and a 400-token reply on a 512-token window: every turn's plan
