@@ -140,3 +140,37 @@ def test_small_requests_go_before_a_huge_one_queued_ahead(model):
         assert order == ["small", "small", "small", "huge"]
     finally:
         engine.close()
+
+
+def test_a_client_that_disconnects_cancels_its_queued_request_over_http(model):
+    import socket
+    import threading
+
+    import httpx
+    import uvicorn
+
+    engine = Engine(model, model_id="tiny", policy="vanilla", max_tokens=2)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(engine), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.time() + 60
+        while not server.started and time.time() < deadline:
+            time.sleep(0.05)
+        engine.pause()  # the request waits in the queue until its client gives up
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=1.0,
+                       json={"model": "tiny", "messages": history(1)})
+        deadline = time.time() + 10
+        while engine.cancelled == 0 and time.time() < deadline:
+            time.sleep(0.05)
+        assert engine.cancelled == 1 and engine.waiting == 0
+        engine.resume()
+        assert engine.served == 0
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        engine.close()
