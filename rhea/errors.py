@@ -64,6 +64,10 @@ class ContextOverflowError(RheaError, ValueError):
     """Even the smallest plan a policy can build exceeds its token budget."""
 
 
+class ContextWindowError(ContextOverflowError):
+    """The current message alone (with the reply's max_new_tokens) does not fit the model's window."""
+
+
 def require_text(value: object, what: str) -> str:
     """Return `value` if it is a non-blank string, else raise a named error.
 

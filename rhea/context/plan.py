@@ -112,10 +112,16 @@ class ContextPlan:
     decisions: PlanDecisions = field(default_factory=PlanDecisions)
     ledger: TokenLedger = field(default_factory=TokenLedger)
     policy: str = ""
+    #: per message, the past turn it shows (None: the system block, the query, or a message of no one turn);
+    #: empty when the policy did not record it. `rhea.context.budget.fit_plan` cuts and drops by it.
+    sources: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for m in self.messages:
             _check_message(m)
+        if self.sources and len(self.sources) != len(self.messages):
+            raise InvalidTurnError(f"ContextPlan.sources has {len(self.sources)} entries for {len(self.messages)} messages; "
+                                   "give one per message (None for a message of no past turn) or none")
 
     @property
     def system_text(self) -> str | None:

@@ -175,11 +175,11 @@ class RheaConfig:
     #: the last `recent_raw` turns are raw text whatever their scores (budget mode: on top of `max_raw`); 3 measured
     #: best on real conversations (docs/reports/quality.md, Retrieval): it keeps the needed turn when it is recent
     recent_raw: int = 3
-    #: re-decide the earlier turns' tiers at most every `replan_every` turns (1 = every turn, the paper's HCR); in
-    #: between, the last plan's tiers stay and newer turns are appended raw, so the prompt only grows and the
+    #: re-decide the earlier turns' tiers at most every `replan_every` queries (1 = every query, the paper's HCR; also
+    #: after that many turns added without a query, e.g. caught up); in between, the last plan's tiers stay and newer turns are appended raw, so the prompt only grows and the
     #: session's prefix KV cache reuses it (docs/guides/sessions-and-policies.md, "Re-planning every few turns"). A change of the
-    #: instruction block re-plans at once. 8: on Qwen2.5-Coder-1.5B it prefills 2.4x fewer tokens a turn than
-    #: per-turn plans with IAR and state-tracking accuracy within their paired intervals
+    #: instruction block re-plans at once. 8: on Qwen2.5-Coder-1.5B it prefills 2.4x fewer tokens
+    #: a turn than per-turn plans with IAR and state-tracking accuracy within their paired intervals
     replan_every: int = 8
     #: while a plan is kept (`replan_every` > 1), the query is still scored, and a fresh plan is made at once when one
     #: of its `replan_top` best turns that the fresh plan shows raw is not raw under the kept plan (0 = keep the plan

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Sequence, Union
 
+from rhea.context.budget import count_text_tokens
 from rhea.context.conversation import Conversation, Turn, session_header, session_of
 from rhea.context.latent import Latent
 from rhea.context.plan import ContextPlan, PlanDecisions, TokenLedger, TurnDecision
@@ -48,7 +49,7 @@ def count_tokens(text: str, tokenizer: Any = None) -> int:
         return 0
     if tokenizer is None:
         return len(_APPROX_TOKEN.findall(text))
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return count_text_tokens(text, tokenizer)  # remembered per text: a long history is counted once
 
 
 def assemble_plan(
@@ -90,6 +91,7 @@ def assemble_plan(
     system = "\n\n".join(part for part in (system_text, *extra_system) if part and part.strip())
 
     messages: list[dict] = [{"role": "system", "content": system}] if system else []
+    sources: list[int | None] = [None] * len(messages)
     text_tokens = count_tokens(system, tokenizer)
     full_tokens = count_tokens(system_text, tokenizer) + count_tokens(query, tokenizer)
     latent_slots = dropped = 0
@@ -106,6 +108,7 @@ def assemble_plan(
         shown_before = index
         messages.append({"role": "user", "content": user})
         text_tokens += header_tokens
+        sources += [index, index]
         if tier == "raw":
             messages.append({"role": "assistant", "content": turn.assistant})
             text_tokens += turn_tokens
@@ -119,8 +122,10 @@ def assemble_plan(
         turn = conversation[d.turn]
         user, header_tokens = _placed(turn, True, tokenizer)
         messages += [{"role": "user", "content": user}, {"role": "assistant", "content": turn.assistant}]
+        sources += [d.turn, d.turn]
         text_tokens += header_tokens + count_tokens(turn.user, tokenizer) + count_tokens(turn.assistant, tokenizer)
     messages.append({"role": "user", "content": query})
+    sources.append(None)
     text_tokens += count_tokens(query, tokenizer)
 
     ledger = TokenLedger(
@@ -131,7 +136,7 @@ def assemble_plan(
         counter="tokenizer" if tokenizer is not None else "regex-approx",
     )
     ordered = sorted(decisions, key=lambda d: d.turn)
-    return ContextPlan(messages, PlanDecisions(ordered, instructions, list(records)), ledger, policy)
+    return ContextPlan(messages, PlanDecisions(ordered, instructions, list(records)), ledger, policy, sources)
 
 
 def _header_tokens(turn: Turn, tokenizer: Any) -> int:

@@ -35,6 +35,11 @@ class ContextPolicy(ABC):
     controller_arg: ClassVar[str | None] = None
     #: The HCR thresholds the constructor takes (``rhea bench --tau-low / --tau-high`` set them).
     thresholds: ClassVar[tuple[str, ...]] = ()
+    #: The `rhea.context.TokenBudget` the session answers under (the model's window less the reply's
+    #: max_new_tokens), set by the session before every `build`; None when no window is known. A policy
+    #: may plan within it (Rhea admits turns best-first while they fit); whatever it builds, the session
+    #: passes the plan through `rhea.context.fit_plan`, so no plan renders over the window.
+    token_budget: Any = None
 
     def __init__(self, *, system_prompt: SystemSource = None, tokenizer: Any = None):
         self.system_prompt = check_system_source(system_prompt)

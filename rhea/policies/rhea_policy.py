@@ -23,6 +23,7 @@ import torch
 
 from rhea.backends.retrieval import BM25Retriever
 from rhea.constants import TIERS
+from rhea.context.budget import MIN_KEPT_TOKENS
 from rhea.context.conversation import Conversation, Turn, turn_text
 from rhea.context.latent import Latent
 from rhea.context.plan import ContextPlan, TurnDecision
@@ -33,7 +34,7 @@ from rhea.memory.recognizer import InstructionRecognizer, recognize_at
 from rhea.memory.scoring import (COMPONENTS, FUSIONS, TierRule, assign_tiers, components_of, default_embedder,
                                  describe_thresholds, fuse, hidden_best, latent_tier_active, rank_order)
 from rhea.modeling.config import check_replan, check_thresholds
-from rhea.policies.assemble import assemble_plan
+from rhea.policies.assemble import assemble_plan, count_tokens
 from rhea.policies.base import ContextPolicy
 from rhea.policies.registry import register_policy
 
@@ -131,7 +132,8 @@ class RheaPolicy(ContextPolicy):
         self.replan_top = pick(replan_top, "replan_top")
         self.replan_hidden = pick(replan_hidden, "replan_hidden")
         check_replan(self.replan_every, self.replan_top, self.replan_hidden)
-        #: the last fresh plan: {"at": turns it covered, "decisions", "system": IM block, "digest": those turns' text}
+        #: the last fresh plan: {"at": turns it covered, "decisions", "system": IM block, "digest": those turns' text,
+        #: "queries": queries answered with it since}
         self._plan: dict | None = None
         self._embedder = embedder
         self._bm25: tuple[list[str], BM25Retriever] | None = None
@@ -147,6 +149,7 @@ class RheaPolicy(ContextPolicy):
         self.episodic = EpisodicMemory(model.compress_replies, center=center, centering=getattr(cfg, "latent_centering", "fixed"),
                                        score_view=model.score_view)
         self._seen_queries: set[tuple[int, str]] = set()
+        self._token_counts: dict[str, int] = {}
 
     def config(self) -> dict:
         """Constructor arguments that rebuild this policy (a saved session reloads with them)."""
@@ -226,6 +229,8 @@ class RheaPolicy(ContextPolicy):
                                            "planned_at": self._plan["at"], "fresh": why is not None, "why": why,
                                            "recalled": [d.turn for d in decisions if d.recalled]}})
             records.append(_score_summary(decisions, self.tau_low, self.tau_high, self.rule.mode))
+        if self.token_budget is not None and self.fixed_tier is None:
+            decisions = self._admit(conversation, query, decisions)
         if any(d.tier == "latent" for d in decisions):
             latents = {e.turn: Latent(e.latents.to(self.model.device, self.model.dtype), e.turn)
                        for e in self.episodic.entries if decisions[e.turn].tier == "latent"}
@@ -234,13 +239,70 @@ class RheaPolicy(ContextPolicy):
             system_source=self.im if self.use_im else None, latents=latents, records=records, tokenizer=self.tokenizer,
         )
 
+    def _tokens(self, text: str) -> int:
+        """Tokens of `text` as message content, remembered by text (a long conversation is counted once)."""
+        if not text:
+            return 0
+        if self.tokenizer is None:
+            return count_tokens(text)
+        n = self._token_counts.get(text)
+        if n is None:
+            if len(self._token_counts) >= 8192:
+                self._token_counts.clear()
+            n = self._token_counts[text] = count_tokens(text, self.tokenizer)
+        return n
+
+    def _admit(self, conversation: Conversation, query: str, decisions: list[TurnDecision]) -> list[TurnDecision]:
+        """The kept turns admitted best-first while they fit `token_budget`, counted in tokens (text) and
+        `<mem>` slots (latents), after the instruction block and the query are reserved: a raw turn that no
+        longer fits becomes latent if the latent tier is on and its latent fits, else it is dropped, with
+        ``reason=budget`` in its note. The last ``recent_raw`` turns come first, then unscored turns (newer
+        than a kept plan), newest first, then the scored ones, highest score first. The best turn that does
+        not fit whole, when at least `MIN_KEPT_TOKENS` of room is left, stays raw for `rhea.context.fit_plan`
+        to cut."""
+        budget, per = self.token_budget, self.token_budget.per_message
+        system = self.im.render() if self.use_im else ""
+        room = (budget.prompt_tokens - budget.template_overhead - self._tokens(query)
+                - (self._tokens(system) + per if system else 0))
+        rows = {e.turn: int(e.latents.shape[0]) for e in self.episodic.entries} if self.latents_on else {}
+        recent = len(conversation) - self.rule.recent_raw  # the last recent_raw turns: raw whatever they score
+        order = sorted((d for d in decisions if d.tier != "drop" or d.recalled),
+                       key=lambda d: (d.turn < recent, d.score is not None, -(d.score or 0.0), -d.turn))
+        out = {d.turn: d for d in decisions}
+        limit = f"the {budget.prompt_tokens}-token prompt the window allows"
+        for d in order:
+            turn = conversation[d.turn]
+            user, raw = self._tokens(turn.user) + per, self._tokens(turn.assistant) + per
+            cost = {"raw": user + raw, "latent": user + rows.get(d.turn, 0) + per, "drop": 0}[d.tier]
+            extra = user + raw if d.recalled else 0
+            if cost + extra <= room:
+                room -= cost + extra
+            elif d.recalled and cost <= room:
+                room -= cost
+                out[d.turn] = dataclasses.replace(d, recalled=False, note=f"{d.note}; reason=budget: not recalled "
+                                                  f"({extra} more tokens would exceed {limit})")
+            elif d.tier == "raw" and d.turn in rows and user + rows[d.turn] + per <= room:
+                room -= user + rows[d.turn] + per
+                out[d.turn] = dataclasses.replace(d, tier="latent", recalled=False, note=f"{d.note}; reason=budget: "
+                                                  f"latent, its {cost} tokens as text would exceed {limit}")
+            elif d.tier == "raw" and room >= MIN_KEPT_TOKENS + 2 * per:
+                # the best turn left that does not fit whole: kept for `fit_plan` to cut to the room left
+                room = 0
+                out[d.turn] = dataclasses.replace(d, recalled=False, note=f"{d.note}; reason=budget: its {cost} "
+                                                  f"tokens exceed what is left of {limit}, so it is cut to fit")
+            else:
+                out[d.turn] = dataclasses.replace(d, tier="drop", recalled=False, note=f"{d.note}; reason=budget: "
+                                                  f"dropped, its {cost + extra} tokens would exceed {limit}")
+        return [out[d.turn] for d in decisions]
+
     def _planned(self, conversation: Conversation, query: str) -> tuple[list[TurnDecision], str | None]:
         """This query's decisions and why they are a fresh plan (None: they keep an earlier one).
 
-        With ``replan_every`` k > 1 a fresh plan (`_decisions`) is kept for up to k - 1 more queries: its turns keep
-        their tiers and turns added since are raw, so each prompt extends the last one and the prefix KV cache
-        reuses it. A fresh plan is made after k queries, when the instruction block changed (the prompt changes
-        from its start anyway), or when the turns the plan covered are no longer the conversation's first turns.
+        With ``replan_every`` k > 1 a fresh plan (`_decisions`) is kept for up to k - 1 more queries (counted as
+        queries, so a history that does not grow still gets a fresh plan): its turns keep their tiers and turns
+        added since are raw, so each prompt extends the last one and the prefix KV cache reuses it. A fresh plan
+        is made after k queries (or k turns added without a query, e.g. caught up), when the instruction block
+        changed (the prompt changes from its start anyway), or when the turns the plan covered are no longer the conversation's first turns.
         With ``replan_top`` m > 0 the query is still scored (milliseconds), and each of its m best turns that a
         fresh plan shows raw but the kept plan hides (`hidden_best`) is, under ``replan_hidden="recall"``, shown raw
         after the newest turn for this query only (the prompt changes at its end), or, under ``"replan"``, the
@@ -251,6 +313,7 @@ class RheaPolicy(ContextPolicy):
         if k == 1:
             return self._decisions(conversation, query), "every turn"
         why = ("first plan" if plan is None else "instructions changed" if plan["system"] != system
+               else f"{k} queries since the plan" if plan.get("queries", 0) >= k - 1
                else f"{k} turns since the plan" if not 0 <= n - plan["at"] < k
                else "earlier turns changed" if plan["digest"] != _digest(conversation, plan["at"]) else None)
         fresh = self._decisions(conversation, query) if why is not None or self.replan_top else None
@@ -264,6 +327,7 @@ class RheaPolicy(ContextPolicy):
             if hidden and self.replan_hidden == "replan":
                 why = f"one of the query's {self.replan_top} best turns is not raw under the plan of turn {at}"
             else:
+                plan["queries"] = plan.get("queries", 0) + 1
                 label = f"kept from the plan at turn {at} (re-planned every {k} turns)"
                 recall = " and recalled raw after the newest turn (one of the query's best)"
                 if fresh is None:
@@ -271,7 +335,7 @@ class RheaPolicy(ContextPolicy):
                 return [dataclasses.replace(f, tier=d.tier, recalled=d.turn in hidden,
                                             note=f"{label} as {d.tier}{recall if d.turn in hidden else ''}; now: {f.note}")
                         for d, f in zip(kept, fresh)], None
-        self._plan = {"at": n, "decisions": fresh, "system": system, "digest": _digest(conversation, n)}
+        self._plan = {"at": n, "decisions": fresh, "system": system, "digest": _digest(conversation, n), "queries": 0}
         return fresh, why
 
     def _decisions(self, conversation: Conversation, query: str) -> list[TurnDecision]:

@@ -124,14 +124,15 @@ def create_app(engine: Engine, access: "AccessPolicy | None" = None):
     @app.post("/v1/chat/completions")
     async def chat_completions(http: Request):
         try:
-            request = parse_request(await http.body(), engine.model_id)
+            request = parse_request(await _limited_body(http, engine.limits.max_body_bytes), engine.model_id)
         except Exception as e:  # noqa: BLE001 - every error becomes an OpenAI body
             return error_response(e)
         cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
         loop = asyncio.get_running_loop()
         if not request.stream:
             try:
-                answer = await asyncio.wrap_future(engine.submit(request))
+                future = engine.submit(request)
+                answer = await _unless_disconnected(http, engine, future)
             except Exception as e:  # noqa: BLE001
                 return error_response(e)
             return JSONResponse(completion_body(engine, request, answer, cid, created))
@@ -150,15 +151,60 @@ def create_app(engine: Engine, access: "AccessPolicy | None" = None):
         if kind == "done":  # failed before generation began (bad plan, over-long input): a plain error
             exc = payload.exception()
             return error_response(exc) if exc is not None else error_response(RuntimeError("stream ended early"))
-        return StreamingResponse(_sse(engine, request, events, cid, created), media_type="text/event-stream",
+        return StreamingResponse(_sse(engine, request, events, cid, created, future), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     return app
 
 
-async def _sse(engine: Engine, request: ChatRequest, events: asyncio.Queue, cid: str, created: int):
+# ---------------------------------------------------------------- bounded work per request
+async def _limited_body(http: Request, limit: int) -> bytes:
+    """The request body, read up to `limit` bytes: a longer one (by its Content-Length, or as it
+    arrives) is a 413 before it is held in memory whole."""
+    def too_large(size: str) -> APIError:
+        return APIError(f"the request body is {size} bytes; this server takes at most {limit} "
+                        "(rhea serve --max-body-bytes)", status=413, param=None, code="request_too_large")
+
+    declared = http.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large(declared)
+    chunks, size = [], 0
+    async for chunk in http.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(f"over {limit}")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _unless_disconnected(http: Request, engine: Engine, future, poll_s: float = 0.25):
+    """The future's answer; if the client disconnects first, the job is cancelled (the worker skips it,
+    or stops before its next step or token) and `RequestCancelled` is raised."""
+    from rhea.serve.engine import RequestCancelled
+
+    waiting = asyncio.wrap_future(future)
+    while True:
+        done, _ = await asyncio.wait({waiting}, timeout=poll_s)
+        if done:
+            return waiting.result()
+        if await http.is_disconnected():
+            engine.cancel(future)
+            raise RequestCancelled("the client disconnected before the request was answered")
+
+
+async def _sse(engine: Engine, request: ChatRequest, events: asyncio.Queue, cid: str, created: int, future=None):
     """The stream's chunks: the role, the text pieces, the finish chunk (with ``rhea`` when asked),
-    the usage chunk (with ``stream_options.include_usage``), then ``[DONE]``."""
+    the usage chunk (with ``stream_options.include_usage``), then ``[DONE]``. A client that goes away
+    mid-stream cancels its job (generation stops at the next token)."""
+    try:
+        async for piece in _sse_chunks(engine, request, events, cid, created):
+            yield piece
+    finally:
+        if future is not None and not future.done():
+            engine.cancel(future)
+
+
+async def _sse_chunks(engine: Engine, request: ChatRequest, events: asyncio.Queue, cid: str, created: int):
     base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": engine.model_id,
             "system_fingerprint": f"rhea-{engine.digest}"}
 

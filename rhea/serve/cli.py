@@ -40,6 +40,13 @@ def check_args(args) -> dict:
     if args.history_entries < 0:
         raise ServeConfigError(f"--history-entries {args.history_entries} must be >= 0 (0: no conversation KV reuse)")
     access_policy(args)  # the access options' own errors, before the model loads
+    # ---- bounded work per request
+    for name in ("max_messages", "max_body_bytes", "max_history_tokens", "max_compressions"):
+        if getattr(args, name) < 1:
+            raise ServeConfigError(f"--{name.replace('_', '-')} {getattr(args, name)} must be >= 1")
+    if args.shutdown_timeout < 0:
+        raise ServeConfigError(f"--shutdown-timeout {args.shutdown_timeout} must be >= 0 seconds")
+    # ----
     check_model_path(args.model)
     cls = policy_class(args.policy)  # raises the registry's named error for an unknown policy
     kwargs = {k: v for k, v in (("tau_low", args.tau_low), ("tau_high", args.tau_high), ("scorer", args.scorer),
@@ -81,23 +88,28 @@ def _cmd_serve(args) -> int:
 
     from rhea.modeling.loading import load_rhea_model
     from rhea.serve.app import create_app
-    from rhea.serve.engine import Engine
+    from rhea.serve.engine import Engine, RequestLimits
 
     policy_kwargs = check_args(args)
+    limits = RequestLimits(max_messages=args.max_messages, max_body_bytes=args.max_body_bytes,
+                           max_history_tokens=args.max_history_tokens, max_compressions=args.max_compressions)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     model = load_rhea_model(args.model, device=args.device)
     engine = Engine(model, model_id=args.served_model_name or served_name(args.model), policy=args.policy,
                     policy_kwargs=policy_kwargs, max_tokens=args.max_tokens, max_queue=args.max_queue,
                     max_batch=args.max_batch, cache_entries=args.cache_entries, cache_dir=args.cache_dir,
                     history_entries=args.history_entries, batch_wait_ms=args.batch_wait_ms,
-                    cache_bytes=args.cache_bytes, cache_dir_bytes=args.cache_dir_bytes)
+                    cache_bytes=args.cache_bytes, cache_dir_bytes=args.cache_dir_bytes,
+                    limits=limits)
     warm_up(engine)
     print(f"rhea serve: model {engine.model_id!r}, policy {engine.policy_name!r} on http://{args.host}:{args.port}",
           flush=True)
     try:
-        uvicorn.run(create_app(engine, access_policy(args)), host=args.host, port=args.port, log_level=args.log_level)
+        # SIGTERM / Ctrl-C: open connections get --shutdown-timeout seconds, then the running job is cancelled
+        uvicorn.run(create_app(engine, access_policy(args)), host=args.host, port=args.port, log_level=args.log_level,
+                    timeout_graceful_shutdown=args.shutdown_timeout)
     finally:
-        engine.close()
+        engine.close(timeout=args.shutdown_timeout)
     return 0
 
 
@@ -143,6 +155,23 @@ def register(sub) -> None:
     access.add_argument("--cors-origins", default=None, metavar="ORIGINS",
                         help="comma list of browser origins allowed to call the API (e.g. https://app.example.com), "
                              "'*' for any; default: none (CORS off)")
+    # ---- bounded work per request (OpenAI-style 400 / 413 errors past each limit)
+    from rhea.serve.engine import (DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_COMPRESSIONS, DEFAULT_MAX_HISTORY_TOKENS,
+                                   DEFAULT_MAX_MESSAGES)
+
+    p.add_argument("--max-messages", type=int, default=DEFAULT_MAX_MESSAGES,
+                   help=f"messages one request may carry (default {DEFAULT_MAX_MESSAGES}); more: 400 too_many_messages")
+    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+                   help=f"request body size limit in bytes (default {DEFAULT_MAX_BODY_BYTES}); more: 413")
+    p.add_argument("--max-history-tokens", type=int, default=DEFAULT_MAX_HISTORY_TOKENS,
+                   help=f"tokens all of a request's messages may hold (default {DEFAULT_MAX_HISTORY_TOKENS}); more: "
+                        "400 context_length_exceeded")
+    p.add_argument("--max-compressions", type=int, default=DEFAULT_MAX_COMPRESSIONS,
+                   help=f"past replies compressed anew per request (default {DEFAULT_MAX_COMPRESSIONS}; cached latents "
+                        "are reused): older uncompressed turns are dropped, the reason recorded")
+    p.add_argument("--shutdown-timeout", type=float, default=3.0,
+                   help="seconds open requests get on SIGTERM before they are cancelled (default 3)")
+    # ----
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     add_device_argument(p)
     add_threads_argument(p)

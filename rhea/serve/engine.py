@@ -91,6 +91,49 @@ class Job:
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     on_event: Callable[[str, Any], None] | None = None  # streaming: ("start" | "text", payload)
     enqueued: float = field(default_factory=time.perf_counter)
+    #: set when the client has gone (or the server stops): the worker skips or stops the job
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+# ---------------------------------------------------------------- bounded work per request
+#: defaults of the request limits (`rhea serve --max-messages/--max-body-bytes/--max-history-tokens/--max-compressions`)
+DEFAULT_MAX_MESSAGES = 1000
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_HISTORY_TOKENS = 500_000
+DEFAULT_MAX_COMPRESSIONS = 64
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one request may ask of the server: messages, body bytes, history tokens (every message
+    counted with the model's tokenizer), and past replies compressed anew (cached latents are free;
+    older uncompressed turns beyond the limit are dropped, with the reason recorded)."""
+
+    max_messages: int = DEFAULT_MAX_MESSAGES
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_history_tokens: int = DEFAULT_MAX_HISTORY_TOKENS
+    max_compressions: int = DEFAULT_MAX_COMPRESSIONS
+
+    def __post_init__(self) -> None:
+        for name in ("max_messages", "max_body_bytes", "max_history_tokens", "max_compressions"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ServeConfigError(f"--{name.replace('_', '-')} {v!r} must be an int >= 1")
+
+
+class RequestCancelled(RheaError):
+    """The client went away (or the server is stopping) before its request was answered."""
+
+
+class _StopWhenCancelled:
+    """A `transformers` stopping criterion that ends generation once the job is cancelled."""
+
+    def __init__(self, job: Job):
+        self.job = job
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return torch.full((input_ids.shape[0],), self.job.cancelled.is_set(), dtype=torch.bool,
+                          device=input_ids.device)
 
 
 @dataclass
@@ -122,10 +165,12 @@ def rhea_usage(answer: Answer, policy: str, *, trace: bool = False) -> dict:
     """The response's ``rhea`` object: tokens fed vs the full history, the instruction block and
     each past turn's tier and score, read from the plan's own decisions and ledger."""
     plan, led = answer.plan, answer.plan.ledger
+    # turns dropped to bound the work (--max-compressions) precede the plan's first turn
+    offset = next((r["dropped_oldest_turns"] for r in plan.decisions.records if r.get("event") == "bounded_work"), 0)
     turns = []
     for d in plan.decisions.turns:
-        user = answer.conversation[d.turn].user
-        row = {"index": d.turn, "user": user if len(user) <= 80 else user[:79] + "…", "tier": d.tier,
+        user = answer.conversation[d.turn + offset].user
+        row = {"index": d.turn + offset, "user": user if len(user) <= 80 else user[:79] + "…", "tier": d.tier,
                "score": d.score, "components": dict(d.components)}
         if trace:
             row["note"] = d.note
@@ -133,6 +178,9 @@ def rhea_usage(answer: Answer, policy: str, *, trace: bool = False) -> dict:
     out = {"policy": policy, "tokens_fed": led.text_tokens + led.latent_slots,
            "tokens_full_history": led.full_history_tokens, "tokens_saved": led.saved_tokens,
            "instructions": list(plan.decisions.instructions), "turns": turns}
+    budget = next((r for r in reversed(plan.decisions.records) if r.get("event") == "budget"), None)
+    if budget is not None:  # the window the prompt was fitted to, and what had to give way
+        out["budget"] = {k: v for k, v in budget.items() if k != "event"}
     if trace:
         out["records"] = list(plan.decisions.records)
         out["timings"] = dict(answer.timings)
@@ -160,7 +208,7 @@ class Engine:
                  max_tokens: int = 128, max_queue: int = 64, max_batch: int = 8, cache_entries: int = 4096,
                  cache_dir: str | None = None, prefix_blocks: int = 8, history_entries: int = 8,
                  batch_wait_ms: float = 50.0, start: bool = True, cache_bytes: int | None = DEFAULT_CACHE_BYTES,
-                 cache_dir_bytes: int | None = None):
+                 cache_dir_bytes: int | None = None, limits: RequestLimits | None = None):
         from rhea.session import ChatSession
 
         for name, value, lo in (("max_tokens", max_tokens, 1), ("max_queue", max_queue, 1),
@@ -171,6 +219,11 @@ class Engine:
         if isinstance(batch_wait_ms, bool) or not isinstance(batch_wait_ms, (int, float)) or not 0 <= batch_wait_ms <= 10_000:
             raise ServeConfigError(f"batch_wait_ms={batch_wait_ms!r} must be a number of milliseconds in [0, 10000]")
         self.batch_wait = batch_wait_ms / 1000.0
+        self.limits = limits if limits is not None else RequestLimits()
+        if not isinstance(self.limits, RequestLimits):
+            raise ServeConfigError(f"limits={limits!r} must be a RequestLimits")
+        self._running: list[Job] = []  # the jobs the worker holds now (cancelled on close)
+        self.cancelled = self.trimmed = 0
         self.model, self.model_id = model, model_id
         self.max_tokens, self.max_queue, self.max_batch = max_tokens, max_queue, max_batch
         self.session = ChatSession(model, policy=policy, max_new_tokens=max_tokens, policy_kwargs=policy_kwargs,
@@ -234,12 +287,36 @@ class Engine:
             self._paused = False
             self._cv.notify_all()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop: waiting jobs fail with 503 ``shutting_down``, the running ones are cancelled (generation
+        stops at its next token), and the worker is given `timeout` seconds to finish."""
         with self._cv:
             self._closed = True
+            waiting, self._jobs = list(self._jobs), deque()
+            for job in self._running:
+                job.cancelled.set()
             self._cv.notify_all()
+        for job in waiting:
+            job.cancelled.set()
+            if not job.future.done():
+                job.future.set_exception(APIError("the server is shutting down", status=503, type="server_error",
+                                                  code="shutting_down"))
         if self._thread is not None:
-            self._thread.join(timeout=60)
+            self._thread.join(timeout=timeout)
+
+    def cancel(self, future: concurrent.futures.Future) -> bool:
+        """Cancel the job behind `future` (its client disconnected): a waiting job leaves the queue, a running
+        one stops before its next step or token. Returns whether a job was found unfinished."""
+        with self._cv:
+            job = next((j for j in list(self._jobs) + self._running if j.future is future), None)
+            if job is None or job.future.done():
+                return False
+            job.cancelled.set()
+            if job in self._jobs:
+                self._jobs.remove(job)
+                job.future.set_exception(RequestCancelled("the client disconnected before the request was answered"))
+            self.cancelled += 1
+        return True
 
     @property
     def waiting(self) -> int:
@@ -251,6 +328,11 @@ class Engine:
     def submit(self, request: ChatRequest, on_event: Callable[[str, Any], None] | None = None) -> concurrent.futures.Future:
         """Queue `request`; its future resolves to an `Answer` (or raises). Raises `QueueFullError`
         at once when ``max_queue`` jobs are already waiting."""
+        n_messages = len(request.system) + 2 * len(request.conversation) + 1
+        if n_messages > self.limits.max_messages:
+            raise APIError(f"the request has {n_messages} messages; this server takes at most "
+                           f"{self.limits.max_messages} (rhea serve --max-messages). Send fewer past turns: the "
+                           "policy keeps what fits the window anyway", param="messages", code="too_many_messages")
         self.check_compressible(request)
         job = Job(request, on_event=on_event)
         with self._cv:
@@ -288,7 +370,8 @@ class Engine:
                 self._cv.wait()
             if self._closed:
                 return None
-            first = self._jobs.popleft()
+            first = self._fairest()
+            self._jobs.remove(first)
             batch = [first]
             if first.on_event is None and self.max_batch > 1:
                 key = first.request.generation_key(self.max_tokens)
@@ -307,7 +390,20 @@ class Engine:
                     if job.on_event is None and job.request.generation_key(self.max_tokens) == key:
                         self._jobs.remove(job)
                         batch.append(job)
+            self._running = batch
             return batch
+
+    #: a job that has waited this long goes first whatever its size (no request starves)
+    FAIR_WAIT_S = 5.0
+
+    def _fairest(self) -> Job:
+        """The next job: the oldest that has waited `FAIR_WAIT_S`, else the smallest (fewest message
+        characters), so a huge request queued ahead does not hold up small ones for its whole run."""
+        now = time.perf_counter()
+        first = self._jobs[0]
+        if now - first.enqueued >= self.FAIR_WAIT_S:
+            return first
+        return min(self._jobs, key=lambda j: (j.request.size, j.enqueued))
 
     def _run(self) -> None:
         torch.set_grad_enabled(False)
@@ -323,13 +419,22 @@ class Engine:
                 for job in batch:
                     if not job.future.done():
                         job.future.set_exception(e)
+            with self._cv:
+                self._running = []
             dt = (time.perf_counter() - t0) / len(batch)
             self._job_seconds = 0.8 * self._job_seconds + 0.2 * dt
 
     # ------------------------------------------------------------ one request
     def rebuild(self, request: ChatRequest):
-        """Plan `request` on the engine's session: reset, replay the past turns, plan the query."""
+        """Plan `request` on the engine's session: reset, replay the past turns, plan the query.
+
+        A query that alone cannot fit the model's window with the request's ``max_tokens`` is a
+        `ContextWindowError` (400 ``context_length_exceeded``) before any past turn is replayed; the plan
+        itself fits the window by construction (`ChatSession.begin_turn`)."""
         session, policy = self.session, self.session.policy
+        max_new = request.max_tokens or self.max_tokens
+        session.check_fits(request.query, max_new)
+        request = self._bounded(request)
         policy.reset()
         if hasattr(policy, "episodic") and self.compress is not None:
             policy.episodic.compress_fn = self.compress  # reset() made a new episodic memory
@@ -346,7 +451,45 @@ class Engine:
             policy.system_prompt = "\n\n".join(request.system) or None
         policy.catch_up(request.conversation)  # as ChatSession.set_policy catches a policy up
         session.conversation = request.conversation
-        return session.begin_turn(request.query)
+        staged = session.begin_turn(request.query, max_new_tokens=max_new)
+        if request.trimmed:
+            staged.plan.decisions.records.append({"event": "bounded_work", "dropped_oldest_turns": request.trimmed,
+                                                  "reason": f"max_compressions={self.limits.max_compressions}: "
+                                                            "older replies not cached as latents were dropped"})
+        return staged
+
+    def _bounded(self, request: ChatRequest) -> ChatRequest:
+        """`request` within the limits: its history tokens at most ``max_history_tokens`` (else a 400), and
+        at most ``max_compressions`` past replies not yet cached as latents (the oldest turns beyond that
+        are dropped, counted in ``request.trimmed``)."""
+        import dataclasses
+
+        from rhea.context.budget import count_text_tokens
+
+        tok = self.model.tokenizer
+        total = sum(count_text_tokens(t, tok) for t in request.system) + count_text_tokens(request.query, tok)
+        for turn in request.conversation:
+            total += count_text_tokens(turn.user, tok) + count_text_tokens(turn.assistant, tok)
+            if total > self.limits.max_history_tokens:
+                raise APIError(f"the messages hold over {self.limits.max_history_tokens} tokens, more than this server "
+                               "takes in one request (rhea serve --max-history-tokens); send fewer past turns",
+                               param="messages", code="context_length_exceeded")
+        policy = self.session.policy
+        if self.compress is None or not getattr(policy, "needs_latents", False):
+            return request
+        turns, new, keep_from = request.conversation.turns, 0, 0
+        for i in range(len(turns) - 1, -1, -1):
+            if self.latents.get(turns[i].assistant) is None:
+                new += 1
+                if new > self.limits.max_compressions:
+                    keep_from = i + 1
+                    break
+        if keep_from == 0:
+            return request
+        self.trimmed += 1
+        log.info("request over max_compressions=%d: dropped its %d oldest turns", self.limits.max_compressions,
+                 keep_from)
+        return dataclasses.replace(request, conversation=Conversation(list(turns[keep_from:])), trimmed=keep_from)
 
     def _gen_kwargs(self, request: ChatRequest) -> dict:
         if request.temperature > 0:
@@ -388,7 +531,11 @@ class Engine:
 
         request = job.request
         try:
+            if job.cancelled.is_set():
+                raise RequestCancelled("the client disconnected before the request was answered")
             staged = self.rebuild(request)
+            if job.cancelled.is_set():
+                raise RequestCancelled("the client disconnected while the request was planned")
             max_new = request.max_tokens or self.max_tokens
             if staged.answered is None:
                 self._check_fits(staged.plan, max_new)
@@ -414,9 +561,15 @@ class Engine:
             cache = self._history_caches([staged.plan])[0]
             if cache is None:  # (an empty HistoryKVCache is falsy: test for None)
                 cache = self.prefixes.for_block(staged.plan.system_text)
+            from transformers import StoppingCriteriaList
+
             gen = generate_from_plan(self.model, staged.plan, max_new_tokens=max_new,
                                      adapter=self.session._adapter_for(staged.plan), on_text=on_text,
-                                     prefix_cache=cache, **self._gen_kwargs(request))
+                                     prefix_cache=cache, stopping_criteria=StoppingCriteriaList([_StopWhenCancelled(job)]),
+                                     **self._gen_kwargs(request))
+            if job.cancelled.is_set():
+                job.future.set_exception(RequestCancelled("the client disconnected while the reply was generated"))
+                return
             answer = self._answer(job, staged, gen.text, gen.new_tokens, gen.prompt_tokens,
                                   {**gen.timings, "batch_rows": 1.0}, filt)
         if job.on_event is not None:
@@ -434,6 +587,8 @@ class Engine:
         groups: dict[str, list] = {}
         for job in jobs:
             try:
+                if job.cancelled.is_set():
+                    raise RequestCancelled("the client disconnected before the request was answered")
                 staged = self.rebuild(job.request)
                 if staged.answered is not None:
                     n_new = len(self.model.tokenizer(staged.answered, add_special_tokens=False)["input_ids"])
@@ -460,4 +615,4 @@ class Engine:
                 job.future.set_result(answer)
 
 
-__all__ = ["Answer", "Engine", "StopFilter", "rhea_usage"]
+__all__ = ["Answer", "Engine", "RequestCancelled", "RequestLimits", "StopFilter", "rhea_usage"]

@@ -40,6 +40,14 @@ class ChatRequest:
     rhea: bool = False
     trace: bool = False
     seed: int | None = None
+    #: oldest past turns the server dropped to bound its work (``--max-compressions``); 0 when none
+    trimmed: int = 0
+
+    @property
+    def size(self) -> int:
+        """Characters in every message: how much work the request is, for fair scheduling."""
+        return (sum(map(len, self.system)) + len(self.query)
+                + sum(len(t.user) + len(t.assistant) for t in self.conversation))
 
     def generation_key(self, default_max_tokens: int) -> tuple:
         """Requests with equal keys can share one generation batch."""

@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from rhea.context import Conversation, ContextPlan, Turn
+from rhea.context import Conversation, ContextPlan, Turn, check_message, fit_plan
+from rhea.context.budget import TokenBudget, budget_of, with_max_new_tokens
 from rhea.errors import RheaConfigError, RheaError, require_text
 from rhea.policies import DEFAULT_POLICY, ContextPolicy, policy_class
 from rhea.session.generation import Generation, generate_from_plan
@@ -134,6 +135,8 @@ class ChatSession:
         self.last_plan: ContextPlan | None = None
         self.last_generation: Generation | None = None
         self.observers: list[TurnObserver] = []
+        #: the window less max_new_tokens and the chat template's own tokens (None: the model declares no window)
+        self.token_budget: TokenBudget | None = budget_of(model, max_new_tokens, self.tokenizer)
         self.policy = self._make_policy(policy, policy_kwargs or {})
 
     # ---------------------------------------------------------------- policy
@@ -265,18 +268,44 @@ class ChatSession:
             )
         return self.end_turn(staged, gen, keep=False)
 
-    def begin_turn(self, text: str) -> "StagedTurn":
+    def budget_for(self, max_new_tokens: int | None = None) -> TokenBudget | None:
+        """The token budget of a reply of `max_new_tokens` (default: the session's own)."""
+        budget = self.token_budget
+        if budget is not None and budget.max_new_tokens != self.max_new_tokens:  # max_new_tokens was set since
+            budget = self.token_budget = with_max_new_tokens(budget, self.max_new_tokens)
+        return with_max_new_tokens(budget, max_new_tokens or self.max_new_tokens)
+
+    def check_fits(self, text: str, max_new_tokens: int | None = None) -> None:
+        """`ContextWindowError` when `text` alone, as the query, cannot fit the model's window with a reply
+        of `max_new_tokens`; no model work is done (a tokenizer pass)."""
+        budget = self.budget_for(max_new_tokens)
+        if budget is not None:
+            check_message(text, budget, self.tokenizer)
+
+    def begin_turn(self, text: str, *, max_new_tokens: int | None = None) -> "StagedTurn":
         """The first half of `send`: check `text` and plan the context (nothing recorded yet).
+
+        The plan fits the model's window less `max_new_tokens` (default: the session's): the policy
+        plans within `policy.token_budget`, and `rhea.context.fit_plan` cuts or drops past turns it
+        still has to, lowest priority first, each with its reason recorded. A message that alone cannot
+        fit raises `ContextWindowError` before the policy or the model does any work.
 
         With `end_turn`, lets a caller generate the reply itself, e.g. several sessions' turns
         in one batch (`rhea.session.batch.send_batch`).
         """
         text = self._check_message(text)
+        budget = self.budget_for(max_new_tokens)
+        if budget is not None:
+            check_message(text, budget, self.tokenizer)
+        self.policy.token_budget = budget
         work_before = self.policy.counters()
         t0 = time.perf_counter()
         plan = self.policy.build(self.conversation, text)
+        answered = self.policy.planned_answer(plan)
+        if answered is None:
+            plan = fit_plan(plan, budget, self.tokenizer)
         t_plan = time.perf_counter() - t0
-        return StagedTurn(text, plan, t_plan, work_before, self.policy.counters(), self.policy.planned_answer(plan))
+        return StagedTurn(text, plan, t_plan, work_before, self.policy.counters(), answered)
 
     def _answered_generation(self, staged: "StagedTurn") -> Generation:
         plan, answered = staged.plan, staged.answered

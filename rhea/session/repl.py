@@ -95,6 +95,12 @@ def format_trace(chat: ChatSession) -> str:
     saved = f", {full - fed} saved ({(full - fed) / full:.0%})" if full and fed <= full else ""
     lines.append(f"  tokens: {led.text_tokens} text + {led.latent_slots} latent slots = {fed} vs {full} with the full "
                  f"history{saved}; prompt with the chat template {rec.prompt_tokens}")
+    budget = next((r for r in reversed(d.records) if isinstance(r, dict) and r.get("event") == "budget"), None)
+    if budget is not None:
+        gave = (f"; to fit, dropped {len(budget['dropped'])} and cut {len(budget['cut'])} past turns"
+                if budget["dropped"] or budget["cut"] else "")
+        lines.append(f"  budget: {budget['rendered_tokens']} of {budget['prompt_tokens']} prompt tokens (window "
+                     f"{budget['window']} - max_new_tokens {budget['max_new_tokens']}){gave}")
     for r in d.records:
         warn = r.get("scores", {}).get("warning") if isinstance(r, dict) else None
         if warn:

@@ -125,11 +125,12 @@ def test_bad_messages(tiny_model, tmp_path):
 
 
 def test_plan_over_context_window_is_a_clear_error(tiny_model):
-    from rhea.context import ContextOverflowError
+    from rhea.context import ContextOverflowError, ContextWindowError
 
     chat = ChatSession(tiny_model, policy="vanilla", max_new_tokens=2)
-    with pytest.raises(ContextOverflowError, match="exceeds the model's context"):
+    with pytest.raises(ContextWindowError, match="Split the message into parts of at most 505 tokens") as e:
         chat.send(" ".join(["cat"] * 600))  # tiny model window: 512
+    assert isinstance(e.value, ContextOverflowError) and len(chat.conversation) == 0
 
 
 def test_load_errors(tiny_model, tmp_path):

@@ -226,7 +226,7 @@ def test_replan_every_keeps_the_last_plan_and_appends_new_turns_raw(tiny_model):
     assert "after the plan at turn 3" in sticky[2].decisions.turns[4].note
     replans = [next(r["replan"] for r in p.decisions.records if "replan" in r) for p in sticky]
     assert [(r["planned_at"], r["fresh"]) for r in replans] == [(3, True), (3, False), (3, False), (6, True)]
-    assert [r["why"] for r in replans] == ["first plan", None, None, "3 turns since the plan"]
+    assert [r["why"] for r in replans] == ["first plan", None, None, "3 queries since the plan"]
     # so each prompt (all but its query) extends the one before until the next plan
     for a, b in ((sticky[0], sticky[1]), (sticky[1], sticky[2])):
         assert b.messages[:len(a.messages) - 1] == a.messages[:-1]

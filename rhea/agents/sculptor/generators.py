@@ -158,8 +158,11 @@ class ChatTemplateToolGenerator(_LocalToolGenerator):
 
     def render(self, messages: Sequence[dict], tools: list[dict] | None = None) -> str:
         """The exact prompt text `generate` feeds the model."""
-        return self.tokenizer.apply_chat_template([{"role": m["role"], "content": m["content"]} for m in messages],
-                                                  tools=tools, tokenize=False, add_generation_prompt=True)
+        from rhea.backends.chat_template import escape_messages
+
+        plain = [{"role": m["role"], "content": m["content"]} for m in messages]
+        return self.tokenizer.apply_chat_template(escape_messages(self.tokenizer, plain), tools=tools, tokenize=False,
+                                                  add_generation_prompt=True)
 
 
 
