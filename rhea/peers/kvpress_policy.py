@@ -207,13 +207,18 @@ class KVPressPolicy(ContextPolicy):
             context, question = context + question[:-1], question[-1:]
         ratio = self._ratio(len(context))
         press = compatible(self._cls(compression_ratio=ratio, **self.press_kwargs))
+        window = int(getattr(press, "window_size", 0) or 0)
+        if len(context) <= window:  # SnapKV scores by its last `window_size` queries: a shorter context stays whole
+            ratio = 0.0
         hf = self.model.base_model
         device = self.model.device
         cache = DynamicCache()
         kw = cache_keyword(hf)
         t0 = time.perf_counter()
         with torch.inference_mode(), self.model.disable_adapters():
-            if context:
+            if context and ratio == 0.0:
+                hf.model(input_ids=torch.tensor([context], device=device), **{kw: cache})
+            elif context:
                 with press(hf):
                     hf.model(input_ids=torch.tensor([context], device=device), **{kw: cache})
             kept = cache.get_seq_length() if context else 0

@@ -147,3 +147,13 @@ def test_real_kvpress_presses_prune_the_cache(model):
         plan = policy.build(long, "where do i live")  # longer than SnapKV's 64-token window
         record = next(r for r in plan.decisions.records if r["event"] == "kvpress")
         assert 0 < record["kv_tokens_kept"] < record["context_tokens"], name
+
+
+def test_a_context_shorter_than_the_press_window_is_kept_whole(model, fake_kvpress):
+    class Windowed(HalfPress):
+        window_size = 10_000  # longer than any context here: SnapKV cannot score it
+
+    fake_kvpress.SnapKVPress = Windowed
+    plan = get_policy("kvpress-snapkv", model=model, max_new_tokens=2).build(_conversation(), "where do i live")
+    record = next(r for r in plan.decisions.records if r["event"] == "kvpress")
+    assert record["compression_ratio"] == 0.0 and record["kv_tokens_kept"] == record["context_tokens"]
