@@ -27,6 +27,7 @@ from rhea.modeling.adapters import ADAPTERS, quiet_peft
 from rhea.modeling.card import CARD_NAME, write_model_card
 from rhea.modeling.config import CONFIG_NAME, RheaConfig
 from rhea.modeling.score_head import SCORE_HEAD_WEIGHTS_NAME
+from rhea.storage import fsync_directory
 
 MEM_WEIGHTS_NAME = "mem_tokens.safetensors"
 INJECTOR_WEIGHTS_NAME = "latent_injector.safetensors"
@@ -224,20 +225,7 @@ def _fsync_tree(root: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        _fsync_dir(path)
-
-
-def _fsync_dir(path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # a platform that cannot open directories (Windows): nothing to sync
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        fsync_directory(path)
 
 
 def _replace_dir(new: Path, target: Path) -> None:
@@ -245,7 +233,7 @@ def _replace_dir(new: Path, target: Path) -> None:
     fails, and removed once `new` is in place."""
     if not target.exists():
         os.rename(new, target)
-        _fsync_dir(target.parent)
+        fsync_directory(target.parent)
         return
     aside = target.parent / f".{target.name}.replaced-{os.getpid()}-{secrets.token_hex(4)}"
     os.rename(target, aside)
@@ -258,7 +246,7 @@ def _replace_dir(new: Path, target: Path) -> None:
             raise CheckpointError(f"could not rename the new save into {target} ({e}) nor the previous one back "
                                   f"({again}); the previous save is intact at {aside}: rename it to {target}") from e
         raise
-    _fsync_dir(target.parent)
+    fsync_directory(target.parent)
     shutil.rmtree(aside, ignore_errors=True)
 
 

@@ -6,6 +6,7 @@ from rhea.storage.atomic import (
     atomic_write_text,
     check_writable_directory,
     file_digest,
+    fsync_directory,
     locked,
     not_utf8,
     replace_directory,
@@ -14,5 +15,5 @@ from rhea.storage.atomic import (
     sha256_bytes,
 )
 
-__all__ = ["SaveInProgressError", "StorageError", "atomic_write_bytes", "atomic_write_text", "check_writable_directory", "file_digest",
+__all__ = ["SaveInProgressError", "StorageError", "atomic_write_bytes", "atomic_write_text", "check_writable_directory", "file_digest", "fsync_directory",
            "locked", "not_utf8", "read_text_file", "readable_directory", "replace_directory", "sha256_bytes"]
