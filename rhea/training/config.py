@@ -6,7 +6,7 @@
 >>> TrainConfig.from_dict({"optim": {"learning_rate": 1e-5}})
 Traceback (most recent call last):
 ...
-rhea.training.errors.TrainConfigError: unknown key(s) ['learning_rate'] in section 'optim'; known keys: ['epochs', 'grad_accum', 'lr', 'max_grad_norm', 'max_nonfinite_steps', 'max_steps', 'warmup_ratio', 'weight_decay']
+rhea.training.errors.TrainConfigError: unknown key(s) ['learning_rate'] in section 'optim'; known keys: ['cooldown_steps', 'epochs', 'grad_accum', 'lr', 'max_grad_norm', 'max_nonfinite_steps', 'max_steps', 'schedule', 'warmup_ratio', 'warmup_steps', 'weight_decay']
 """
 from __future__ import annotations
 
@@ -65,12 +65,19 @@ class OptimSection:
     lr: float = 1e-5
     #: AdamW weight decay
     weight_decay: float = 0.0
-    #: share of optimizer steps spent in linear warm-up before the cosine decay
+    #: share of optimizer steps spent in linear warm-up before the decay (optim.warmup_steps, when set, wins)
     warmup_ratio: float = 0.03
+    #: warm-up length in optimizer steps instead of a share (null = optim.warmup_ratio)
+    warmup_steps: int | None = None
+    #: "cosine" (warm-up from 0, then cosine decay to 0 at the last step, the paper's) or "constant" (linear
+    #: warm-up reaching the full rate at step warmup_steps, then constant; see rhea.training.schedule)
+    schedule: str = "cosine"
+    #: with schedule "constant": the rate falls linearly to 0 over the last N optimizer steps (0 = no fall)
+    cooldown_steps: int = 0
     #: micro-batches per optimizer step
     grad_accum: int = 128
-    #: passes over the samples (the paper: 2)
-    epochs: int = 2
+    #: passes over the samples (the paper: 2); null = as many as optim.max_steps needs
+    epochs: int | None = 2
     #: stop after this many optimizer steps (None = run all epochs)
     max_steps: int | None = None
     #: gradient clipping by global norm (None = off)
@@ -116,6 +123,42 @@ class RunSection:
     num_threads: int | None = None
     #: run on CPU even where an accelerator is present
     cpu: bool = False
+    #: TF32 matrix products on a CUDA GPU (fp32 weights, 10-bit mantissa inputs to the tensor cores); ignored elsewhere
+    tf32: bool = False
+    #: stop cleanly after this many minutes of training (a checkpoint and final/ written; resume_from "latest" continues)
+    max_minutes: float | None = None
+    #: what one step trains: "joint" (compress + generate on conversations, the paper's) or "compressor" (auto-encode
+    #: chunks of real replies through frozen-decoder latents, optionally mixed with fact-QA; section compressor)
+    stage: str = "joint"
+
+
+@dataclass
+class CompressorSection:
+    """Settings of the compressor stage (``run.stage: compressor``, `rhea.training.compressor_stage`)."""
+
+    #: tokens per training text (and per held-apart eval text)
+    chunk_tokens: int = 48
+    #: start a training text every N tokens of a reply (N < chunk_tokens: overlapping windows); null = chunk_tokens
+    chunk_stride: int | None = None
+    #: JSONL files of the model's own replies (scripts/generate_replies.py), added to the training texts only
+    self_replies: list = field(default_factory=list)
+    #: also train the generate adapter (false: the decoder stays frozen, ICAE-style, so the loss falls only through
+    #: what the latents carry)
+    train_generate: bool = False
+    #: share of each batch that is fact-QA through the latents instead of auto-encoding (0 = auto-encoding only)
+    qa_share: float = 0.0
+    #: bAbI en 1k folder adding its stories' questions to the fact-QA items (null = cloze questions only)
+    babi: str | None = None
+    #: bAbI task numbers (default: the single-fact lookups)
+    babi_tasks: list = field(default_factory=lambda: [1, 4, 5, 11, 12, 13])
+    #: weight each reconstructed token by its loss under another chunk's latents, mixed in at this share (0 = plain)
+    content_weight: float = 0.0
+    #: measure held-apart reconstruction (and fact-QA) every N optimizer steps into OUTPUT_DIR/curve.jsonl (0 = never)
+    eval_every: int = 50
+    #: held-apart chunks measured at each eval
+    eval_n: int = 48
+    #: held-apart fact-QA items measured at each eval
+    qa_eval_n: int = 32
 
 
 @dataclass
@@ -126,6 +169,7 @@ class TrainConfig:
     data: DataSection = field(default_factory=DataSection)
     optim: OptimSection = field(default_factory=OptimSection)
     run: RunSection = field(default_factory=RunSection)
+    compressor: CompressorSection = field(default_factory=CompressorSection)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -147,8 +191,23 @@ class TrainConfig:
         need(isinstance(o.max_nonfinite_steps, int) and not isinstance(o.max_nonfinite_steps, bool)
              and o.max_nonfinite_steps >= 0,
              f"optim.max_nonfinite_steps={o.max_nonfinite_steps!r} must be an int >= 0 (0: never stop)")
-        need(isinstance(o.epochs, int) and o.epochs >= 1, f"optim.epochs={o.epochs!r} must be an int >= 1")
+        need(o.epochs is None or (isinstance(o.epochs, int) and o.epochs >= 1),
+             f"optim.epochs={o.epochs!r} must be an int >= 1, or null to run until optim.max_steps")
         need(o.max_steps is None or o.max_steps >= 1, f"optim.max_steps={o.max_steps} must be None or >= 1")
+        need(o.epochs is not None or o.max_steps is not None,
+             "optim.epochs is null (run until optim.max_steps) but optim.max_steps is not set; set one of them")
+        need(o.schedule in ("cosine", "constant"), f"optim.schedule={o.schedule!r} must be 'cosine' or 'constant'")
+        need(o.warmup_steps is None or o.warmup_steps >= 0, f"optim.warmup_steps={o.warmup_steps} must be >= 0 or null")
+        need(o.cooldown_steps >= 0, f"optim.cooldown_steps={o.cooldown_steps} must be >= 0")
+        need(o.cooldown_steps == 0 or o.schedule == "constant",
+             f"optim.cooldown_steps={o.cooldown_steps} applies to optim.schedule 'constant' (the cosine schedule "
+             "already decays to 0); set optim.schedule: constant or optim.cooldown_steps: 0")
+        need(o.cooldown_steps == 0 or (o.max_steps is not None and o.cooldown_steps <= o.max_steps),
+             f"optim.cooldown_steps={o.cooldown_steps} needs optim.max_steps >= it (the fall ends at optim.max_steps)")
+        need(r.max_minutes is None or r.max_minutes > 0, f"run.max_minutes={r.max_minutes} must be > 0 or null")
+        need(r.stage in ("joint", "compressor"), f"run.stage={r.stage!r} must be 'joint' or 'compressor'")
+        if r.stage == "compressor":
+            self._validate_compressor()
         need(r.mixed_precision in ("no", "bf16", "fp16"), f"run.mixed_precision={r.mixed_precision!r} must be 'no', 'bf16' or 'fp16'")
         need(r.log_with in ("tensorboard", "wandb", "all", "none"), f"run.log_with={r.log_with!r} must be tensorboard, wandb, all or none")
         need(r.save_every >= 0 and r.log_every >= 1 and r.keep_checkpoints >= 0, "run.save_every/keep_checkpoints must be >= 0, run.log_every >= 1")
@@ -157,6 +216,38 @@ class TrainConfig:
         need(r.contrastive_temperature > 0, f"run.contrastive_temperature={r.contrastive_temperature} must be > 0")
         need(isinstance(r.contrastive_per_step, int) and r.contrastive_per_step >= 2,
              f"run.contrastive_per_step={r.contrastive_per_step!r} must be an int >= 2 (in-batch negatives)")
+
+    def _validate_compressor(self) -> None:
+        """The rules of ``run.stage: compressor`` (checked before any model loads)."""
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                raise TrainConfigError(msg)
+
+        c, d, r = self.compressor, self.data, self.run
+        need(r.autoencode_weight == 0 and r.contrastive_weight == 0,
+             "run.autoencode_weight and run.contrastive_weight add losses to the joint stage; the compressor stage "
+             "auto-encodes by itself (compressor.qa_share mixes in fact-QA): set them to 0 or use run.stage: joint")
+        need(d.kind == "conversations", "data.kind is for the joint stage; the compressor stage reads data.path as a "
+             "directory in the shared/data layout (leave data.kind at 'conversations')")
+        need(d.batch_size >= 1, f"data.batch_size={d.batch_size} must be >= 1")
+        need(c.chunk_tokens >= 1, f"compressor.chunk_tokens={c.chunk_tokens} must be >= 1")
+        need(c.chunk_stride is None or c.chunk_stride >= 1, f"compressor.chunk_stride={c.chunk_stride} must be >= 1 or null")
+        need(0.0 <= c.qa_share <= 1.0, f"compressor.qa_share={c.qa_share} must be in [0, 1]")
+        n_qa = round(d.batch_size * c.qa_share)
+        need(c.qa_share == 0 or n_qa > 0, f"compressor.qa_share={c.qa_share} x data.batch_size={d.batch_size} rounds "
+             "to no fact-QA item per step; raise either")
+        need(0.0 <= c.content_weight <= 1.0, f"compressor.content_weight={c.content_weight} must be in [0, 1]")
+        need(c.content_weight == 0 or d.batch_size - n_qa >= 2,
+             "compressor.content_weight needs at least 2 reconstruction rows per step (the control is another row's "
+             "latents); raise data.batch_size or lower compressor.qa_share")
+        need(c.eval_every >= 0 and c.eval_n >= 1 and c.qa_eval_n >= 2,
+             f"compressor.eval_every={c.eval_every} must be >= 0, compressor.eval_n={c.eval_n} >= 1 and "
+             f"compressor.qa_eval_n={c.qa_eval_n} >= 2")
+        need(isinstance(c.self_replies, list) and all(isinstance(x, str) for x in c.self_replies),
+             f"compressor.self_replies={c.self_replies!r} must be a list of file paths")
+        need(isinstance(c.babi_tasks, list) and c.babi_tasks and all(isinstance(t, int) and not isinstance(t, bool)
+                                                                      for t in c.babi_tasks),
+             f"compressor.babi_tasks={c.babi_tasks!r} must be a non-empty list of bAbI task numbers, e.g. [1, 4, 5]")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":

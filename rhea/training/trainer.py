@@ -1,4 +1,8 @@
-"""`Trainer`: joint compress/generate LoRA training with accelerate.
+"""`Trainer`: compress/generate LoRA training with accelerate, in one of two stages (``run.stage``).
+
+``joint`` (the paper's): compress the history replies and train both adapters on the next reply.
+``compressor``: auto-encode chunks of real replies through frozen-decoder latents, optionally mixed with
+fact-QA (`rhea.training.compressor_stage`; the shipped compressors' recipe, ``configs/compressor-<model>.yaml``).
 
 Works unchanged on one CPU, under ``torchrun``/``accelerate launch`` (DDP), and under FSDP2
 (``configs/accelerate/fsdp.yaml``, also on CPU processes); the DeepSpeed configs are untested
@@ -91,13 +95,20 @@ def contrastive_loss_from_config(config: TrainConfig) -> ContrastiveRetrievalLos
 
 def preflight(config: TrainConfig, *, needs_data: bool = True) -> None:
     """Check what a run reads and writes before any model loads: ``data.path`` is a readable UTF-8 JSONL
-    file (or a `datasets` directory) and ``run.output_dir`` a directory that can be written."""
+    file (or a `datasets` directory; for the compressor stage a shared/data-layout directory, with its other
+    inputs) and ``run.output_dir`` a directory that can be written."""
     from rhea.storage import StorageError, check_writable_directory, not_utf8
 
     try:
         check_writable_directory(config.run.output_dir, "run.output_dir")
     except StorageError as e:
         raise TrainConfigError(str(e)) from None
+    if config.run.stage == "compressor":
+        if needs_data:
+            from rhea.training import compressor_stage
+
+            compressor_stage.preflight(config)
+        return
     path = config.data.path
     if not needs_data or path is None or not os.path.isfile(path):
         return  # a missing path or a datasets directory is reported by the loader that reads it
@@ -138,6 +149,7 @@ class Trainer:
     def __init__(self, config: TrainConfig, *, model=None, samples: SampleSet | None = None,
                  aux_losses: Sequence[AuxiliaryLoss] = (), accelerator=None):
         self.config = config
+        self._global_step = 0
         preflight(config, needs_data=samples is None)
         if config.run.num_threads:
             torch.set_num_threads(config.run.num_threads)
@@ -153,6 +165,22 @@ class Trainer:
 
             set_seed(config.run.seed)  # every process builds the same fresh LoRA weights (FSDP does not broadcast them)
         self.model = model if model is not None else build_model(config)
+        if config.run.stage == "compressor":
+            from rhea.training import compressor_stage
+
+            if aux_losses:
+                raise TrainConfigError("aux_losses are added to the joint stage's LM loss; the compressor stage "
+                                       "(run.stage: compressor) has its own objective")
+            self.samples = samples if samples is not None else compressor_stage.CompressorData.build(config, self.model.tokenizer)
+            # fresh adapters get distinct <mem> queries and a fitted injector centre (a resume then loads its weights)
+            compressor_stage.prepare_model(self.model, self.samples, config, fresh=not config.model.init_from)
+            self.step_module = compressor_stage.CompressorStep(self.model, config, self.samples.qa_train)
+            self.loss_names = list(compressor_stage.LOSS_NAMES)
+            self._collate = compressor_stage.collate_texts
+            self._drop_last = True  # every step auto-encodes data.batch_size texts (the epoch's tail waits for the next)
+            if not self.samples.samples:
+                raise TrainConfigError(f"no training chunks ({self.samples.report()}); check data.path")
+            return
         self.samples = samples if samples is not None else build_samples(config, self.model)
         if not self.samples.samples:
             raise TrainConfigError(f"no training samples ({self.samples.report()}); check data.path and the length limits")
@@ -162,6 +190,10 @@ class Trainer:
         if config.run.contrastive_weight > 0:
             aux.append(AuxiliaryLoss("contrastive", contrastive_loss_from_config(config), config.run.contrastive_weight))
         self.step_module = JointStep(self.model, aux)
+        self.loss_names = ["lm"] + [a.name for a in aux]
+        pad = self.model.tokenizer.pad_token_id
+        self._collate = lambda s: collate(s, pad)
+        self._drop_last = False
 
     # ------------------------------------------------------------------ setup
     def _make_accelerator(self):
@@ -215,8 +247,8 @@ class Trainer:
         per_rank = math.ceil(len(order) / acc.num_processes)
         order = (order * (acc.num_processes + 1))[: per_rank * acc.num_processes]  # wrap so every rank has as many
         mine = [self.samples.samples[i] for i in order[acc.process_index::acc.num_processes]]
-        pad = self.model.tokenizer.pad_token_id
-        return DataLoader(mine, batch_size=d.batch_size, shuffle=False, collate_fn=lambda s: collate(s, pad))
+        return DataLoader(mine, batch_size=d.batch_size, shuffle=False, collate_fn=self._collate,
+                          drop_last=self._drop_last)
 
     def _register_checkpoint_hooks(self, unwrapped_step: JointStep) -> None:
         from safetensors.torch import load_file, save_file
@@ -244,7 +276,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def train(self) -> TrainResult:
-        from transformers import get_cosine_schedule_with_warmup
+        from rhea.training.schedule import build_scheduler
 
         acc, cfg = self.accelerator, self.config
         o, r = cfg.optim, cfg.run
@@ -260,9 +292,19 @@ class Trainer:
         params = [p for p in self.step_module.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay)
         micro_per_epoch = len(self._epoch_batches(0))
+        if micro_per_epoch == 0:
+            raise TrainConfigError(f"{len(self.samples.samples)} samples make no micro-batch of data.batch_size "
+                                   f"{cfg.data.batch_size} per process; lower data.batch_size or add data")
         steps_per_epoch = math.ceil(micro_per_epoch / o.grad_accum)
-        total_steps = steps_per_epoch * o.epochs if o.max_steps is None else min(o.max_steps, steps_per_epoch * o.epochs)
-        scheduler = get_cosine_schedule_with_warmup(optimizer, math.ceil(o.warmup_ratio * total_steps), total_steps)
+        if o.epochs is None:  # as many passes as optim.max_steps needs
+            total_steps, n_epochs = o.max_steps, math.ceil(o.max_steps / steps_per_epoch)
+        else:
+            n_epochs = o.epochs
+            total_steps = steps_per_epoch * o.epochs if o.max_steps is None else min(o.max_steps, steps_per_epoch * o.epochs)
+        scheduler = build_scheduler(optimizer, o, total_steps)
+        if r.tf32 and acc.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
         from accelerate.utils import DistributedType
 
         if acc.distributed_type == DistributedType.DEEPSPEED:
@@ -299,9 +341,12 @@ class Trainer:
             acc.load_state(str(resume))
             start_epoch, start_batch, global_step = progress["epoch"], progress["batch"], progress["global_step"]
 
+        done_batches = start_epoch * micro_per_epoch + start_batch
+        unwrapped = acc.unwrap_model(step_module)
+        if hasattr(unwrapped, "resume_at"):  # the compressor stage's seeded fact-QA draws continue where they were
+            unwrapped.resume_at(done_batches)
         if acc.num_processes > 1:  # each rank its own contrastive triples, continuing where a checkpoint left off
-            done_batches = start_epoch * len(self._epoch_batches(0)) + start_batch
-            for aux in acc.unwrap_model(step_module).aux_losses:
+            for aux in getattr(unwrapped, "aux_losses", []):
                 if hasattr(aux.fn, "shard"):
                     aux.fn.shard(acc.process_index, acc.num_processes, seed=cfg.run.seed, calls=done_batches)
         metrics_path = out_dir / METRICS_FILE
@@ -315,13 +360,18 @@ class Trainer:
         if acc.trackers == [] and cfg.run.log_with != "none":
             acc.init_trackers("rhea-train", config=_flat_hparams(cfg))
 
+        curve = self._evaluator(out_dir)
+        if curve is not None and resume is None:
+            curve(0, None)  # the starting point of the held-apart curve
+        deadline = time.monotonic() + 60 * r.max_minutes if r.max_minutes else None
+        main_loss = f"loss/{self.loss_names[0]}"
         from tqdm.auto import tqdm
 
         bar = tqdm(total=total_steps, initial=global_step, disable=not acc.is_local_main_process, desc="rhea train")
         window: dict[str, list[float]] = {}
         skips = SkipCounter(o.max_nonfinite_steps)
         done = global_step >= total_steps
-        for epoch in range(start_epoch, o.epochs):
+        for epoch in range(start_epoch, n_epochs):
             if done:
                 break
             loader = self._epoch_batches(epoch)
@@ -355,7 +405,7 @@ class Trainer:
                 if not applied:
                     record["skipped"] = True
                     acc.print(f"[rhea train] step {global_step}: gradient norm {norm}; update skipped")
-                outcome = UpdateOutcome(applied, record.get("loss/lm", math.nan), math.nan if norm is None else norm)
+                outcome = UpdateOutcome(applied, record.get(main_loss, math.nan), math.nan if norm is None else norm)
                 skips.record(outcome, global_step, hint="Lower optim.lr, or train with run.mixed_precision 'no'.")
                 window = {}
                 history.append(record)
@@ -363,18 +413,50 @@ class Trainer:
                     with open(metrics_path, "a", encoding="utf-8") as f:
                         f.write(json.dumps(record) + "\n")
                 bar.update(1)
-                bar.set_postfix(loss=f"{record['loss/lm']:.4f}")
+                bar.set_postfix(loss=f"{record.get(main_loss, math.nan):.4f}")
                 if r.save_every and global_step % r.save_every == 0:
                     self.save_checkpoint(epoch, i + 1, global_step)
+                if curve is not None and global_step % cfg.compressor.eval_every == 0:
+                    losses = [h.get(main_loss) for h in history[-cfg.compressor.eval_every:]]
+                    losses = [x for x in losses if x is not None and math.isfinite(x)]
+                    curve(global_step, sum(losses) / len(losses) if losses else None)
                 if global_step >= total_steps:
+                    done = True
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    acc.print(f"[rhea train] run.max_minutes {r.max_minutes} reached at step {global_step}; "
+                              "resume_from: latest continues")
+                    if not r.save_every:  # the checkpoint a later run continues from
+                        self.save_checkpoint(epoch, i + 1, global_step)
                     done = True
                     break
         bar.close()
         if r.save_every and global_step and not (out_dir / f"{CHECKPOINT_PREFIX}{global_step}").exists():
             self.save_checkpoint(epoch, i + 1, global_step)
+        self._global_step = global_step
         final_dir = self.save_final(out_dir / "final")
         acc.end_training()
         return TrainResult(history, global_step, final_dir, time.perf_counter() - t0, len(self.samples.skipped))
+
+    def _evaluator(self, out_dir: Path):
+        """``curve(step, loss)`` measuring the compressor stage's held-apart texts into ``curve.jsonl`` (main
+        process only), or None for the joint stage or ``compressor.eval_every: 0``."""
+        cfg = self.config
+        if cfg.run.stage != "compressor" or not cfg.compressor.eval_every:
+            return None
+        from rhea.training.compressor_stage import evaluate
+
+        path = out_dir / "curve.jsonl"
+        acc = self.accelerator
+
+        def curve(step: int, loss: float | None) -> None:
+            if acc.is_main_process:
+                raw = not (path.is_file() and '"qa_raw"' in path.read_text(encoding="utf-8"))
+                row = evaluate(self.model, self.samples, step, loss, path, raw_reference=raw)
+                acc.print(f"[rhea train] eval {row}")
+            acc.wait_for_everyone()
+
+        return curve
 
     def _parallelism(self, step_module) -> str:
         """How the prepared step is distributed, for the start-up line (e.g. "FSDP2, 5 sharded units")."""
@@ -390,7 +472,7 @@ class Trainer:
         record = {"step": step, "epoch": epoch, "lr": lr, "elapsed_s": round(time.perf_counter() - t0, 2)}
         # Every process reduces the same keys in the same order (a key missing on one process, e.g. an
         # aux loss its batches had no input for, would otherwise pair mismatched collectives).
-        for k in ["lm"] + [aux.name for aux in self.step_module.aux_losses]:
+        for k in self.loss_names:
             values = window.get(k, [])
             total = acc.reduce(torch.tensor([sum(values), len(values)], dtype=torch.float64, device=acc.device), reduction="sum")
             if total[1] > 0:
@@ -436,6 +518,10 @@ class Trainer:
         acc = self.accelerator
         acc.wait_for_everyone()
         extra = {"data": self.config.data.path, "samples": len(self.samples.samples)}
+        if self.config.run.stage == "compressor":
+            from rhea.training.compressor_stage import training_record
+
+            extra = training_record(self.config, self.samples, self._global_step)
         if self.sharded:
             state = full_trainable_state(self.step_module)
             if acc.is_main_process:
