@@ -23,6 +23,10 @@ class ModelSection:
     base_model: str = "smollm2-135m"
     #: continue from a directory written by save_pretrained (adapters + <mem> slots) instead of fresh adapters
     init_from: str | None = None
+    #: with init_from: give the loaded directory this config's n_mem (new <mem> slots start as copies of the trained
+    #: ones) and grow its compress LoRA to lora_r (trained directions kept, new ones start at zero, alpha/r kept);
+    #: false: the directory's own n_mem and ranks are used and n_mem/lora_r/lora_alpha here are ignored
+    init_resize: bool = False
     #: latent vectors per compressed reply
     n_mem: int = 8
     #: LoRA rank of both adapters

@@ -63,11 +63,31 @@ def build_model(config: TrainConfig):
 
     m = config.model
     if m.init_from:
-        return RheaForCausalLM.from_pretrained(m.init_from, base_model=m.base_model)
+        model = RheaForCausalLM.from_pretrained(m.init_from, base_model=m.base_model)
+        if m.init_resize:
+            resize_capacity(model, n_mem=m.n_mem, compress_rank=m.lora_r, seed=config.run.seed, origin=m.init_from)
+        return model
     base, tokenizer = load_base_model(m.base_model)
     rc = RheaConfig(n_mem=m.n_mem, lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
                     target_modules=m.target_modules, latent_injection=m.latent_injection)
     return RheaForCausalLM.from_base(base, tokenizer, rc)
+
+
+def resize_capacity(model, *, n_mem: int, compress_rank: int, seed: int = 0, origin: str = "the model") -> None:
+    """A capacity warm start: `n_mem` `<mem>` slots (new ones start as copies of the trained ones) and the compress
+    LoRA grown to `compress_rank` (trained directions kept, new ones zero, alpha/r kept). A smaller rank is a cut,
+    which ``rhea shrink`` makes by truncated SVD: refused here with that advice."""
+    if n_mem != model.n_mem:
+        print(f"[rhea train] {origin} has n_mem {model.n_mem}; resizing its read-out slots to {n_mem}", flush=True)
+        model.resize_mem_slots(n_mem)
+    rank = model.lora_rank("compress")
+    if compress_rank < rank:
+        raise TrainConfigError(f"model.lora_r {compress_rank} is below the rank {rank} of {origin}'s compress adapter; "
+                               "model.init_resize only grows it (cut it with `rhea shrink --compress-rank`, or set "
+                               f"model.lora_r: {rank})")
+    if compress_rank > rank:
+        print(f"[rhea train] {origin} has a compress LoRA of rank {rank}; growing it to {compress_rank}", flush=True)
+        model.resize_lora_rank("compress", compress_rank, seed=seed)
 
 
 def build_samples(config: TrainConfig, model) -> SampleSet:
