@@ -1,15 +1,15 @@
-"""Learning curve of a compressor pre-training run (scripts/train_compressor.py) as JSON + PNG.
+"""Learning curve of a compressor training run (`rhea train`, ``run.stage: compressor``) as JSON + PNG.
 
-Reads ``RUN/log.jsonl`` (loss per step) and ``RUN/curve.jsonl`` (teacher-forced reconstruction
-accuracy of held-apart chunks with own latents / another chunk's latents, every eval step; for a
-run with ``--qa-share``, also the held-apart fact-QA answers own / another item's / raw, drawn in
-a third panel).
+Reads ``RUN/metrics.jsonl`` (loss per step, ``loss/total``) and ``RUN/curve.jsonl`` (teacher-forced
+reconstruction accuracy of held-apart chunks with own latents / another chunk's latents, every eval step;
+for a run with ``compressor.qa_share``, also the held-apart fact-QA answers own / another item's / raw,
+drawn in a third panel). The per-step ``log.jsonl`` of runs recorded before the trainer stage is read too.
 
-    python benchmarks/compressor_curve.py --run runs/compressor --out benchmarks/results/compressor_curve
+    python benchmarks/compressor_curve.py --run runs/compressor-smollm2-135m --out benchmarks/results/compressor_curve
 
 ``--compare LABEL=DIR[@STEP]`` (repeatable) draws other runs' held-apart reconstruction beside it in
-a last panel, e.g. a capacity warm start (``--init-from`` another run's step 1,800 with more
-``--n-mem``) placed at that step of the first run's axis with ``@1800``:
+a last panel, e.g. a capacity warm start (``model.init_from`` another run's step 1,800 with more
+``model.n_mem`` and ``model.init_resize``) placed at that step of the first run's axis with ``@1800``:
 
     python benchmarks/compressor_curve.py --run runs/compressor_states_lr \
         --compare "n_mem 16=runs/compressor_states_n16@1800" --out benchmarks/results/compressor_capacity
@@ -59,6 +59,23 @@ def parse_compare(spec: str) -> tuple[str, Path, int]:
     return label.strip(), Path(where), int(offset)
 
 
+def step_losses(run: Path) -> list[dict]:
+    """``{"step", "loss"}`` per optimizer step: the trainer's ``metrics.jsonl`` (``loss/total``), or the
+    ``log.jsonl`` of an earlier run."""
+    rows = read_jsonl(run / "metrics.jsonl")
+    if rows:
+        return [{"step": r["step"], "loss": r["loss/total"]} for r in rows if "loss/total" in r]
+    return read_jsonl(run / "log.jsonl")
+
+
+def run_settings(run: Path) -> dict:
+    """The run's settings: the trainer's ``config.json`` (or an earlier run's ``args.json``); {} when neither."""
+    for name in ("config.json", "args.json"):
+        if (run / name).is_file():
+            return json.loads((run / name).read_text())
+    return {}
+
+
 def last_per_step(rows: list[dict]) -> list[dict]:
     """A resumed run may repeat steps: keep the last record of each step."""
     return list({r["step"]: r for r in rows}.values())
@@ -66,7 +83,7 @@ def last_per_step(rows: list[dict]) -> list[dict]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--run", required=True, help="output directory of scripts/train_compressor.py")
+    p.add_argument("--run", required=True, help="run.output_dir of a compressor-stage `rhea train` run")
     p.add_argument("--out", default="benchmarks/results/compressor_curve")
     p.add_argument("--compare", action="append", default=[], metavar="LABEL=DIR[@STEP]",
                    help="another run's held-apart reconstruction in a last panel, its steps shifted by STEP")
@@ -82,14 +99,15 @@ def main(argv=None) -> int:
         if not other:
             p.error(f"--compare {label!r}: {where / 'curve.jsonl'} is missing or empty")
         others.append({"label": label, "run": str(where), "offset": offset,
-                       "run_args": json.loads((where / "args.json").read_text()) if (where / "args.json").is_file() else {},
+                       "run_args": run_settings(where),
                        "curve": other})
-    log, curve = read_jsonl(run / "log.jsonl"), read_jsonl(run / "curve.jsonl")
+    log, curve = step_losses(run), read_jsonl(run / "curve.jsonl")
     if not curve:
-        print(f"error: {run / 'curve.jsonl'} is missing or empty; is {run} a scripts/train_compressor.py run?", file=sys.stderr)
+        print(f"error: {run / 'curve.jsonl'} is missing or empty; is {run} a compressor-stage `rhea train` run "
+              "(run.stage: compressor, compressor.eval_every > 0)?", file=sys.stderr)
         return 2
     log, curve = last_per_step(log), last_per_step(curve)
-    run_args = json.loads((run / "args.json").read_text()) if (run / "args.json").is_file() else {}
+    run_args = run_settings(run)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     record = {"run_args": run_args, "curve": curve, "loss": [{"step": r["step"], "loss": r["loss"]} for r in log]}

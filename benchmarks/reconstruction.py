@@ -2,7 +2,7 @@
 
 For each adapter directory: the first ``--chunk-tokens`` tokens of every held-apart reply (a
 fixed hash of the reply's source, `rhea.training.compressor.split_held_apart`, disjoint from what
-`scripts/train_compressor.py` trains on) are compressed, then reconstructed by the generate pass
+the compressor stage of `rhea train` trains on) are compressed, then reconstructed by the generate pass
 after ``<mem>×n + "Repeat the reply above word for word."``:
 
 * teacher-forced token accuracy (argmax = next true token), with the reply's OWN latents and,

@@ -1,4 +1,4 @@
-"""Cost of one compressor pre-training step on this CPU (scripts/train_compressor.py's step).
+"""Cost of one compressor pre-training step on this CPU (the step of `rhea train` with ``run.stage: compressor``).
 
 One step = compress a batch of real-text chunks (compress adapter, with grad) → reconstruct them
 from the latents (generate pass) → backward → AdamW. Varies one factor at a time around the

@@ -3,7 +3,7 @@
 ICAE-style auto-encoding learns best on the text the compressor will meet at inference: the
 replies the model itself writes. This script has a zoo model answer the prompts of a data
 directory in the shared/data layout and appends each reply to a JSONL file that
-`rhea.training.compressor.load_self_replies` reads (``scripts/train_compressor.py --self-replies``).
+`rhea.training.compressor.load_self_replies` reads (``compressor.self_replies`` of `rhea train`).
 
 Only prompts whose reference replies are *not* among the real replies the compressor is trained
 and measured on (`rhea.training.compressor.REPLY_SOURCES`) are used, so no held-apart real

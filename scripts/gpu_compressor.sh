@@ -5,32 +5,38 @@
 #
 #   bash scripts/gpu_compressor.sh piece STAGE_DIR            # the carried pieces of STAGE_DIR -> $STAGED; status
 #   bash scripts/gpu_compressor.sh assemble                   # concatenate, check SHA-256, convert into $RHEA_CACHE
-#   bash scripts/gpu_compressor.sh train NAME RUN MINUTES ARGS...   # scripts/train_compressor.py for MINUTES, then
-#                                                             # its snapshot into $OUT in parts of <= 15 MiB
+#   bash scripts/gpu_compressor.sh train NAME RUN MINUTES [--set KEY=VALUE ...]   # rhea train --config
+#                                                             # configs/compressor-NAME.yaml (or $CONFIG) for MINUTES,
+#                                                             # resuming RUN's newest checkpoint; then that checkpoint's
+#                                                             # trainable weights (bf16) into $OUT in parts of <= 15 MiB
 #   bash scripts/gpu_compressor.sh finish STAGE_DIR NAME RUN STOP_AT_S ARGS...   # the last call: piece, assemble,
 #                                                             # train until STOP_AT_S seconds into the call, measure
 #                                                             # (MEASURE_ARGS: extra fact_recall.py arguments, e.g.
 #                                                             # "--mode generate --conditions latent --max-new-tokens 40")
-#   bash scripts/gpu_compressor.sh measure RUN [ARGS...]      # teacher-forced fact recall of $RUNS/RUN/latest on the
+#   bash scripts/gpu_compressor.sh measure RUN [ARGS...]      # teacher-forced fact recall of $RUNS/RUN/final on the
 #                                                             # device -> $OUT/fact_recall_RUN.tar.gz (one file back)
-#   bash scripts/gpu_compressor.sh seed RUN SNAPSHOT_DIR      # a carried (parked) snapshot -> $RUNS/RUN.snapshot, which
-#                                                             # the next `train NAME RUN ...` resumes
 #   bash scripts/gpu_compressor.sh join DIR DEST              # here: the returned parts -> DEST/trainable.safetensors
+#                                                             # (+ progress.json, metrics.jsonl, curve.jsonl)
+#   bash scripts/gpu_compressor.sh export DEST DIR [--set KEY=VALUE ...]   # here: a joined DEST -> a loadable
+#                                                             # directory DIR (export_checkpoint with the same config),
+#                                                             # which a later run continues with --set model.init_from=DIR
 #
 # STAGED (default /root/stage) is where pieces gather on the machine; RUNS (default /root/runs) holds the runs;
 # DEVICE (default cuda; TF32 there, or bf16 autocast with PRECISION=bf16; fp32 elsewhere) lets the same commands be
 # tried on the CPU.
 # Wheels in .whl/ (gguf, which the GPU image lacks and `assemble` needs) are installed first by every call.
-# `train` writes the run under $RUNS/RUN with its snapshot in $RUNS/RUN.snapshot and, when $OUT is set, copies the
-# snapshot there split into parts (a device call returns files of at most 16 MiB; Qwen2.5-Coder-1.5B's is 42 MB).
+# `train` writes the run under $RUNS/RUN (checkpoints, metrics.jsonl, curve.jsonl, final/) and, when $OUT is set,
+# copies the newest checkpoint's trainable weights there in bf16, split into parts (a device call returns files of at
+# most 16 MiB; Qwen2.5-Coder-1.5B's compress side is 42 MB in bf16). The optimizer moments stay on the machine: a run
+# continued from the returned weights (export, then model.init_from) starts a fresh AdamW and warms up again.
 set -euo pipefail
-cmd=${1:?usage: gpu_compressor.sh piece STAGE_DIR | assemble | train NAME RUN MINUTES ARGS... | finish STAGE_DIR NAME RUN STOP_AT_S ARGS... | measure RUN [ARGS...] | seed RUN SNAPSHOT_DIR | join DIR DEST}
+cmd=${1:?usage: gpu_compressor.sh piece STAGE_DIR | assemble | train NAME RUN MINUTES [--set K=V ...] | finish STAGE_DIR NAME RUN STOP_AT_S [--set K=V ...] | measure RUN [ARGS...] | join DIR DEST | export DEST DIR [--set K=V ...]}
 shift
 STAGED=${STAGED:-/root/stage}
 RUNS=${RUNS:-/root/runs}
 PY=${PYTHON:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-if [ "$cmd" != join ] && [ "$cmd" != seed ] && [ "$cmd" != finish ] && ls .whl/*.whl >/dev/null 2>&1; then
+if [ "$cmd" != join ] && [ "$cmd" != export ] && [ "$cmd" != finish ] && ls .whl/*.whl >/dev/null 2>&1; then
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
     export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
@@ -55,27 +61,40 @@ assemble)
     $PY scripts/stage_model.py assemble --staged "$STAGED" --convert
     ;;
 train)
-    name=${1:?train NAME RUN MINUTES ARGS...}; run=${2:?RUN}; minutes=${3:?MINUTES}; shift 3
+    name=${1:?train NAME RUN MINUTES [--set KEY=VALUE ...]}; run=${2:?RUN}; minutes=${3:?MINUTES}; shift 3
+    config=${CONFIG:-configs/compressor-$name.yaml}
+    [ -f "$config" ] || { echo "gpu_compressor.sh: $config does not exist: pass CONFIG=configs/....yaml" >&2; exit 2; }
     mkdir -p "$RUNS"
     device=${DEVICE:-cuda}
     # PRECISION (cuda only): tf32 (default: fp32 weights and activations, TF32 tensor-core products) or bf16
     # (autocast; a Qwen2.5-Coder-1.5B run at lr 5e-4, batch 32 went to NaN before step 150 under it)
-    precision=()
+    precision=(--set run.tf32=false)
     if [[ $device == cuda* ]]; then
         case "${PRECISION:-tf32}" in
-        tf32) precision=(--tf32);;
-        bf16) precision=(--bf16);;
+        tf32) precision=(--set run.tf32=true);;
+        bf16) precision=(--set run.mixed_precision=bf16 --set run.tf32=false);;
         *) echo "gpu_compressor.sh: PRECISION=$PRECISION is not tf32 or bf16" >&2; exit 2;;
         esac
+    else
+        precision+=(--set run.cpu=true)
     fi
-    $PY scripts/train_compressor.py --base-model "$name" --out "$RUNS/$run" --device "$device" "${precision[@]}" \
-        --snapshot-dir "$RUNS/$run.snapshot" --max-minutes "$minutes" "$@"
-    if [ -n "${OUT:-}" ] && [ -d "$RUNS/$run.snapshot" ]; then
-        snap=$RUNS/$run.snapshot
-        for f in state.json curve.jsonl; do if [ -f "$snap/$f" ]; then cp "$snap/$f" "$OUT/"; fi; done
-        if [ -f "$RUNS/$run/log.jsonl" ]; then cp "$RUNS/$run/log.jsonl" "$OUT/"; fi   # per-step loss and gradient norm
-        split -b "$PART_BYTES" -d -a 2 "$snap/trainable.safetensors" "$OUT/trainable.part-"
-        sha256sum "$snap/trainable.safetensors" | cut -d' ' -f1 > "$OUT/trainable.sha256"
+    $PY -m rhea.cli train --config "$config" --model "$name" --set "run.output_dir=$RUNS/$run" \
+        --set "run.max_minutes=$minutes" --set run.resume_from=latest "${precision[@]}" "$@"
+    newest=$(ls "$RUNS/$run" 2>/dev/null | grep -E '^checkpoint-[0-9]+$' | sort -t- -k2 -n | tail -1 || true)
+    ckpt=$RUNS/$run/$newest
+    if [ -n "${OUT:-}" ] && [ -n "$newest" ] && [ -f "$ckpt/trainable.safetensors" ]; then
+        for f in metrics.jsonl curve.jsonl; do if [ -f "$RUNS/$run/$f" ]; then cp "$RUNS/$run/$f" "$OUT/"; fi; done
+        cp "$ckpt/progress.json" "$OUT/"
+        $PY - "$ckpt/trainable.safetensors" "$RUNS/$run/trainable.bf16.safetensors" <<'PYEOF'
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+
+save_file({k: v.to(torch.bfloat16).contiguous() for k, v in load_file(sys.argv[1]).items()}, sys.argv[2])
+PYEOF
+        split -b "$PART_BYTES" -d -a 2 "$RUNS/$run/trainable.bf16.safetensors" "$OUT/trainable.part-"
+        sha256sum "$RUNS/$run/trainable.bf16.safetensors" | cut -d' ' -f1 > "$OUT/trainable.sha256"
         ls -l "$OUT"
     fi
     ;;
@@ -93,15 +112,15 @@ finish)
     rc=0
     bash "$0" train "$name" "$run" "$minutes" "$@" || rc=$?
     # shellcheck disable=SC2086  # MEASURE_ARGS: extra fact_recall.py arguments, split on spaces on purpose
-    bash "$0" measure "$run" ${MEASURE_ARGS:-} || echo "gpu_compressor.sh finish: measure failed; the snapshot's parts are in \$OUT already" >&2
+    bash "$0" measure "$run" ${MEASURE_ARGS:-} || echo "gpu_compressor.sh finish: measure failed; the weights' parts are in \$OUT already" >&2
     echo "gpu_compressor.sh finish: done at ${SECONDS}s"
     exit $rc
     ;;
 measure)
-    # teacher-forced fact recall (benchmarks/fact_recall.py) on the run's latest adapters, on the device, in the same
+    # teacher-forced fact recall (benchmarks/fact_recall.py) on the run's final adapters, on the device, in the same
     # call as the training: latent vs another reply's latents (the number to watch), dropped and raw. One file back.
     run=${1:?measure RUN [fact_recall.py ARGS...]}; shift
-    model=$RUNS/$run/latest
+    model=$RUNS/$run/final
     [ -d "$model" ] || { echo "gpu_compressor.sh: $model is not here: train the run first (in this machine's life)" >&2; exit 2; }
     tmp=$(mktemp -d)
     $PY benchmarks/fact_recall.py --model "$model" --device "${DEVICE:-cuda}" --mode teacher-forced \
@@ -111,22 +130,9 @@ measure)
     rm -rf "$tmp"
     echo "fact recall of $run: $dest/fact_recall_$run.tar.gz"
     ;;
-seed)
-    run=${1:?seed RUN SNAPSHOT_DIR (a parked snapshot, carried with this call)}
-    src=${2:?seed RUN SNAPSHOT_DIR (a parked snapshot, carried with this call)}
-    for f in trainable.safetensors state.json; do
-        [ -f "$src/$f" ] || { echo "gpu_compressor.sh: $src/$f is not here: carry the whole snapshot folder" >&2; exit 2; }
-    done
-    if [ -e "$RUNS/$run/checkpoint" ]; then
-        echo "gpu_compressor.sh: $RUNS/$run already has a checkpoint, which train would resume instead of the seed" >&2; exit 2
-    fi
-    mkdir -p "$RUNS/$run.snapshot"
-    for f in trainable.safetensors state.json curve.jsonl; do if [ -f "$src/$f" ]; then cp "$src/$f" "$RUNS/$run.snapshot/"; fi; done
-    echo "seeded $RUNS/$run.snapshot from $src: the next 'train ... $run ...' resumes it (same settings)"
-    ;;
 join)
-    dir=${1:?join DIR DEST (DIR: the files_at folder of the last train call, read-only; DEST: a snapshot folder)}
-    dest=${2:?join DIR DEST: DEST is where the snapshot goes (files_at is read-only)}
+    dir=${1:?join DIR DEST (DIR: the files_at folder of the last train call, read-only; DEST: a new folder)}
+    dest=${2:?join DIR DEST: DEST is where the weights go (files_at is read-only)}
     ls "$dir"/trainable.part-* >/dev/null 2>&1 || { echo "gpu_compressor.sh: no trainable.part-* in $dir" >&2; exit 2; }
     mkdir -p "$dest"
     cat "$dir"/trainable.part-* > "$dest/trainable.safetensors.tmp"
@@ -137,9 +143,35 @@ join)
         echo "gpu_compressor.sh: the joined parts hash to $got, not $want: a part is missing or damaged" >&2; exit 3
     fi
     mv "$dest/trainable.safetensors.tmp" "$dest/trainable.safetensors"
-    for f in state.json curve.jsonl; do if [ -f "$dir/$f" ]; then cp "$dir/$f" "$dest/"; fi; done
-    echo "joined into $dest/trainable.safetensors (SHA-256 $got): a snapshot folder for --snapshot-dir, or park it"
+    for f in progress.json metrics.jsonl curve.jsonl; do if [ -f "$dir/$f" ]; then cp "$dir/$f" "$dest/"; fi; done
+    echo "joined into $dest/trainable.safetensors (SHA-256 $got): 'export $dest DIR' makes a loadable directory"
+    ;;
+export)
+    src=${1:?export DEST DIR [--set KEY=VALUE ...] (DEST: a joined folder; DIR: the directory to write)}
+    dir=${2:?export DEST DIR: DIR is the loadable directory to write}; shift 2
+    for f in trainable.safetensors progress.json; do
+        [ -f "$src/$f" ] || { echo "gpu_compressor.sh: $src/$f is not here: join the returned parts first" >&2; exit 2; }
+    done
+    config=${CONFIG:?export needs CONFIG=configs/compressor-NAME.yaml (the config of the run; its --set overrides follow)}
+    $PY - "$src" "$dir" "$config" "$@" <<'PYEOF'
+import sys
+
+import yaml
+
+from rhea.training.config import TrainConfig
+from rhea.training.trainer import export_checkpoint
+
+src, dest, path, sets = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+data = TrainConfig.from_yaml(path).to_dict()
+for flag, kv in zip(sets[::2], sets[1::2]):
+    if flag != "--set":
+        raise SystemExit(f"gpu_compressor.sh export: expected --set KEY=VALUE, got {flag!r}")
+    key, _, value = kv.partition("=")
+    section, _, name = key.partition(".")
+    data[section][name] = yaml.safe_load(value)
+print("exported", export_checkpoint(src, TrainConfig.from_dict(data), dest))
+PYEOF
     ;;
 *)
-    echo "gpu_compressor.sh: unknown subcommand '$cmd' (piece, assemble, train, finish, measure, seed, join)" >&2; exit 2;;
+    echo "gpu_compressor.sh: unknown subcommand '$cmd' (piece, assemble, train, finish, measure, join, export)" >&2; exit 2;;
 esac

@@ -33,7 +33,7 @@ SHIPPED = ROOT / "rhea" / "data" / "adapters"
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("source", help="a trained Rhea directory (save_pretrained), e.g. scripts/train_compressor.py's OUT/latest")
+    p.add_argument("source", help="a trained Rhea directory (save_pretrained), e.g. the final/ of a `rhea train` run")
     p.add_argument("--data", required=True, help="shared/data directory: the held-apart replies measured in step 3")
     p.add_argument("--work", required=True, help="new or empty directory the shipped candidate is built in")
     p.add_argument("--compress-rank", type=int, default=None)

@@ -1,7 +1,8 @@
 """Keep training snapshots in git history, out of the working tree.
 
-A training snapshot (``scripts/train_compressor.py --snapshot-dir``: bf16 trainable weights,
-``state.json``, ``curve.jsonl``) must be committed so that the next session continues the run.
+A training snapshot (the folder ``scripts/gpu_compressor.sh join`` rebuilds from a device call: a `rhea train`
+checkpoint's trainable weights in bf16, ``progress.json``, ``metrics.jsonl``, ``curve.jsonl``; or an older
+snapshot with ``state.json``) must be committed so that a later run on another machine can continue from it.
 But the working tree travels with every call to the GPU machine and counts towards its 64 MiB
 (docs/reports/gpu.md): a 15 MB SmolLM2 snapshot cost staging three extra calls, and a Qwen2.5-Coder-1.5B
 one (~50 MB at r=16 on all linear layers) would not fit beside the tree at all. So a snapshot is
@@ -81,9 +82,9 @@ def load_index(repo: Path) -> dict:
 def _snapshot_files(src: Path) -> list[Path]:
     if not src.is_dir():
         raise SnapshotStoreError(f"snapshot folder {src} does not exist")
-    if not (src / "state.json").is_file():
-        raise SnapshotStoreError(f"{src} has no state.json: not a scripts/train_compressor.py snapshot "
-                                 "(pass the folder given to --snapshot-dir)")
+    if not (src / "state.json").is_file() and not (src / "progress.json").is_file():
+        raise SnapshotStoreError(f"{src} has neither progress.json nor state.json: not a training snapshot "
+                                 "(pass the folder `scripts/gpu_compressor.sh join` wrote)")
     return sorted(p for p in src.rglob("*") if p.is_file())
 
 
@@ -93,10 +94,13 @@ def park(repo: Path, src: Path, name: str, message: str | None = None) -> dict:
         raise SnapshotStoreError(f"--name {name!r}: use a plain folder name such as compressor-smollm2-135m")
     src = src.resolve()
     files = _snapshot_files(src)
+    state_file = src / ("state.json" if (src / "state.json").is_file() else "progress.json")
     try:
-        state = json.loads((src / "state.json").read_text())
+        state = json.loads(state_file.read_text())
     except json.JSONDecodeError as e:
-        raise SnapshotStoreError(f"{src / 'state.json'} is not valid JSON ({e})") from e
+        raise SnapshotStoreError(f"{state_file} is not valid JSON ({e})") from e
+    if "global_step" in state:  # a trainer checkpoint's progress
+        state = {"step": state["global_step"], "settings": None}
     rel_dir = f"checkpoints/{name}"
     dest = repo / rel_dir
     index = load_index(repo)

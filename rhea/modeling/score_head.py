@@ -1,6 +1,6 @@
 """A learned read-out for retrieval: the map from a turn's latents to the vectors HCR scores.
 
-A compressor trained to reconstruct (``scripts/train_compressor.py``) writes latents the decoder can read
+A compressor trained to reconstruct (``rhea train`` with ``run.stage: compressor``) writes latents the decoder can read
 back, but their final states, cosine-compared as they are, do not say which turn a question needs
 (docs/reports/compressor.md: ``rhea calibrate`` misses its targets on them). `ScoreHead` is a linear map, trained
 contrastively on real (question, reply) pairs with everything else frozen (``scripts/train_score_head.py``,

@@ -76,7 +76,7 @@ def shrink_model(source: str | Path, out: str | Path, *, compress_rank: int | No
     directory, zoo_name = resolve_export_source(source)
     if directory is None:
         raise RheaConfigError(f"{zoo_name!r} has no trained adapters to shrink; pass a directory written by "
-                              "save_pretrained (e.g. scripts/train_compressor.py's OUT/latest)")
+                              "save_pretrained (e.g. the final/ of a `rhea train` run)")
     out = check_export_out(out)
     model = RheaForCausalLM.from_pretrained(directory, base_model=base_model)
     report = {"source": str(source), "dtype": dtype, "adapters": {}}

@@ -128,12 +128,16 @@ def build_qa(config, train_chunks: Sequence, held_chunks: Sequence) -> tuple[lis
 def prepare_model(model, data: CompressorData, config, *, fresh: bool) -> None:
     """Freeze the generate adapter (unless ``compressor.train_generate``) and, for `fresh` adapters, give the
     `<mem>` read-out queries distinct starting points and centre the latent injector (`fresh_init`)."""
-    train_generate = config.compressor.train_generate
+    freeze_decoder(model, train_generate=config.compressor.train_generate)
+    if fresh:
+        fresh_init(model, data.samples, config.run.seed)
+
+
+def freeze_decoder(model, *, train_generate: bool = False) -> None:
+    """Mark the generate adapter's LoRA weights trainable only with `train_generate` (the decoder stays frozen)."""
     for name, p in model.peft_model.named_parameters():
         if "lora_" in name and ".generate." in name:
             p.requires_grad_(train_generate)
-    if fresh:
-        fresh_init(model, data.samples, config.run.seed)
 
 
 def fresh_init(model, train: Sequence, seed: int) -> None:

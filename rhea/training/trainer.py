@@ -44,6 +44,8 @@ CHECKPOINT_PREFIX = "checkpoint-"
 PROGRESS_FILE = "progress.json"
 TRAINABLE_FILE = "trainable.safetensors"
 METRICS_FILE = "metrics.jsonl"
+#: the run's settings (TrainConfig.to_dict), written at every start of `Trainer.train`
+CONFIG_FILE = "config.json"
 
 
 @dataclass
@@ -71,6 +73,17 @@ def build_model(config: TrainConfig):
     rc = RheaConfig(n_mem=m.n_mem, lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
                     target_modules=m.target_modules, latent_injection=m.latent_injection)
     return RheaForCausalLM.from_base(base, tokenizer, rc)
+
+
+def build_trained_model(config: TrainConfig):
+    """`build_model` with the parameters the configured stage trains marked trainable (the compressor stage
+    freezes the generate adapter), the model a checkpoint's trainable weights are loaded into."""
+    model = build_model(config)
+    if config.run.stage == "compressor":
+        from rhea.training.compressor_stage import freeze_decoder
+
+        freeze_decoder(model, train_generate=config.compressor.train_generate)
+    return model
 
 
 def resize_capacity(model, *, n_mem: int, compress_rank: int, seed: int = 0, origin: str = "the model") -> None:
@@ -373,6 +386,7 @@ class Trainer:
         history = self._load_history(metrics_path, global_step) if resume is not None else []
         if acc.is_main_process:
             out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / CONFIG_FILE).write_text(json.dumps(cfg.to_dict(), indent=2) + "\n", encoding="utf-8")
             acc.print(f"[rhea train] {self.samples.report()}; {micro_per_epoch} micro-batches/epoch/process, "
                       f"{total_steps} optimizer steps, {acc.num_processes} process(es), {self._parallelism(step_module)}")
             for skip in self.samples.skipped[:5]:
@@ -545,7 +559,7 @@ class Trainer:
         if self.sharded:
             state = full_trainable_state(self.step_module)
             if acc.is_main_process:
-                _save_pretrained_with(build_model(self.config), state, directory, extra, origin="the FSDP run")
+                _save_pretrained_with(build_trained_model(self.config), state, directory, extra, origin="the FSDP run")
         elif acc.is_main_process:
             model = self.model  # the same object the prepared wrapper trains
             model.config.extra["adapters_trained"] = True
@@ -565,8 +579,10 @@ def export_checkpoint(checkpoint: str | os.PathLike, config: TrainConfig, direct
 
     state = load_file(os.path.join(checkpoint, TRAINABLE_FILE))
     progress = json.loads(Path(checkpoint, PROGRESS_FILE).read_text())
-    _save_pretrained_with(build_model(config), state, directory,
-                          {"data": config.data.path, "optimizer_steps": progress["global_step"]}, origin=str(checkpoint))
+    extra = {"data": config.data.path, "optimizer_steps": progress["global_step"]}
+    if config.run.stage == "compressor":
+        extra["recipe"] = "rhea train (run.stage compressor)"
+    _save_pretrained_with(build_trained_model(config), state, directory, extra, origin=str(checkpoint))
     if dtype is not None:
         for path in Path(directory).rglob("*.safetensors"):
             tensors = load_file(str(path))

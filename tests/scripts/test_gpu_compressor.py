@@ -1,11 +1,16 @@
 """scripts/gpu_compressor.sh, the device calls that train a compressor on a lent GPU, run dry here: the
-Python steps are `true`, so what is checked is the shell's own work (pieces gathered, the snapshot split into
-parts a device call can return, and joined back with its SHA-256 checked)."""
+Python steps are `true` or a logging stand-in for `rhea train`, so what is checked is the shell's own work (pieces
+gathered, the newest checkpoint's weights cast to bf16 and split into parts a device call can return, joined back
+with its SHA-256 checked, and exported into a loadable directory)."""
 import hashlib
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,30 +21,47 @@ def _run(tmp_path, *args, **env):
                           env=full, capture_output=True, text=True, timeout=120)
 
 
-def test_train_returns_the_snapshot_in_parts_and_join_rebuilds_it(tmp_path):
-    snap = tmp_path / "runs" / "qa.snapshot"
-    snap.mkdir(parents=True)
-    data = os.urandom(1 << 20) * 33  # 33 MiB: three parts of at most 15 MiB
-    (snap / "trainable.safetensors").write_bytes(data)
-    (snap / "state.json").write_text('{"step": 7}')
-    (snap / "curve.jsonl").write_text('{"step": 0}\n')
+def _fake_trainer(tmp_path):
+    """A PYTHON that logs a `-m rhea.cli ...` call instead of training and runs every other call (the bf16 cast,
+    the export) with this interpreter."""
+    log = tmp_path / "argv"
+    fake = tmp_path / "fakepy"
+    fake.write_text(f'#!/usr/bin/env bash\necho "$@" >> {log}\n'
+                    f'if [ "$1" = -m ]; then exit 0; fi\nexec {sys.executable} "$@"\n')
+    fake.chmod(0o755)
+    return fake, log
+
+
+def test_train_returns_the_checkpoint_in_parts_and_join_rebuilds_it(tmp_path):
+    fake, _ = _fake_trainer(tmp_path)
+    run = tmp_path / "runs" / "qa"
+    for step in (5, 10):  # the newest checkpoint is the one returned (by number, not by name order)
+        (run / f"checkpoint-{step}").mkdir(parents=True)
+        (run / f"checkpoint-{step}" / "progress.json").write_text(f'{{"global_step": {step}}}')
+    weights = {"a": torch.randn(5 << 20), "b": torch.randn(3)}  # 20 MiB fp32 -> 10 MiB bf16
+    save_file(weights, str(run / "checkpoint-10" / "trainable.safetensors"))
+    save_file({"a": torch.zeros(1)}, str(run / "checkpoint-5" / "trainable.safetensors"))
+    (run / "metrics.jsonl").write_text('{"step": 10}\n')
+    (run / "curve.jsonl").write_text('{"step": 0}\n')
     out = tmp_path / "out"
     out.mkdir()
-    res = _run(tmp_path, "train", "qwen2.5-coder-1.5b", "qa", "3", "--batch", "32", OUT=str(out))
+    res = _run(tmp_path, "train", "qwen2.5-coder-1.5b", "qa", "3", "--set", "data.batch_size=32", PYTHON=str(fake),
+               OUT=str(out))
     assert res.returncode == 0, res.stderr
     parts = sorted(out.glob("trainable.part-*"))
-    assert [p.name for p in parts] == ["trainable.part-00", "trainable.part-01", "trainable.part-02"]
+    assert [p.name for p in parts] == ["trainable.part-00"]
     assert all(p.stat().st_size <= 15 * 2**20 for p in parts)  # a device call returns files of <= 16 MiB
     assert len(list(out.iterdir())) <= 8  # ... and at most 8 of them
     res = _run(tmp_path, "join", out, tmp_path / "back")
     assert res.returncode == 0, res.stderr
-    assert hashlib.sha256((tmp_path / "back" / "trainable.safetensors").read_bytes()).digest() == \
-        hashlib.sha256(data).digest()
-    assert (tmp_path / "back" / "state.json").read_text() == '{"step": 7}'
-    # a damaged part: join refuses and leaves no snapshot file behind
+    back = load_file(str(tmp_path / "back" / "trainable.safetensors"))
+    assert all(back[k].dtype == torch.bfloat16 and torch.equal(back[k], weights[k].to(torch.bfloat16)) for k in weights)
+    assert (tmp_path / "back" / "progress.json").read_text() == '{"global_step": 10}'
+    assert (tmp_path / "back" / "curve.jsonl").is_file() and (tmp_path / "back" / "metrics.jsonl").is_file()
+    # a damaged part: join refuses and leaves no weights file behind
     bad = tmp_path / "bad"
     shutil.copytree(out, bad)
-    with open(bad / "trainable.part-01", "r+b") as f:
+    with open(bad / "trainable.part-00", "r+b") as f:
         f.truncate(1000)
     res = _run(tmp_path, "join", bad, tmp_path / "back2")
     assert res.returncode == 3 and "missing or damaged" in res.stderr
@@ -67,39 +89,59 @@ def test_bad_subcommands_and_missing_arguments_are_named(tmp_path):
     assert res.returncode == 2 and "no trainable.part-*" in res.stderr
 
 
-def test_seed_puts_a_carried_snapshot_where_train_resumes_it(tmp_path):
-    src = tmp_path / "parked"
-    src.mkdir()
-    res = _run(tmp_path, "seed", "qa", src)
-    assert res.returncode == 2 and "trainable.safetensors is not here" in res.stderr
-    (src / "trainable.safetensors").write_bytes(b"w" * 100)
-    (src / "state.json").write_text('{"step": 374}')
-    (src / "curve.jsonl").write_text('{"step": 0}\n')
-    res = _run(tmp_path, "seed", "qa", src)
+def test_export_turns_a_joined_checkpoint_into_a_loadable_directory(tmp_path):
+    """A checkpoint of a tiny compressor run, joined as the device's parts would be, exported with its config."""
+    import yaml
+
+    from rhea.modeling import RheaForCausalLM
+    from rhea.testing import save_tiny_base
+    from rhea.training import TrainConfig, Trainer
+    from tests.training.test_compressor import _write_data
+
+    data, base = tmp_path / "data", tmp_path / "base"
+    _write_data(data, extra_replies=12)
+    save_tiny_base(base)
+    cfg = {"model": {"base_model": str(base), "n_mem": 2, "lora_r": 2, "lora_alpha": 4, "lora_dropout": 0.0,
+                     "target_modules": ["q_proj", "v_proj"], "latent_injection": "states"},
+           "data": {"path": str(data), "batch_size": 2},
+           "optim": {"lr": 0.01, "epochs": None, "max_steps": 1, "grad_accum": 1, "schedule": "constant"},
+           "run": {"stage": "compressor", "output_dir": str(tmp_path / "run"), "save_every": 1, "log_with": "none"},
+           "compressor": {"chunk_tokens": 8, "eval_every": 0, "eval_n": 2}}
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    Trainer(TrainConfig.from_dict(cfg)).train()
+    joined = tmp_path / "joined"
+    joined.mkdir()
+    res = _run(tmp_path, "export", joined, tmp_path / "dir", PYTHON=sys.executable, CONFIG=str(config))
+    assert res.returncode == 2 and "join the returned parts first" in res.stderr
+    for f in ("trainable.safetensors", "progress.json"):
+        shutil.copy(tmp_path / "run" / "checkpoint-1" / f, joined / f)
+    res = _run(tmp_path, "export", joined, tmp_path / "dir", PYTHON=sys.executable)
+    assert res.returncode != 0 and "CONFIG" in res.stderr
+    res = _run(tmp_path, "export", joined, tmp_path / "dir", "--set", "model.lora_dropout=0.0",
+               PYTHON=sys.executable, CONFIG=str(config))
     assert res.returncode == 0, res.stderr
-    seeded = tmp_path / "runs" / "qa.snapshot"
-    assert (seeded / "trainable.safetensors").read_bytes() == b"w" * 100
-    assert (seeded / "state.json").read_text() == '{"step": 374}' and (seeded / "curve.jsonl").is_file()
-    # a run with its own checkpoint would resume that, not the seed: refused
-    (tmp_path / "runs" / "qa" / "checkpoint").mkdir(parents=True)
-    res = _run(tmp_path, "seed", "qa", src)
-    assert res.returncode == 2 and "already has a checkpoint" in res.stderr
+    exported = RheaForCausalLM.from_pretrained(tmp_path / "dir", base_model=str(base))
+    final = RheaForCausalLM.from_pretrained(tmp_path / "run" / "final", base_model=str(base))
+    assert exported.config.extra["training"]["optimizer_steps"] == 1
+    assert torch.equal(exported.mem_slot_embeds, final.mem_slot_embeds)
 
 
 def test_train_precision_defaults_to_tf32_on_cuda_and_is_checked(tmp_path):
-    log = tmp_path / "argv"
-    fake = tmp_path / "fakepy"
-    fake.write_text(f'#!/usr/bin/env bash\necho "$@" >> {log}\n')
-    fake.chmod(0o755)
+    fake, log = _fake_trainer(tmp_path)
     assert _run(tmp_path, "train", "smollm2-135m", "r", "1", PYTHON=str(fake)).returncode == 0
     assert _run(tmp_path, "train", "smollm2-135m", "r", "1", PYTHON=str(fake), PRECISION="bf16").returncode == 0
     assert _run(tmp_path, "train", "smollm2-135m", "r", "1", PYTHON=str(fake), DEVICE="cpu").returncode == 0
-    lines = [line for line in log.read_text().splitlines() if "train_compressor.py" in line]
-    assert "--tf32" in lines[0] and "--bf16" not in lines[0]
-    assert "--bf16" in lines[1] and "--tf32" not in lines[1]
-    assert "--tf32" not in lines[2] and "--bf16" not in lines[2]
+    lines = [line for line in log.read_text().splitlines() if line.startswith("-m rhea.cli train")]
+    assert all("--config configs/compressor-smollm2-135m.yaml --model smollm2-135m" in x for x in lines)
+    assert all("run.resume_from=latest" in x and "run.max_minutes=1" in x for x in lines)
+    assert "run.tf32=true" in lines[0] and "mixed_precision" not in lines[0]
+    assert "run.mixed_precision=bf16" in lines[1] and "run.tf32=false" in lines[1]
+    assert "run.tf32=false" in lines[2] and "run.cpu=true" in lines[2]
     res = _run(tmp_path, "train", "smollm2-135m", "r", "1", PYTHON=str(fake), PRECISION="fp16")
     assert res.returncode == 2 and "PRECISION=fp16 is not tf32 or bf16" in res.stderr
+    res = _run(tmp_path, "train", "no-such-model", "r", "1", PYTHON=str(fake))
+    assert res.returncode == 2 and "configs/compressor-no-such-model.yaml does not exist" in res.stderr
 
 
 def test_measure_runs_teacher_forced_fact_recall_and_returns_one_file(tmp_path):
@@ -116,7 +158,7 @@ def test_measure_runs_teacher_forced_fact_recall_and_returns_one_file(tmp_path):
     out.mkdir()
     res = _run(tmp_path, "measure", "qa", PYTHON=str(fake), OUT=str(out))
     assert res.returncode == 2 and "train the run first" in res.stderr
-    (tmp_path / "runs" / "qa" / "latest").mkdir(parents=True)
+    (tmp_path / "runs" / "qa" / "final").mkdir(parents=True)
     res = _run(tmp_path, "measure", "qa", "--limit", "24", PYTHON=str(fake), OUT=str(out))
     assert res.returncode == 0, res.stderr
     argv = log.read_text().splitlines()[-1]
@@ -139,17 +181,19 @@ def test_finish_runs_the_last_call_in_order_and_measures_even_if_training_left_n
     (src / "piece-018.bin").write_bytes(b"p")
     out = tmp_path / "out"
     out.mkdir()
-    res = _run(tmp_path, "finish", src, "qwen2.5-coder-1.5b", "qa", "430", "--batch", "32", PYTHON=str(fake), OUT=str(out))
+    res = _run(tmp_path, "finish", src, "qwen2.5-coder-1.5b", "qa", "430", "--set", "data.batch_size=32",
+               PYTHON=str(fake), OUT=str(out))
     assert res.returncode == 0, res.stderr  # training's status, not measure's
     calls = [line for line in log.read_text().splitlines() if not line.startswith("-m pip")]
-    assert [c.split()[0] for c in calls] == ["scripts/stage_model.py"] * 3 + ["scripts/train_compressor.py"]
+    assert [c.split()[0] for c in calls] == ["scripts/stage_model.py"] * 3 + ["-m"]
     assert "assemble" in calls[2] and "--convert" in calls[2]
-    minutes = float(calls[3].split("--max-minutes ")[1].split()[0])
-    assert 7.0 < minutes <= 430 / 60 and calls[3].endswith("--batch 32") and "--tf32" in calls[3]
+    assert calls[3].startswith("-m rhea.cli train --config configs/compressor-qwen2.5-coder-1.5b.yaml")
+    minutes = float(calls[3].split("run.max_minutes=")[1].split()[0])
+    assert 7.0 < minutes <= 430 / 60 and calls[3].endswith("--set data.batch_size=32") and "run.tf32=true" in calls[3]
     assert (tmp_path / "staged" / "piece-018.bin").read_bytes() == b"p"
-    assert "measure failed" in res.stderr  # the fake trained nothing: no latest/ to measure, the call goes on
-    (tmp_path / "runs" / "qa" / "latest").mkdir(parents=True)
-    assert _run(tmp_path, "finish", src, "n", "qa", "430", PYTHON=str(fake), OUT=str(out)).returncode == 0
+    assert "measure failed" in res.stderr  # the fake trained nothing: no final/ to measure, the call goes on
+    (tmp_path / "runs" / "qa" / "final").mkdir(parents=True)
+    assert _run(tmp_path, "finish", src, "smollm2-135m", "qa", "430", PYTHON=str(fake), OUT=str(out)).returncode == 0
     assert "benchmarks/fact_recall.py" in log.read_text().splitlines()[-1]
     res = _run(tmp_path, "finish", src, "n", "qa", "7m", PYTHON=str(fake))
     assert res.returncode == 2 and "whole seconds" in res.stderr

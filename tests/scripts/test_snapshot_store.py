@@ -122,7 +122,7 @@ def test_named_errors(store, repo):
     with pytest.raises(store.SnapshotStoreError, match="no parked snapshot named 'nope'"):
         store.restore(repo, "nope")
     (repo / "runs" / "empty").mkdir(parents=True)
-    with pytest.raises(store.SnapshotStoreError, match="has no state.json"):
+    with pytest.raises(store.SnapshotStoreError, match="has neither progress.json nor state.json"):
         store.park(repo, repo / "runs" / "empty", "cmp")
     with pytest.raises(store.SnapshotStoreError, match="does not exist"):
         store.park(repo, repo / "runs" / "missing", "cmp")

@@ -101,7 +101,7 @@ def test_batch_puts_the_latents_where_the_policy_puts_a_latent_turn():
 def test_loss_reaches_the_answer_through_the_compress_adapter_only():
     torch.manual_seed(0)
     model = tiny_rhea(n_mem=2, latent_injection="states")
-    with torch.no_grad():  # a fresh generate adapter (B = 0) is the base model, as in scripts/train_compressor.py
+    with torch.no_grad():  # a fresh generate adapter (B = 0) is the base model, as the compressor stage runs it
         for n, p in model.named_parameters():
             if ".generate." in n and "lora_B" in n:
                 p.zero_()
