@@ -149,19 +149,22 @@ join)
 export)
     src=${1:?export DEST DIR [--set KEY=VALUE ...] (DEST: a joined folder; DIR: the directory to write)}
     dir=${2:?export DEST DIR: DIR is the loadable directory to write}; shift 2
-    for f in trainable.safetensors progress.json; do
-        [ -f "$src/$f" ] || { echo "gpu_compressor.sh: $src/$f is not here: join the returned parts first" >&2; exit 2; }
-    done
+    [ -f "$src/trainable.safetensors" ] || { echo "gpu_compressor.sh: $src/trainable.safetensors is not here: join the returned parts first" >&2; exit 2; }
+    [ -f "$src/progress.json" ] || [ -f "$src/state.json" ] || { echo "gpu_compressor.sh: $src has neither progress.json nor state.json: join the returned parts first" >&2; exit 2; }
     config=${CONFIG:?export needs CONFIG=configs/compressor-NAME.yaml (the config of the run; its --set overrides follow)}
     $PY - "$src" "$dir" "$config" "$@" <<'PYEOF'
+import json
 import sys
+import tempfile
+from pathlib import Path
 
 import yaml
+from safetensors.torch import load_file, save_file
 
 from rhea.training.config import TrainConfig
-from rhea.training.trainer import export_checkpoint
+from rhea.training.trainer import PROGRESS_FILE, TRAINABLE_FILE, export_checkpoint
 
-src, dest, path, sets = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+src, dest, path, sets = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
 data = TrainConfig.from_yaml(path).to_dict()
 for flag, kv in zip(sets[::2], sets[1::2]):
     if flag != "--set":
@@ -169,7 +172,17 @@ for flag, kv in zip(sets[::2], sets[1::2]):
     key, _, value = kv.partition("=")
     section, _, name = key.partition(".")
     data[section][name] = yaml.safe_load(value)
-print("exported", export_checkpoint(src, TrainConfig.from_dict(data), dest))
+config = TrainConfig.from_dict(data)
+if (src / PROGRESS_FILE).is_file():
+    print("exported", export_checkpoint(src, config, dest))
+else:  # a snapshot parked before the trainer stage: the model's own parameter names and its step in state.json
+    step = json.loads((src / "state.json").read_text())["step"]
+    with tempfile.TemporaryDirectory() as tmp:
+        weights = load_file(str(src / TRAINABLE_FILE))
+        save_file({n if n.startswith("model.") else f"model.{n}": w for n, w in weights.items()},
+                  str(Path(tmp) / TRAINABLE_FILE))
+        (Path(tmp) / PROGRESS_FILE).write_text(json.dumps({"global_step": step}))
+        print("exported", export_checkpoint(tmp, config, dest), f"(a parked snapshot, step {step})")
 PYEOF
     ;;
 *)

@@ -125,6 +125,16 @@ def test_export_turns_a_joined_checkpoint_into_a_loadable_directory(tmp_path):
     final = RheaForCausalLM.from_pretrained(tmp_path / "run" / "final", base_model=str(base))
     assert exported.config.extra["training"]["optimizer_steps"] == 1
     assert torch.equal(exported.mem_slot_embeds, final.mem_slot_embeds)
+    # a snapshot parked before the trainer stage (the model's own parameter names, state.json) exports the same
+    old = tmp_path / "parked"
+    old.mkdir()
+    weights = load_file(str(joined / "trainable.safetensors"))
+    save_file({n[len("model."):]: w for n, w in weights.items()}, str(old / "trainable.safetensors"))
+    (old / "state.json").write_text('{"step": 1, "settings": {}}')
+    res = _run(tmp_path, "export", old, tmp_path / "dir_old", PYTHON=sys.executable, CONFIG=str(config))
+    assert res.returncode == 0, res.stderr
+    assert torch.equal(RheaForCausalLM.from_pretrained(tmp_path / "dir_old", base_model=str(base)).mem_slot_embeds,
+                       final.mem_slot_embeds)
 
 
 def test_train_precision_defaults_to_tf32_on_cuda_and_is_checked(tmp_path):
