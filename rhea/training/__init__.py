@@ -1,4 +1,5 @@
-"""Joint compress/generate LoRA training (the paper's recipe) with accelerate.
+"""Compress/generate LoRA training with accelerate: the joint stage (the paper's recipe) and the compressor
+stage (`rhea.training.compressor_stage`, the shipped compressors' recipe).
 
 >>> from rhea.training import TrainConfig
 >>> TrainConfig().optim.lr

@@ -1,4 +1,5 @@
-"""`rhea train --config cfg.yaml`: joint compress/generate LoRA training (runs under accelerate launch too)."""
+"""`rhea train --config cfg.yaml`: compress/generate LoRA training, the joint stage or the compressor stage
+(``run.stage``; runs under accelerate launch too)."""
 from __future__ import annotations
 
 import argparse
@@ -40,9 +41,12 @@ def register(sub) -> None:
 
     train = sub.add_parser(
         "train",
-        help="train the compress and generate adapters jointly (CPU, or multi-GPU under accelerate launch)",
-        description="Joint compress/generate LoRA training. Run on one device with `rhea train --config cfg.yaml`, "
-        "or with `accelerate launch --config_file configs/accelerate/ddp.yaml -m rhea.cli train --config cfg.yaml`.",
+        help="train the adapters: jointly (run.stage joint) or the compressor alone (run.stage compressor)",
+        description="Compress/generate LoRA training. run.stage joint (the default) trains both adapters on "
+        "conversations; run.stage compressor auto-encodes chunks of real replies through frozen-decoder latents (the "
+        "shipped compressors' recipe: configs/compressor-<model>.yaml). Run on one device with `rhea train --config "
+        "cfg.yaml`, or with `accelerate launch --config_file configs/accelerate/ddp.yaml -m rhea.cli train --config "
+        "cfg.yaml`.",
         epilog="config keys (YAML sections; defaults follow the paper; documented in rhea/training/config.py):\n" + describe_fields(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

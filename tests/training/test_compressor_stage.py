@@ -83,6 +83,13 @@ def test_the_shipped_recipe_configs_run_through_the_cli(path, setup, capsys):
     assert record["qa_share"] == cfg.compressor.qa_share and model.config.latent_injection == "states"
     generate_b = [p for n, p in model.peft_model.named_parameters() if ".generate." in n and "lora_B" in n]
     assert generate_b and all(not p.any() for p in generate_b)  # frozen: still the base model
+    # benchmarks/compressor_curve.py draws the run from the trainer's files
+    from tests.repo_scripts import load_script
+
+    curve_tool = load_script(ROOT / "benchmarks" / "compressor_curve.py")
+    assert curve_tool.main(["--run", str(out), "--out", str(root / "curve")]) == 0
+    drawn = json.loads((root / "curve.json").read_text())
+    assert [r["step"] for r in drawn["loss"]] == [1, 2] and drawn["run_args"]["run"]["stage"] == "compressor"
 
 
 def test_the_configs_state_the_shipped_settings():
