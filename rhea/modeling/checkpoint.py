@@ -216,9 +216,10 @@ def save_checkpoint(directory: str | os.PathLike, *, config: RheaConfig, tokeniz
         peft_model.save_pretrained(str(tmp), save_embedding_layers=False)
         if target.is_dir():
             _carry_over(target, tmp)
-        # PEFT leaves its template card ("More Information Needed"); the directory gets a card that describes it.
+        write_manifest(tmp, sorted(SAVED_ENTRIES - {MANIFEST_NAME, CARD_NAME}))
+        # PEFT leaves its template card ("More Information Needed"); the directory gets a card that describes
+        # it, which lists the manifest and records its own digest in it.
         write_model_card(tmp)
-        write_manifest(tmp, sorted(SAVED_ENTRIES - {MANIFEST_NAME}))
         _fsync_tree(tmp)
         _replace_dir(tmp, target)
     except BaseException:
