@@ -63,10 +63,12 @@ def test_build_index_rebuilds_the_committed_rows_of_a_run_from_its_dumps():
     import subprocess
 
     build = load_script(ROOT / "benchmarks" / "build_index.py")
-    folder = "benchmarks/results/bench_qwen_step1181/efficiency/results.json"
-    history = subprocess.run(["git", "-C", str(ROOT), "log", "--diff-filter=A", "--format=%H", "--", folder],
+    dump = "benchmarks/results/bench_qwen_step1181/efficiency/results.json.gz"
+    shallow = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"], capture_output=True,
+                             text=True)
+    history = subprocess.run(["git", "-C", str(ROOT), "log", "--follow", "--format=%H", "--", dump],
                              capture_output=True, text=True)
-    if history.returncode != 0 or not history.stdout.strip():
+    if shallow.returncode != 0 or shallow.stdout.strip() != "false" or not history.stdout.strip():
         pytest.skip("no git history of the committed dumps here (a shallow clone or an unpacked archive)")
     runs = [r for r in build.RUNS if r.suite == "efficiency"]
     assert runs, "the index declares the efficiency runs"
