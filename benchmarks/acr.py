@@ -359,6 +359,7 @@ def main(argv=None) -> int:
     from rhea.agents.acr import ACRController, ACRPolicy
     from rhea.agents.acr.operators import ACTIVE_OPERATORS
     from rhea.agents.acr.tasks import babi_tasks, drift_tasks
+    from rhea.eval.report import unpack_stored
     from rhea.modeling import load_base_model
     from rhea.training.acr import TGSE, clear_output, exact_match, teacher_from_spec, value_match
 
@@ -374,8 +375,12 @@ def main(argv=None) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows_path = out_dir / ROWS_FILE
-    if args.no_resume and rows_path.exists():
-        rows_path.unlink()
+    if args.no_resume:
+        for stale in (rows_path, rows_path.with_name(ROWS_FILE + ".gz")):
+            stale.unlink(missing_ok=True)
+    unpack_stored(rows_path)  # a committed run is stored gzipped: unpacked before this run appends to it
+    for name in ("acr.json", "acr_trace.json"):
+        unpack_stored(out_dir / name)  # rewritten below: no stale gzipped copy beside the new file
     run_key = {"model": args.model, "tasks": args.tasks, "babi": [Path(b).name for b in args.babi or []],
                "max_facts": args.max_facts, "n_test_seed": TEST_SEED, "seed": args.seed, "temperature": temperature,
                "solver_tokens": args.solver_tokens, "router_tokens": args.router_tokens,

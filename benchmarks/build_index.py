@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from rhea.eval.report import results_file  # noqa: E402
 from rhea.eval.results_index import Row, ResultsIndexError, read_index, rows_from_statistics  # noqa: E402
 
 MODEL = "qwen2.5-coder-1.5b"
@@ -71,21 +72,21 @@ def _ir(folder: str) -> str:
 RUNS = (
     Run(f"{MODEL}/instruction-retention/bf16-ep8", "instruction-retention", "bfloat16", (
         Source("vanilla", _ir("bench_qwen_ep8_bf16")),
-        Source("rhea", _ir("bench_qwen_ep8_s1181") + "-replan8", {"replan_every": 8}),
+        Source("rhea", _ir("bench_qwen_ep8_step1181") + "-replan8", {"replan_every": 8}),
         Source("summary", _ir("bench_qwen_ep8")),
     )),
     Run(f"{MODEL}/instruction-retention/bf16-ep8-per-turn-plans", "instruction-retention", "bfloat16", (
         Source("vanilla", _ir("bench_qwen_ep8_bf16")),
-        Source("rhea", _ir("bench_qwen_ep8_s1181"), defaults={"replan_every": 1}),
+        Source("rhea", _ir("bench_qwen_ep8_step1181"), defaults={"replan_every": 1}),
     )),
     Run(f"{MODEL}/instruction-retention/bf16-ep8-latent-off", "instruction-retention", "bfloat16", (
         Source("vanilla", _ir("bench_qwen_ep8_bf16")),
-        Source("rhea", _ir("bench_qwen_ep8_s1181") + "-latent-off", {"latent_tier": "off"},
+        Source("rhea", _ir("bench_qwen_ep8_step1181") + "-latent-off", {"latent_tier": "off"},
                defaults={"replan_every": 1}),
     )),
     Run(f"{MODEL}/state-tracking/bf16-ep8", "state-tracking", "bfloat16", (
         Source("vanilla", "bench_qwen_ep8_bf16/state-tracking"),
-        Source("rhea", "bench_qwen_ep8_s1181/state-tracking-replan8", {"replan_every": 8}),
+        Source("rhea", "bench_qwen_ep8_step1181/state-tracking-replan8", {"replan_every": 8}),
         Source("recent-k", "bench_qwen_ep8_bf16/state-tracking"),
         Source("bm25", "bench_qwen_ep8_bf16/state-tracking"),
         Source("summary", "bench_qwen_ep8/state-tracking"),
@@ -93,22 +94,22 @@ RUNS = (
     )),
     Run(f"{MODEL}/long-horizon/bf16-ep8", "long-horizon", "bfloat16", (
         Source("vanilla", "bench_qwen_ep8_lh_baselines/long-horizon"),
-        Source("rhea", "bench_qwen_ep8_s1181/long-horizon-replan8", {"replan_every": 8}),
+        Source("rhea", "bench_qwen_ep8_step1181/long-horizon-replan8", {"replan_every": 8}),
         Source("bm25", "bench_qwen_ep8_lh_baselines/long-horizon"),
         Source("summary", "bench_qwen_ep8_lh_more/long-horizon"),
         Source("reply-soft-compress", "bench_qwen_ep8_lh_more/long-horizon"),
     )),
     Run(f"{MODEL}/long-horizon/bf16-ep8-per-turn-plans", "long-horizon", "bfloat16", (
         Source("vanilla", "bench_qwen_ep8_lh_baselines/long-horizon"),
-        Source("rhea", "bench_qwen_ep8_s1181/long-horizon", defaults={"replan_every": 1}),
+        Source("rhea", "bench_qwen_ep8_step1181/long-horizon", defaults={"replan_every": 1}),
     )),
     Run(f"{MODEL}/efficiency/fp32-ep1", "efficiency", "float32", (
-        Source("vanilla", "bench_qwen_shipped_s43/efficiency"),
-        Source("rhea", "bench_qwen_shipped_s43/efficiency-replan8", {"replan_every": 8}),
+        Source("vanilla", "bench_qwen_step1181/efficiency"),
+        Source("rhea", "bench_qwen_step1181/efficiency-replan8", {"replan_every": 8}),
     )),
     Run(f"{MODEL}/efficiency/fp32-ep1-per-turn-plans", "efficiency", "float32", (
-        Source("vanilla", "bench_qwen_shipped_s43/efficiency"),
-        Source("rhea", "bench_qwen_shipped_s43/efficiency", defaults={"replan_every": 1}),
+        Source("vanilla", "bench_qwen_step1181/efficiency"),
+        Source("rhea", "bench_qwen_step1181/efficiency", defaults={"replan_every": 1}),
     )),
 )
 
@@ -124,10 +125,21 @@ def _git(*args: str) -> str:
     return done.stdout
 
 
-def added_in(folder: Path) -> tuple[str, str]:
-    """(commit, ISO date) of the commit that added `folder`'s per-turn dump (as results.json or .gz)."""
+def first_folder(folder: Path) -> str:
+    """The folder (relative to the repository) in which `folder`'s per-turn dump was first committed: its own path,
+    or the one it had before the renames git follows (a results folder renamed to say what varies)."""
     rel = folder.resolve().relative_to(ROOT).as_posix()
-    out = _git("log", "--diff-filter=A", "--format=%H %aI", "--", f"{rel}/results.json", f"{rel}/results.json.gz")
+    dump = Path(results_file(folder)).resolve().relative_to(ROOT).as_posix()
+    names = [line for line in _git("log", "--follow", "--name-only", "--format=", "--", dump).splitlines() if line.strip()]
+    return names[-1].rsplit("/", 1)[0] if names else rel
+
+
+def added_in(folder: Path) -> tuple[str, str]:
+    """(commit, ISO date) of the commit that added `folder`'s per-turn dump (as results.json or .gz), under its
+    present name or the one it was first committed under."""
+    rel = folder.resolve().relative_to(ROOT).as_posix()
+    paths = {f"{where}/{name}" for where in (rel, first_folder(folder)) for name in ("results.json", "results.json.gz")}
+    out = _git("log", "--diff-filter=A", "--format=%H %aI", "--", *sorted(paths))
     lines = out.split("\n")
     lines = [line for line in lines if line.strip()]
     if not lines:

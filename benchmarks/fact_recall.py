@@ -29,6 +29,7 @@ from pathlib import Path
 
 from rhea.errors import RheaConfigError
 from rhea.eval.checkpoint import read_rows  # a line cut by a killed run is redone
+from rhea.eval.report import read_stored_text, stored_path, unpack_stored
 from rhea.eval.fact_recall import (CONDITIONS, KINDS, MODES, QUESTION_FORMS, RECONSTRUCT_CONDITIONS, answer_item,
                                    compare_runs, complete_rows, interleave_kinds, load_items, other_items,
                                    question_form, reconstruct_item, score_item, summarise)
@@ -146,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         _check_fidelity_target(args)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows_path = out.with_name(out.name + ".rows.jsonl")
+    # a committed run is stored gzipped: unpacked before this run appends rows to it and rewrites its summary
+    rows_path = unpack_stored(out.with_name(out.name + ".rows.jsonl"))
+    unpack_stored(out.with_suffix(".json"))
     rows = read_rows(rows_path)
     for key, value, flag, default in (("question_form", args.question_form, "--question-form", "item"),
                                       ("mode", args.mode, "--mode", "generate")):
@@ -156,8 +159,9 @@ def main(argv: list[str] | None = None) -> int:
                                   f"pass the matching {flag} or another --out")
     versus_rows = None
     if args.versus is not None:
-        versus_path = Path(args.versus).with_name(Path(args.versus).name + ".rows.jsonl")
-        versus_rows = read_rows(versus_path)
+        versus_path = stored_path(Path(args.versus).with_name(Path(args.versus).name + ".rows.jsonl"))
+        versus_rows = (read_rows(versus_path) if not versus_path.name.endswith(".gz") else
+                       [json.loads(line) for line in read_stored_text(versus_path).splitlines() if line.strip()])
         if not versus_rows:
             raise RheaConfigError(f"--versus {args.versus!r}: {versus_path} has no rows; name a run's output stem")
     meta_path = out.with_suffix(".json")

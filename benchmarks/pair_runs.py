@@ -7,8 +7,8 @@ rerun is compared with the earlier baseline episode by episode.
 
     python benchmarks/pair_runs.py \\
         --policy vanilla=benchmarks/results/bench_qwen_ep8_bf16/instruction-retention:vanilla \\
-        --policy rhea-per-turn=benchmarks/results/bench_qwen_ep8_s1181/instruction-retention:rhea \\
-        --policy rhea-kept-plans=benchmarks/results/bench_qwen_ep8_s1181/instruction-retention-replan8:rhea \\
+        --policy rhea-per-turn=benchmarks/results/bench_qwen_ep8_step1181/instruction-retention:rhea \\
+        --policy rhea-kept-plans=benchmarks/results/bench_qwen_ep8_step1181/instruction-retention-replan8:rhea \\
         --baseline vanilla --out runs/paired/instruction-retention
 
 ``--pair LABEL=OTHER`` (repeatable) adds the paired differences of two other labels (e.g. a rerun with trained

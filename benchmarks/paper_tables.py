@@ -28,7 +28,7 @@ judge:
 - Table 2 (JGA, Laban et al. subsets): our state-tracking JGA (final probe, every key exact).
 - Table 3 (IM ablation): rhea vs rhea-no-im vs vanilla IAR.
 - Table 4 (EM strategies): rhea vs rhea-all-raw (preserve) vs rhea-drop-all (abandon).
-- Table 5 (recognizer): ``benchmarks/results/recognizer.json`` when present.
+- Table 5 (recognizer): ``benchmarks/results/recognizer.json`` (or its gzipped ``recognizer.json.gz``) when present.
 """
 from __future__ import annotations
 
@@ -606,6 +606,8 @@ def plot(results: dict[str, dict], path: Path, variants: dict[str, dict] | None 
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rhea.eval.report import read_stored_json, stored_path
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--index", type=Path, default=None,
                         help="read the --run ids from this results index (benchmarks/results/index.jsonl) instead of "
@@ -617,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
                              "e.g. the long-horizon run kept apart from the others (a suite found twice is an error)")
     parser.add_argument("--paper", type=Path, default=HERE / "paper_tables.json")
     parser.add_argument("--recognizer", type=Path, default=HERE / "results" / "recognizer.json",
-                        help="our recognizer benchmark (benchmarks/results/recognizer.json), for Table 5")
+                        help="our recognizer benchmark (benchmarks/results/recognizer.json, or its .json.gz), for Table 5")
     parser.add_argument("--out", type=Path, required=True, help="output path without extension")
     parser.add_argument("--variant", action="append", default=[], metavar="LABEL=DIR[,DIR...]",
                         help="more runs (e.g. the same model with calibrated thresholds) shown as extra rows "
@@ -631,9 +633,9 @@ def main(argv: list[str] | None = None) -> int:
         name, sep, path = spec.partition("=")
         if not sep or name not in OURS:
             parser.error(f"--ours takes NAME=JSON with NAME one of {', '.join(OURS)}, got {spec!r}")
-        if not Path(path).is_file():
-            parser.error(f"--ours {spec!r}: {path} is not a file")
-        ours_runs[name] = json.loads(Path(path).read_text())
+        if not stored_path(path).is_file():
+            parser.error(f"--ours {spec!r}: {path} is not a file (nor {path}.gz)")
+        ours_runs[name] = read_stored_json(path)
     if bool(args.index) == bool(args.results) or bool(args.index) != bool(args.run):
         parser.error("give --results DIR (the dumps), or --index PATH with --run RUN_ID (the results index)")
     if args.index:
@@ -651,7 +653,7 @@ def main(argv: list[str] | None = None) -> int:
         if missing := [str(d) for d in folders if not d.is_dir()]:
             parser.error(f"--variant {label}: no such folder: {', '.join(missing)}")
         variants[label] = pair_with_main_baseline(results, load_results(*folders))
-    recognizer = json.loads(args.recognizer.read_text()) if args.recognizer.is_file() else None
+    recognizer = read_stored_json(args.recognizer) if stored_path(args.recognizer).is_file() else None
     text = render(results, json.loads(args.paper.read_text()), variants, recognizer, ours_runs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".md").write_text(text)

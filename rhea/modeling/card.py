@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 from rhea.modeling.config import (CONFIG_NAME, FACT_RECALL_MIN_MARGIN, FACT_RECALL_MIN_RATIO, FIDELITY_MIN_TOKEN_ACC,
                                   RheaConfig)
+from rhea.modeling.manifest import record_files
 
 CARD_NAME = "README.md"
 
@@ -33,8 +34,11 @@ _FILES = (
     ("latent_injector.safetensors", "the learned map that writes latents into the generate pass"),
     ("score_head.safetensors", "the learned retrieval read-out: latents -> the vectors HCR scores"),
     ("tokenizer/", "the base tokenizer with the added `<mem>` token"),
+    ("tokenizer_changes.json", "what rhea changes in the base model's tokenizer (the added `<mem>` token), "
+                               "applied to the installed base tokenizer at load"),
     ("compress/", "the compress LoRA (PEFT): a reply -> `n_mem` latents"),
     ("generate/", "the generate LoRA (PEFT): answers from the hybrid context"),
+    ("rhea_manifest.json", "the SHA-256 of every file above, checked before the directory is loaded"),
 )
 
 
@@ -191,6 +195,7 @@ def write_model_card(directory: str | Path) -> Path:
             adapters[name] = json.loads(path.read_text(encoding="utf-8"))
     path = directory / CARD_NAME
     path.write_text(model_card(config, adapters, files={p.name for p in directory.iterdir()}), encoding="utf-8")
+    record_files(directory, [CARD_NAME])  # a saved directory's manifest keeps the new digest
     return path
 
 

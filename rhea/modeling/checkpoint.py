@@ -2,9 +2,12 @@
 `RheaForCausalLM.from_pretrained` reads, with every file checked before it is used.
 
 A Rhea directory holds ``rhea_config.json``, ``mem_tokens.safetensors`` (the `<mem>` read-out slots and
-the `<mem>` token's embedding row), ``tokenizer/``, the PEFT adapters ``compress/`` and ``generate/``,
-``latent_injector.safetensors`` and ``score_head.safetensors`` when the config has them, and a model card
-(``README.md``). The base model's weights are not copied: ``rhea_config.json`` names the base.
+the `<mem>` token's embedding row), the tokenizer (``tokenizer/`` in full, or ``tokenizer_changes.json``: what
+rhea changes in the base model's tokenizer, `rhea.modeling.tokenizer_changes`), the PEFT adapters ``compress/``
+and ``generate/``, ``latent_injector.safetensors`` and ``score_head.safetensors`` when the config has them, a
+model card (``README.md``) and ``rhea_manifest.json``, the SHA-256 of every file the save wrote
+(`rhea.modeling.manifest`), checked before a file is read. The base model's weights are not copied:
+``rhea_config.json`` names the base.
 
 `save_checkpoint` is atomic: it writes a temporary sibling directory, fsyncs it and renames it into
 place, so a failure part-way leaves the previous save as it was. Files of an existing directory that a
@@ -26,15 +29,17 @@ from rhea.errors import CheckpointError
 from rhea.modeling.adapters import ADAPTERS, quiet_peft
 from rhea.modeling.card import CARD_NAME, write_model_card
 from rhea.modeling.config import CONFIG_NAME, RheaConfig
+from rhea.modeling.manifest import MANIFEST_NAME, verify_manifest, write_manifest
 from rhea.modeling.score_head import SCORE_HEAD_WEIGHTS_NAME
-from rhea.storage import fsync_directory
+from rhea.modeling.tokenizer_changes import TOKENIZER_CHANGES_NAME, read_changes, rebuild_tokenizer, tokenizer_changes
+from rhea.storage import atomic_write_text, fsync_directory
 
 MEM_WEIGHTS_NAME = "mem_tokens.safetensors"
 INJECTOR_WEIGHTS_NAME = "latent_injector.safetensors"
 TOKENIZER_DIR = "tokenizer"
 #: the entries a save writes (or removes, when the model has no such part): a re-save replaces exactly these
 SAVED_ENTRIES = frozenset({CONFIG_NAME, MEM_WEIGHTS_NAME, INJECTOR_WEIGHTS_NAME, SCORE_HEAD_WEIGHTS_NAME,
-                           TOKENIZER_DIR, CARD_NAME, *ADAPTERS})
+                           TOKENIZER_DIR, TOKENIZER_CHANGES_NAME, CARD_NAME, MANIFEST_NAME, *ADAPTERS})
 
 
 def text_config(config):
@@ -44,18 +49,37 @@ def text_config(config):
 
 # ---------------------------------------------------------------------------------------------- reading
 def check_checkpoint(directory: Path) -> RheaConfig:
-    """The config of Rhea directory `directory`, after checking that every required entry is there."""
+    """The config of Rhea directory `directory`, after checking that every required entry is there and that
+    every file its manifest lists has the recorded SHA-256 (`CorruptedCheckpointError` otherwise)."""
     if not directory.is_dir():
         kept = sorted(directory.parent.glob(f".{directory.name}.replaced-*")) if directory.name else []
         hint = (f"; a save into it was cut off between its two renames: the previous save is intact at {kept[-1]}, "
                 f"rename it to {directory}" if kept else "")
         raise CheckpointError(f"{directory} is not a directory; pass the folder written by save_pretrained(){hint}")
+    verify_manifest(directory)
     config = RheaConfig.load(directory)
-    required = [CONFIG_NAME, MEM_WEIGHTS_NAME, TOKENIZER_DIR, *(f"{a}/adapter_config.json" for a in ADAPTERS)]
+    required = [CONFIG_NAME, MEM_WEIGHTS_NAME, *(f"{a}/adapter_config.json" for a in ADAPTERS)]
     missing = [r for r in required if not (directory / r).exists()]
+    if not (directory / TOKENIZER_DIR).is_dir() and not (directory / TOKENIZER_CHANGES_NAME).is_file():
+        missing.append(f"{TOKENIZER_DIR}/ (or {TOKENIZER_CHANGES_NAME})")
     if missing:
         raise CheckpointError(f"{directory} is missing {missing}; it was not fully written by save_pretrained()")
     return config
+
+
+def load_tokenizer(directory: Path, base_tokenizer: Callable[[], object]):
+    """The tokenizer of `directory`: its ``tokenizer/`` folder, or else the base tokenizer (``base_tokenizer()``,
+    called only then) rebuilt with ``tokenizer_changes.json``."""
+    from transformers import AutoTokenizer
+
+    if (directory / TOKENIZER_DIR).is_dir():
+        try:
+            return AutoTokenizer.from_pretrained(directory / TOKENIZER_DIR)
+        except Exception as e:
+            raise CheckpointError(f"the tokenizer in {directory / TOKENIZER_DIR} could not be loaded ({type(e).__name__}: "
+                                  f"{e}); restore it from the directory you saved (or save the model again)") from e
+    record = directory / TOKENIZER_CHANGES_NAME
+    return rebuild_tokenizer(base_tokenizer(), read_changes(record), record)
 
 
 def recorded_base(directory: Path, config: RheaConfig):
@@ -150,16 +174,22 @@ def load_module_weights(module: nn.Module, path: Path, *, missing: str, mismatch
 
 # ---------------------------------------------------------------------------------------------- writing
 def save_checkpoint(directory: str | os.PathLike, *, config: RheaConfig, tokenizer, peft_model,
-                    weights: Mapping[str, tuple[dict[str, torch.Tensor], dict[str, str]]]) -> Path:
+                    weights: Mapping[str, tuple[dict[str, torch.Tensor], dict[str, str]]],
+                    base_tokenizer=None) -> Path:
     """Write a Rhea directory atomically: `config`, `tokenizer`, both adapters of `peft_model`, and each
-    ``weights[file name] = (tensors, metadata)`` as a safetensors file, then the model card.
+    ``weights[file name] = (tensors, metadata)`` as a safetensors file, then the model card and the manifest
+    (the SHA-256 of every file written). With `base_tokenizer` (the base model's own tokenizer) the tokenizer
+    is stored as ``tokenizer_changes.json``, what it changes in `base_tokenizer`, instead of ``tokenizer/``.
 
     Everything goes into a temporary sibling of `directory`, is fsynced and renamed into place (an existing
     `directory` is renamed aside first and removed once the new one is in), so an error or a crash
     part-way leaves the previous save intact. Entries of an existing `directory` outside `SAVED_ENTRIES`
     are carried into the new one (hard links where the file system allows, else copies)."""
+    import json
+
     from safetensors.torch import save_file
 
+    changes = tokenizer_changes(tokenizer, base_tokenizer, config.base_model) if base_tokenizer is not None else None
     target = Path(os.path.abspath(directory))
     if target.is_symlink():
         target = target.resolve()
@@ -177,13 +207,18 @@ def save_checkpoint(directory: str | os.PathLike, *, config: RheaConfig, tokeniz
         config.save(tmp)
         for name, (tensors, metadata) in weights.items():
             save_file(tensors, str(tmp / name), metadata=metadata)
-        tokenizer.save_pretrained(tmp / TOKENIZER_DIR)
+        if changes is None:
+            tokenizer.save_pretrained(tmp / TOKENIZER_DIR)
+        else:
+            atomic_write_text(tmp / TOKENIZER_CHANGES_NAME, json.dumps(changes, indent=1, ensure_ascii=False) + "\n")
         # Non-default adapter names go to subfolders; the <mem> rows are ours, never PEFT's
         # (save_embedding_layers="auto" could write the whole resized embedding matrix).
         peft_model.save_pretrained(str(tmp), save_embedding_layers=False)
         if target.is_dir():
             _carry_over(target, tmp)
-        # PEFT leaves its template card ("More Information Needed"); the directory gets a card that describes it.
+        write_manifest(tmp, sorted(SAVED_ENTRIES - {MANIFEST_NAME, CARD_NAME}))
+        # PEFT leaves its template card ("More Information Needed"); the directory gets a card that describes
+        # it, which lists the manifest and records its own digest in it.
         write_model_card(tmp)
         _fsync_tree(tmp)
         _replace_dir(tmp, target)
@@ -259,6 +294,6 @@ def mem_weights(slots: torch.Tensor, token_row: torch.Tensor, piece_offsets: tor
     return mem, {"mem_token": MEM_TOKEN, "mem_token_id": str(mem_token_id)}
 
 
-__all__ = ["INJECTOR_WEIGHTS_NAME", "MEM_WEIGHTS_NAME", "SAVED_ENTRIES", "TOKENIZER_DIR", "check_base",
-           "check_checkpoint", "load_adapters", "load_module_weights", "mem_weights", "read_mem_weights",
+__all__ = ["INJECTOR_WEIGHTS_NAME", "MANIFEST_NAME", "MEM_WEIGHTS_NAME", "SAVED_ENTRIES", "TOKENIZER_CHANGES_NAME",
+           "TOKENIZER_DIR", "check_base", "check_checkpoint", "load_adapters", "load_tokenizer", "load_module_weights", "mem_weights", "read_mem_weights",
            "recorded_base", "save_checkpoint", "text_config"]

@@ -340,6 +340,9 @@ class RheaConfig:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=2)
             f.write("\n")
+        from rhea.modeling.manifest import record_files
+
+        record_files(directory, [CONFIG_NAME])  # a saved directory's manifest keeps the new digest
         return path
 
     @classmethod

@@ -24,10 +24,10 @@ import torch
 from torch import nn
 
 from rhea.constants import MEM_TOKEN
-from rhea.errors import InvalidTextError, RheaConfigError
+from rhea.errors import CheckpointError, InvalidTextError, RheaConfigError
 from rhea.modeling import capacity, checkpoint, projector
 from rhea.modeling.adapters import ADAPTERS, LoraAdapters, lora_config, quiet_peft
-from rhea.modeling.checkpoint import INJECTOR_WEIGHTS_NAME, MEM_WEIGHTS_NAME, TOKENIZER_DIR, text_config
+from rhea.modeling.checkpoint import INJECTOR_WEIGHTS_NAME, MEM_WEIGHTS_NAME, text_config
 from rhea.modeling.config import CONFIG_NAME, RheaConfig
 from rhea.modeling.projector import LatentInjector, add_mem_token
 from rhea.modeling.score_head import SCORE_HEAD_WEIGHTS_NAME, ScoreHead
@@ -127,19 +127,29 @@ class RheaForCausalLM(nn.Module):
         """Load a directory written by :meth:`save_pretrained` (every file checked: `CheckpointError`).
 
         `base_model` overrides the base recorded in ``rhea_config.json``: a model-zoo name, a
-        path or hub id already on disk, or an already-loaded ``PreTrainedModel``.
+        path or hub id already on disk, or an already-loaded ``PreTrainedModel``. A directory without
+        ``tokenizer/`` has its tokenizer rebuilt from the base model's (``tokenizer_changes.json``).
         """
-        from transformers import AutoTokenizer
-
-        from rhea.modeling.zoo import load_base_model
+        from rhea.modeling.zoo import load_base_model, load_base_tokenizer
 
         directory = Path(directory)
         config = checkpoint.check_checkpoint(directory)
         if base_model is None:
             base_model = checkpoint.recorded_base(directory, config)
+
+        def base_tokenizer():
+            if isinstance(base_model, (str, os.PathLike)):
+                return load_base_tokenizer(str(base_model))
+            name = getattr(base_model.config, "_name_or_path", None) or config.base_model
+            if not name:
+                raise CheckpointError(f"{directory} stores its tokenizer as changes to the base model's, and the "
+                                      "base model given records no name to load that tokenizer from; pass "
+                                      "base_model= as a zoo name or path")
+            return load_base_tokenizer(str(name))
+
+        tokenizer = checkpoint.load_tokenizer(directory, base_tokenizer)  # before the base model is loaded
         base = load_base_model(str(base_model), dtype=dtype)[0] if isinstance(base_model, (str, os.PathLike)) else base_model
         checkpoint.check_base(base, config, directory)
-        tokenizer = AutoTokenizer.from_pretrained(directory / TOKENIZER_DIR)
         mem_id = add_mem_token(base, tokenizer)
         mem = checkpoint.read_mem_weights(directory, config, int(text_config(base.config).hidden_size))
         with torch.no_grad():
@@ -161,13 +171,27 @@ class RheaForCausalLM(nn.Module):
         model._apply_anchor_config()
         return model.eval()
 
-    def save_pretrained(self, directory: str | os.PathLike) -> None:
+    def save_pretrained(self, directory: str | os.PathLike, *, tokenizer_copy: bool = True) -> None:
         """Write ``rhea_config.json``, ``mem_tokens.safetensors``, ``tokenizer/``, ``compress/``, ``generate/``
-        (and the latent injector and score head when the model has them) and a model card (``README.md``,
-        `rhea.modeling.card`), atomically: a failure part-way leaves an earlier save in `directory` intact
+        (and the latent injector and score head when the model has them), a model card (``README.md``,
+        `rhea.modeling.card`) and ``rhea_manifest.json`` (the SHA-256 of each file, checked by
+        `from_pretrained`), atomically: a failure part-way leaves an earlier save in `directory` intact
         (`rhea.modeling.checkpoint.save_checkpoint`). The base model's weights are not copied:
         ``rhea_config.json`` names the base.
+
+        ``tokenizer_copy=False`` stores the tokenizer as ``tokenizer_changes.json`` (what rhea changed in the
+        base model's tokenizer: kilobytes instead of megabytes) instead of ``tokenizer/``; loading then needs
+        the base model's tokenizer installed, with the same vocabulary.
         """
+        base_tokenizer = None
+        if not tokenizer_copy:
+            from rhea.modeling.zoo import load_base_tokenizer
+
+            if not self.config.base_model:
+                raise CheckpointError("save_pretrained(tokenizer_copy=False) stores the tokenizer as changes to the "
+                                      "base model's, but the config records no base_model to rebuild it from; set "
+                                      "model.config.base_model or keep tokenizer_copy=True")
+            base_tokenizer = load_base_tokenizer(self.config.base_model)
         weights = {MEM_WEIGHTS_NAME: checkpoint.mem_weights(
             self.mem_slot_embeds, self.base_model.get_input_embeddings().weight[self.mem_token_id],
             self.mem_piece_embeds, self.mem_token_id)}
@@ -179,7 +203,7 @@ class RheaForCausalLM(nn.Module):
                 "score_head": str(self.config.score_head),
                 "score_head_layers": ",".join(map(str, self.config.score_head_layers))})
         checkpoint.save_checkpoint(directory, config=self.config, tokenizer=self.tokenizer,
-                                   peft_model=self.peft_model, weights=weights)
+                                   peft_model=self.peft_model, weights=weights, base_tokenizer=base_tokenizer)
 
     # ------------------------------------------------------------------ properties
     @property

@@ -40,8 +40,11 @@ def cast_safetensors(directory: str | Path, dtype: torch.dtype) -> list[Path]:
     from safetensors import safe_open
     from safetensors.torch import save_file
 
+    from rhea.modeling.manifest import record_files
+
+    directory = Path(directory)
     done = []
-    for path in sorted(Path(directory).rglob("*.safetensors")):
+    for path in sorted(directory.rglob("*.safetensors")):
         with safe_open(str(path), "pt") as f:
             meta = f.metadata()
             tensors = {k: f.get_tensor(k) for k in f.keys()}
@@ -56,16 +59,20 @@ def cast_safetensors(directory: str | Path, dtype: torch.dtype) -> list[Path]:
             out[k] = v.contiguous()
         save_file(out, str(path), metadata=meta)
         done.append(path)
+    record_files(directory, [p.relative_to(directory).as_posix() for p in done])  # the manifest keeps the new digests
     return done
 
 
 def shrink_model(source: str | Path, out: str | Path, *, compress_rank: int | None = None,
-                 generate_rank: int | None = None, dtype: str = "float16", base_model=None) -> dict:
+                 generate_rank: int | None = None, dtype: str = "float16", base_model=None,
+                 tokenizer_copy: bool = True) -> dict:
     """Write `out`: `source` (a Rhea directory or a zoo name with shipped adapters) with each named adapter cut
     to its rank and every weight file stored in `dtype`. Returns the report also recorded in
     ``rhea_config.json`` (``extra["shrunk"]``): per adapter the ranks and the share of each layer's update kept.
 
-    Everything is checked before a model is loaded: the ranks, the dtype, the source and that `out` is new or empty.
+    ``tokenizer_copy=False`` stores the tokenizer as what it changes in the base model's (`save_pretrained`),
+    the form the shipped adapters take. Everything is checked before a model is loaded: the ranks, the dtype,
+    the source and that `out` is new or empty.
     """
     from rhea.modeling.export import check_export_out, resolve_export_source
     from rhea.modeling.rhea_model import RheaForCausalLM
@@ -92,7 +99,7 @@ def shrink_model(source: str | Path, out: str | Path, *, compress_rank: int | No
         report["fidelity_of_source"] = was
     model.config.fidelity = None  # measured on the source, not on this model: measure it again
     model.config.extra["shrunk"] = report
-    model.save_pretrained(out)
+    model.save_pretrained(out, tokenizer_copy=tokenizer_copy)
     if target != torch.float32:
         cast_safetensors(out, target)
     return report

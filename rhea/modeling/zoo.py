@@ -477,6 +477,24 @@ def check_model_path(name_or_path: str) -> None:
                               f"name ({known})")
 
 
+def load_base_tokenizer(name_or_path: str = DEFAULT_MODEL):
+    """The tokenizer of base model `name_or_path` (a zoo name, a local directory or a cached hub id), offline;
+    `CheckpointError` when it cannot be loaded."""
+    from transformers import AutoTokenizer
+
+    check_model_path(name_or_path)
+    path = resolve_model_path(name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        known = ", ".join(sorted(MODEL_ZOO))
+        raise CheckpointError(
+            f"could not load the tokenizer of base model {name_or_path!r} ({e}). Pass a model-zoo name ({known}, "
+            "installed with `rhea models install NAME`), a local directory with the tokenizer files, or a hub id "
+            "already in the local cache."
+        ) from e
+
+
 def load_base_model(
     name_or_path: str = DEFAULT_MODEL,
     *,

@@ -7,7 +7,7 @@ import torch
 
 from rhea.errors import CheckpointError, RheaConfigError
 from rhea.modeling import RheaConfig, RheaForCausalLM
-from rhea.modeling.checkpoint import INJECTOR_WEIGHTS_NAME
+from rhea.modeling.checkpoint import INJECTOR_WEIGHTS_NAME, MANIFEST_NAME
 from rhea.modeling.projector import LatentInjector
 from rhea.testing import tiny_llama, tiny_rhea, tiny_tokenizer
 
@@ -77,6 +77,7 @@ def test_save_and_reload_keep_the_injector(tmp_path, mode):
 def test_old_directories_without_the_option_load_as_raw(tmp_path):
     model = tiny_rhea()
     model.save_pretrained(tmp_path)
+    (tmp_path / MANIFEST_NAME).unlink()  # an older save: no digests either
     cfg = json.loads((tmp_path / "rhea_config.json").read_text())
     del cfg["latent_injection"], cfg["fidelity"]  # as written before the options existed
     (tmp_path / "rhea_config.json").write_text(json.dumps(cfg))
@@ -89,6 +90,7 @@ def test_old_directories_without_the_option_load_as_raw(tmp_path):
 def test_missing_or_mismatched_injector_file_is_a_checkpoint_error(tmp_path):
     model = tiny_rhea(latent_injection="projector")
     model.save_pretrained(tmp_path)
+    (tmp_path / MANIFEST_NAME).unlink()  # the injector's own checks (with a manifest, its digest is checked first)
     tok = tiny_tokenizer()
     (tmp_path / INJECTOR_WEIGHTS_NAME).unlink()
     with pytest.raises(CheckpointError, match="latent_injector.safetensors is missing"):
@@ -230,6 +232,9 @@ def test_deep_save_reload_round_trip(tmp_path):
     import shutil
 
     shutil.copy(tmp_path / "p" / INJECTOR_WEIGHTS_NAME, tmp_path / INJECTOR_WEIGHTS_NAME)
+    with pytest.raises(CheckpointError, match="latent_injector.safetensors has .* bytes, but .* were saved"):
+        RheaForCausalLM.from_pretrained(tmp_path, base_model=tiny_llama(len(tok)))
+    (tmp_path / MANIFEST_NAME).unlink()  # without the digests, the injector's own check names the mismatch
     with pytest.raises(CheckpointError, match="do not match"):
         RheaForCausalLM.from_pretrained(tmp_path, base_model=tiny_llama(len(tok)))
 
@@ -506,6 +511,7 @@ def test_piece_embeddings_order_the_blocks_of_a_reply(tmp_path):
     for bad in (-1, True, 1.5):
         with pytest.raises(RheaConfigError, match="compress_piece_embeddings"):
             model.resize_piece_embeddings(bad)
+    (tmp_path / "m" / MANIFEST_NAME).unlink()  # the file checks below, not the digests
     cfg = json.loads((tmp_path / "m" / "rhea_config.json").read_text())
     cfg["compress_piece_embeddings"] = 0
     (tmp_path / "m" / "rhea_config.json").write_text(json.dumps(cfg))

@@ -3,8 +3,9 @@ import json
 import pytest
 import torch
 
-from rhea.errors import CheckpointError, LatentMismatchError, RheaConfigError
+from rhea.errors import CheckpointError, CorruptedCheckpointError, LatentMismatchError, RheaConfigError
 from rhea.modeling import RheaConfig, RheaForCausalLM
+from rhea.modeling.checkpoint import MANIFEST_NAME
 from rhea.testing import tiny_llama, tiny_rhea, tiny_tokenizer
 
 
@@ -193,6 +194,9 @@ def test_missing_and_corrupted_files_raise(tmp_path):
     with pytest.raises(CheckpointError, match="not a directory"):
         RheaForCausalLM.from_pretrained(tmp_path / "nope", base_model=base())
     (tmp_path / "m" / "mem_tokens.safetensors").write_bytes(b"\x00garbage")
+    with pytest.raises(CorruptedCheckpointError, match="mem_tokens.safetensors has 8 bytes"):
+        RheaForCausalLM.from_pretrained(tmp_path / "m", base_model=base())
+    (tmp_path / "m" / MANIFEST_NAME).unlink()  # a save without digests: each file's own check still names it
     with pytest.raises(CheckpointError, match="corrupted"):
         RheaForCausalLM.from_pretrained(tmp_path / "m", base_model=base())
     (tmp_path / "m" / "mem_tokens.safetensors").unlink()
@@ -204,11 +208,14 @@ def test_missing_and_corrupted_files_raise(tmp_path):
 
 
 def test_corrupted_adapter_raises(tmp_path):
+    """Without a manifest (which would name the file first), a broken adapter file is named by its adapter."""
     tiny_rhea().save_pretrained(tmp_path / "m")
+    (tmp_path / "m" / MANIFEST_NAME).unlink()
     (tmp_path / "m" / "generate" / "adapter_model.safetensors").write_bytes(b"junk")
     with pytest.raises(CheckpointError, match="the 'generate' LoRA adapter in .*generate could not be loaded"):
         RheaForCausalLM.from_pretrained(tmp_path / "m", base_model=tiny_llama(len(tiny_tokenizer())))
     tiny_rhea().save_pretrained(tmp_path / "c")
+    (tmp_path / "c" / MANIFEST_NAME).unlink()
     (tmp_path / "c" / "compress" / "adapter_model.safetensors").write_bytes(b"junk")
     with pytest.raises(CheckpointError, match="the 'compress' LoRA adapter"):
         RheaForCausalLM.from_pretrained(tmp_path / "c", base_model=tiny_llama(len(tiny_tokenizer())))

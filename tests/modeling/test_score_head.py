@@ -68,6 +68,9 @@ def test_head_round_trips_and_missing_file_is_named(tmp_path):
     assert RheaForCausalLM.from_pretrained(tmp_path / "m").score_head is None
     model.save_pretrained(tmp_path / "m2")
     (tmp_path / "m2" / SCORE_HEAD_WEIGHTS_NAME).unlink()
+    with pytest.raises(CheckpointError, match=f"{SCORE_HEAD_WEIGHTS_NAME} is listed in rhea_manifest.json but missing"):
+        RheaForCausalLM.from_pretrained(tmp_path / "m2")
+    (tmp_path / "m2" / "rhea_manifest.json").unlink()  # a save without digests: the config's check names it
     with pytest.raises(CheckpointError, match="score_head=6"):
         RheaForCausalLM.from_pretrained(tmp_path / "m2")
 

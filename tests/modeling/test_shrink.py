@@ -160,3 +160,24 @@ def test_cli_shrink(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0 and "compress: rank 4 -> 2" in out and "generate: rank 4 -> 4" in out
     assert json.loads(out.strip().splitlines()[-1])["adapters"]["compress"]["rank_after"] == 2
+
+
+def test_a_shrunk_copy_without_a_tokenizer_copy_loads_with_a_true_manifest(tmp_path):
+    """What scripts/ship_adapters.py builds: shrunk, cast to fp16 after the save, the tokenizer as a change record;
+    the manifest still matches every file and the copy loads with the source's tokenizer ids."""
+    from rhea.modeling.checkpoint import TOKENIZER_CHANGES_NAME, TOKENIZER_DIR
+    from rhea.modeling.manifest import read_manifest, verify_manifest
+    from rhea.modeling.zoo import load_base_model
+
+    base, tok = load_base_model(save_tiny_base(tmp_path / "base"))
+    model = RheaForCausalLM.from_base(base, tok)
+    _randomize(model, "compress")
+    model.save_pretrained(tmp_path / "src")
+    shrink_model(tmp_path / "src", tmp_path / "out", compress_rank=2, dtype="float16", tokenizer_copy=False)
+    out = tmp_path / "out"
+    assert (out / TOKENIZER_CHANGES_NAME).is_file() and not (out / TOKENIZER_DIR).exists()
+    assert verify_manifest(out) == len(read_manifest(out)) > 5
+    loaded = RheaForCausalLM.from_pretrained(out)
+    text = "what color is the <mem> cat ?"
+    assert loaded.tokenizer(text)["input_ids"] == model.tokenizer(text)["input_ids"]
+    assert loaded.lora_rank("compress") == 2
