@@ -7,8 +7,8 @@ conversation (a first message's bare constraints are standing), the threshold ca
 the held-out scores of the other sources only, for recall >= --min-recall (0.95) at the best
 precision: the paper's operating point (a missed rule collapses adherence, a spurious one
 costs little). Compares: rules only, rules + MiniLM head (default),
-rules + hashed n-gram classifier, and optionally rules + the paper's YES/NO prompt on the
-embedded model (a held-out subset). Writes <out>.json and <out>.png (PR curve per source,
+rules + hashed n-gram classifier, and optionally the paper's YES/NO prompt alone and behind
+the rules on any zoo model (a stratified held-out sample). Writes <out>.json and <out>.png (PR curve per source,
 chosen operating point).
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 .venv/bin/python benchmarks/recognizer.py \
@@ -16,8 +16,9 @@ chosen operating point).
 
 The paper's YES/NO prompt alone and behind the rules on the capable model:
 
-    ... benchmarks/recognizer.py --prompted-only --prompted 260 --prompted-model qwen2.5-coder-1.5b \\
-        --out benchmarks/results/recognizer_prompted_qwen --reply-cache /tmp/qwen_replies.json
+    ... benchmarks/recognizer.py --prompted-only --prompted 240 --prompted-model qwen2.5-coder-1.5b \\
+        --prompted-budget-s 2700 --prompted-out benchmarks/results/recognizer_prompted_qwen.json \\
+        --reply-cache /tmp/qwen_replies.json
 
 --write-head refits the shipped head on all rows and stores it, with the threshold
 calibrated on the pooled LOSO scores (recall >= --min-recall at the best precision), in
@@ -102,7 +103,8 @@ def prompted_sample(rows, n):
     so every row is held out): every positive of the real sources, then the hand-written
     sources' rows spread over their categories, two negatives to a positive (their negatives are the hard ones: one-off
     requests, questions about rules, quoted and reported instructions, false cues), then an
-    even spread of the real sources' negatives. Deterministic."""
+    even spread of the real sources' negatives; interleaved so that every prefix keeps the
+    proportions. Deterministic."""
     def spread(pool, k):
         by_cat = {}
         for r in pool:
@@ -120,16 +122,21 @@ def prompted_sample(rows, n):
     hand_rows = [r for r in rows if r["source"] in REAL_EXCLUDED]
     hand = spread([r for r in hand_rows if not r["label"]], rest * 2 // 5) + spread([r for r in hand_rows if r["label"]], rest // 5)
     neg = spread([r for r in real if not r["label"]], rest - len(hand))
-    return pos + hand + neg
+    # interleaved in proportion, so that any prefix of the sample is itself stratified
+    strata = [pos, hand, neg]
+    order = sorted(((k + 0.5) / len(g), i, k) for i, g in enumerate(strata) for k in range(len(g)))
+    return [strata[i][k] for _, i, k in order]
 
 
-def prompted_subset(rows, n, threads, model_name="smollm2-135m", reply_cache=None):
+def prompted_subset(rows, n, threads, model_name="smollm2-135m", reply_cache=None, budget_s=None):
     """The paper's YES/NO prompt (`PAPER_PROMPT`, parsed by `parse_yes_no`) on `model_name`
     (a zoo name or a local model directory; plain base model, greedy, a kept prefix cache so
     the fixed prompt is prefilled once) for a stratified sample of `n` rows (`prompted_sample`),
     alone and behind the rules (the default pipeline's stage 1, then the prompt only where no
     rule decided, each row at its turn). `reply_cache` (a JSON file, text -> reply) reuses
-    replies of an earlier run of the same model, so the rules can be rescored without it."""
+    replies of an earlier run of the same model, so the rules can be rescored without it.
+    `budget_s` stops generating after that many seconds; the rows answered by then (a prefix
+    of the interleaved sample, so still stratified) are scored and the rest counted as left."""
     import torch
 
     torch.set_num_threads(threads)
@@ -150,6 +157,8 @@ def prompted_subset(rows, n, threads, model_name="smollm2-135m", reply_cache=Non
         clf = PromptClassifier(HFGenerator(model.eval(), tok, prefix_cache=True))
         t0 = time.perf_counter()
         for i, r in enumerate(todo):
+            if budget_s is not None and time.perf_counter() - t0 > budget_s:
+                break
             with torch.inference_mode():
                 clf(r["text"])
             cache[key(r["text"])] = clf.last_reply
@@ -158,10 +167,16 @@ def prompted_subset(rows, n, threads, model_name="smollm2-135m", reply_cache=Non
                 tmp.write_text(json.dumps(cache, ensure_ascii=False, indent=0) + "\n")
                 tmp.replace(cache_path)
     gen_s = time.perf_counter() - t0
+    generated = sum(key(r["text"]) in cache for r in todo)
+    answered = 0
+    while answered < len(subset) and key(subset[answered]["text"]) in cache:
+        answered += 1
+    left = len(subset) - answered
+    subset = subset[:answered]
     verdict = {r["text"]: parse_yes_no(cache[key(r["text"])]) for r in subset}
     behind = InstructionRecognizer(lambda text: float(bool(verdict.get(text))), threshold=0.5)
     pos = sum(r["label"] for r in subset)
-    out = {"n": len(subset), "positives": pos, "model": f"{model_name} (plain base model, greedy, 1 reply of <= 4 tokens)",
+    out = {"n": len(subset), "n_asked": n, "left_unanswered": left, "positives": pos, "model": f"{model_name} (plain base model, greedy, 1 reply of <= 4 tokens)",
            "prompt": "PAPER_PROMPT (Rhea appendix B)", "parse": "first word 'yes' or 'no', any case or punctuation",
            "sample": "every real-source positive, hand-written rows spread over categories (hard negatives), "
                      "real-source negatives spread over sources and categories",
@@ -189,8 +204,8 @@ def prompted_subset(rows, n, threads, model_name="smollm2-135m", reply_cache=Non
                      "precision_ci95": wilson(tp, tp + fp), "recall_ci95": wilson(tp, tp + fn),
                      "tp": tp, "fp": fp, "fn": fn, "tn": tn}
     out["model_load_s"] = load_s
-    out["s_per_message"] = gen_s / len(todo) if todo else None
-    out["generated"] = len(todo)
+    out["s_per_message"] = gen_s / generated if generated else None
+    out["generated"] = generated
     return out
 
 
@@ -199,8 +214,10 @@ def policy_path(rows, loso, l2):
     model whose recognizer is the default pipeline with the head fitted without that source
     (and its LOSO-calibrated threshold); a row counts as global when `build(conversation,
     message)` puts an instruction into the plan, the conversation empty for a first message
-    (turn 0) and one ordinary earlier turn otherwise. Also counts disagreements with the fast
-    scoring above (0 means the benchmark scores what the policy does)."""
+    (turn 0) and one ordinary earlier turn otherwise. The head reads each labelled message's
+    MiniLM embedding from the benchmark's table (the same `embed` output; any other text, such
+    as a sentence of a message, is embedded as the policy would). Also counts disagreements with
+    the fast scoring above (0 means the benchmark scores what the policy does)."""
     from rhea.context import Conversation, Turn
     from rhea.policies import get_policy
     from rhea.memory.recognizer import EmbeddingHeadClassifier, InstructionRecognizer, fit_logistic, head_inputs
@@ -211,6 +228,14 @@ def policy_path(rows, loso, l2):
     texts = [r["text"] for r in rows]
     labels, sources, rules = loso["labels"], loso["sources"], loso["rules"]
     emb = loso["embeddings"]
+    table = {t: emb[i] for i, t in enumerate(texts)}
+
+    class TabledHead(EmbeddingHeadClassifier):
+        def __call__(self, text: str) -> float:
+            if text in table:
+                return float(self.scores([text], table[text][None])[0])
+            return super().__call__(text)
+
     fast = pipeline_scores(rules, loso["stage2"])
     got = np.zeros(len(rows), dtype=bool)
     disagree = []
@@ -218,7 +243,7 @@ def policy_path(rows, loso, l2):
     for src in sorted(set(sources.tolist())):
         train = np.where((sources != src) & (rules != 1))[0]
         w, b = fit_logistic(head_inputs(emb[train], [texts[i] for i in train]), labels[train], l2=l2)
-        rec = InstructionRecognizer(EmbeddingHeadClassifier(w, b, loso["thresholds"][src]))
+        rec = InstructionRecognizer(TabledHead(w, b, loso["thresholds"][src]))
         for i in np.where(sources == src)[0]:
             policy = get_policy("rhea", model=model, recognizer=rec)
             history = [] if rows[i].get("turn") == 0 else [Turn("Hello, I have a question.", "Sure, go ahead.")]
@@ -287,8 +312,11 @@ def main(argv=None):
     ap.add_argument("--prompted", type=int, default=0, help="also the paper's YES/NO prompt as stage 2 on --prompted-model for this many rows")
     ap.add_argument("--prompted-model", default="smollm2-135m", help="zoo name or local directory of the prompted model")
     ap.add_argument("--reply-cache", default=None, help="JSON of the prompted model's replies, reused and extended")
+    ap.add_argument("--prompted-budget-s", type=float, default=None,
+                    help="stop the prompted model after this many seconds and score the rows answered by then")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--prompted-only", action="store_true", help="only the --prompted run, written to <out>.json")
+    ap.add_argument("--prompted-only", action="store_true", help="only the --prompted run, written to --prompted-out")
+    ap.add_argument("--prompted-out", default=None, help="where --prompted-only writes (default <out>_prompted.json)")
     ap.add_argument("--policy-path", action="store_true",
                     help="also run every row through RheaPolicy.build with the LOSO head (slow: embeds each message again)")
     args = ap.parse_args(argv)
@@ -309,8 +337,9 @@ def main(argv=None):
     t0 = time.perf_counter()
     rows = load_labelled()
     if args.prompted_only:  # no embeddings needed
-        res = prompted_subset(rows, args.prompted, args.threads, args.prompted_model, args.reply_cache)
-        path = Path(args.out).with_suffix(".json")
+        res = prompted_subset(rows, args.prompted, args.threads, args.prompted_model, args.reply_cache,
+                              args.prompted_budget_s)
+        path = Path(args.prompted_out or args.out + "_prompted.json")
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(_round(res), indent=1, ensure_ascii=False) + "\n")
         tmp.replace(path)
@@ -363,7 +392,8 @@ def main(argv=None):
     if args.policy_path:
         result["policy_path_loso"] = policy_path(rows, loso, args.l2)
     if args.prompted:
-        result["prompted"] = prompted_subset(rows, args.prompted, args.threads, args.prompted_model, args.reply_cache)
+        result["prompted"] = prompted_subset(rows, args.prompted, args.threads, args.prompted_model, args.reply_cache,
+                              args.prompted_budget_s)
     result["wall_s"] = time.perf_counter() - t0
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

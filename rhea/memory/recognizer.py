@@ -835,6 +835,24 @@ class PromptClassifier:
         return self.unparsed if verdict is None else float(verdict)
 
 
+#: The recognizer name that asks for `prompted_recognizer` on a policy's own model.
+PROMPTED_RECOGNIZER = "prompt"
+
+
+def prompted_recognizer(model, tokenizer=None, *, prompt: str = PAPER_PROMPT) -> "InstructionRecognizer":
+    """The rules, then the YES/NO `prompt` (the paper's by default) on `model` as stage 2: a
+    `RheaForCausalLM` runs with both adapters off, a plain Hugging Face model as it is, greedy,
+    keeping the fixed prompt's KV cache between messages. What ``RheaPolicy(recognizer="prompt")``
+    and ``--policy-option rhea.recognizer=prompt`` build.
+
+    >>> rec = prompted_recognizer(model, tokenizer)       # doctest: +SKIP
+    """
+    from rhea.backends.llm import HFGenerator
+
+    generator = HFGenerator(model, tokenizer, prefix_cache=True)
+    return InstructionRecognizer(PromptClassifier(generator, prompt=prompt), threshold=0.5)
+
+
 # --- labelled data ------------------------------------------------------------------------
 
 LABELLED_DATA = "recognizer_labelled.jsonl"
@@ -943,8 +961,10 @@ class InstructionRecognizer:
             self.classifier = classifier
             default_threshold = getattr(classifier, "threshold", 0.5)
         else:
+            hint = (" ('prompt' needs a model: prompted_recognizer(model, tokenizer), or RheaPolicy(recognizer='prompt') "
+                    "on the policy's own model)" if classifier == PROMPTED_RECOGNIZER else "")
             raise RheaConfigError(f"classifier={classifier!r} must be 'default', 'minilm', 'ngram', None, a TextGenerator "
-                                  "or a callable text -> probability")
+                                  f"or a callable text -> probability{hint}")
         self.threshold = float(default_threshold if threshold is None else threshold)
 
     def __call__(self, text: str, turn: int | None = None) -> RecognizerDecision:
