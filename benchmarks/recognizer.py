@@ -7,12 +7,18 @@ conversation (a first message's bare constraints are standing), the threshold ca
 the held-out scores of the other sources only, for recall >= --min-recall (0.95) at the best
 precision: the paper's operating point (a missed rule collapses adherence, a spurious one
 costs little). Compares: rules only, rules + MiniLM head (default),
-rules + hashed n-gram classifier, and optionally rules + the paper's YES/NO prompt on the
-embedded model (a held-out subset). Writes <out>.json and <out>.png (PR curve per source,
+rules + hashed n-gram classifier, and optionally the paper's YES/NO prompt alone and behind
+the rules on any zoo model (a stratified held-out sample). Writes <out>.json and <out>.png (PR curve per source,
 chosen operating point).
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 .venv/bin/python benchmarks/recognizer.py \
-        --out benchmarks/results/recognizer [--write-head] [--prompted 300]
+        --out benchmarks/results/recognizer [--write-head] [--policy-path]
+
+The paper's YES/NO prompt alone and behind the rules on the capable model:
+
+    ... benchmarks/recognizer.py --prompted-only --prompted 240 --prompted-model qwen2.5-coder-1.5b \\
+        --prompted-budget-s 2700 --prompted-out benchmarks/results/recognizer_prompted_qwen.json \\
+        --reply-cache /tmp/qwen_replies.json
 
 --write-head refits the shipped head on all rows and stores it, with the threshold
 calibrated on the pooled LOSO scores (recall >= --min-recall at the best precision), in
@@ -28,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-REAL_EXCLUDED = ("rhea_v1", "authored_v2", "authored_v3")  # hand-written sources: train only in the "real" pooled view
+REAL_EXCLUDED = ("rhea_v1", "authored_v2", "authored_v3", "authored_v4")  # hand-written sources: train only in the "real" pooled view
 
 
 def _embeddings(texts, cache: str | None):
@@ -92,41 +98,114 @@ def evaluate_variant(name, rows, stage2, rules, thresholds, fixed=None):
             "per_source": per, "errors": errors}
 
 
-def prompted_subset(rows, n, threads):
-    """The paper's YES/NO prompt on the embedded SmolLM2 for `n` rows (all positives of real
-    sources + an even spread of negatives), behind the rules and alone."""
+def prompted_sample(rows, n):
+    """A stratified held-out sample of `n` rows for a prompted stage 2 (the prompt is zero-shot,
+    so every row is held out): every positive of the real sources, then the hand-written
+    sources' rows spread over their categories, two negatives to a positive (their negatives are the hard ones: one-off
+    requests, questions about rules, quoted and reported instructions, false cues), then an
+    even spread of the real sources' negatives; interleaved so that every prefix keeps the
+    proportions. Deterministic."""
+    def spread(pool, k):
+        by_cat = {}
+        for r in pool:
+            by_cat.setdefault((r["source"], r["label"], r.get("category")), []).append(r)
+        picked, groups = [], [g for _, g in sorted(by_cat.items(), key=lambda kv: str(kv[0]))]
+        while len(picked) < k and any(groups):
+            for g in groups:
+                if g and len(picked) < k:
+                    picked.append(g.pop(len(g) // 2))
+        return picked
+
+    real = [r for r in rows if r["source"] not in REAL_EXCLUDED]
+    pos = [r for r in real if r["label"]][:n]
+    rest = n - len(pos)
+    hand_rows = [r for r in rows if r["source"] in REAL_EXCLUDED]
+    hand = spread([r for r in hand_rows if not r["label"]], rest * 2 // 5) + spread([r for r in hand_rows if r["label"]], rest // 5)
+    neg = spread([r for r in real if not r["label"]], rest - len(hand))
+    # interleaved in proportion, so that any prefix of the sample is itself stratified
+    strata = [pos, hand, neg]
+    order = sorted(((k + 0.5) / len(g), i, k) for i, g in enumerate(strata) for k in range(len(g)))
+    return [strata[i][k] for _, i, k in order]
+
+
+def prompted_subset(rows, n, threads, model_name="smollm2-135m", reply_cache=None, budget_s=None):
+    """The paper's YES/NO prompt (`PAPER_PROMPT`, parsed by `parse_yes_no`) on `model_name`
+    (a zoo name or a local model directory; plain base model, greedy, a kept prefix cache so
+    the fixed prompt is prefilled once) for a stratified sample of `n` rows (`prompted_sample`),
+    alone and behind the rules (the default pipeline's stage 1, then the prompt only where no
+    rule decided, each row at its turn). `reply_cache` (a JSON file, text -> reply) reuses
+    replies of an earlier run of the same model, so the rules can be rescored without it.
+    `budget_s` stops generating after that many seconds; the rows answered by then (a prefix
+    of the interleaved sample, so still stratified) are scored and the rest counted as left."""
     import torch
 
     torch.set_num_threads(threads)
-    from rhea import load_default_model
-    from rhea.backends.llm import HFGenerator
-    from rhea.memory.recognizer import PromptClassifier, match_one_off, match_rules
+    from rhea.memory.recognizer import InstructionRecognizer, PromptClassifier, parse_yes_no
 
-    real = [r for r in rows if r["source"] not in REAL_EXCLUDED]
-    pos = [r for r in real if r["label"]]
-    neg = [r for r in real if not r["label"]]
-    step = max(1, len(neg) // max(1, n - len(pos)))
-    subset = pos + neg[::step][: max(0, n - len(pos))]
-    model, _ = load_default_model()
-    clf = PromptClassifier(HFGenerator(model.eval()))
-    t0 = time.perf_counter()
-    out = {"n": len(subset), "positives": len(pos), "model": "SmolLM2-135M-Instruct (embedded, adapters off, greedy)",
-           "prompt": "PAPER_PROMPT (Rhea appendix B)", "unparsed": 0}
-    alone, behind = [0, 0, 0, 0], [0, 0, 0, 0]
-    out["rows"] = []
+    subset = prompted_sample(rows, n)
+    cache_path = Path(reply_cache) if reply_cache else None
+    cache = json.loads(cache_path.read_text()) if cache_path and cache_path.exists() else {}
+    key = lambda text: f"{model_name}\t{text}"
+    todo = [r for r in subset if key(r["text"]) not in cache]
+    t0, load_s = time.perf_counter(), 0.0
+    if todo:
+        from rhea.backends.llm import HFGenerator
+        from rhea.modeling.zoo import load_base_model
+
+        model, tok = load_base_model(model_name)
+        load_s = time.perf_counter() - t0
+        clf = PromptClassifier(HFGenerator(model.eval(), tok, prefix_cache=True))
+        t0 = time.perf_counter()
+        for i, r in enumerate(todo):
+            if budget_s is not None and time.perf_counter() - t0 > budget_s:
+                break
+            with torch.inference_mode():
+                clf(r["text"])
+            cache[key(r["text"])] = clf.last_reply
+            if cache_path and (i % 10 == 9 or i == len(todo) - 1):
+                tmp = cache_path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(cache, ensure_ascii=False, indent=0) + "\n")
+                tmp.replace(cache_path)
+    gen_s = time.perf_counter() - t0
+    generated = sum(key(r["text"]) in cache for r in todo)
+    answered = 0
+    while answered < len(subset) and key(subset[answered]["text"]) in cache:
+        answered += 1
+    left = len(subset) - answered
+    subset = subset[:answered]
+    verdict = {r["text"]: parse_yes_no(cache[key(r["text"])]) for r in subset}
+    behind = InstructionRecognizer(lambda text: float(bool(verdict.get(text))), threshold=0.5)
+    pos = sum(r["label"] for r in subset)
+    out = {"n": len(subset), "n_asked": n, "left_unanswered": left, "positives": pos, "model": f"{model_name} (plain base model, greedy, 1 reply of <= 4 tokens)",
+           "prompt": "PAPER_PROMPT (Rhea appendix B)", "parse": "first word 'yes' or 'no', any case or punctuation",
+           "sample": "every real-source positive, hand-written rows spread over categories (hard negatives), "
+                     "real-source negatives spread over sources and categories",
+           "unparsed": sum(v is None for v in verdict.values()),
+           "per_source": {}, "rows": []}
+    counts = {"alone": [0, 0, 0, 0], "behind_rules": [0, 0, 0, 0]}
     for r in subset:
-        p = clf(r["text"])
-        out["rows"].append({"source": r["source"], "id": r["id"], "label": r["label"], "reply": clf.last_reply})
-        out["unparsed"] += not clf.last_reply.strip().upper().lstrip("\"'*:>- ").startswith(("YES", "NO"))
-        hit = p >= 0.5
-        alone[0 if hit and r["label"] else 1 if hit else 2 if r["label"] else 3] += 1
-        rule = match_rules(r["text"])
-        hit2 = bool(rule) or (not match_one_off(r["text"]) and hit)
-        behind[0 if hit2 and r["label"] else 1 if hit2 else 2 if r["label"] else 3] += 1
-    for name, (tp, fp, fn, tn) in (("alone", alone), ("behind_rules", behind)):
+        y = bool(r["label"])
+        hit = bool(verdict[r["text"]])
+        d = behind(r["text"], r.get("turn"))
+        for name, h in (("alone", hit), ("behind_rules", d.is_global)):
+            counts[name][0 if h and y else 1 if h else 2 if y else 3] += 1
+        src = out["per_source"].setdefault(r["source"], {"rows": 0, "positives": 0, "alone_errors": 0, "behind_rules_errors": 0})
+        src["rows"] += 1
+        src["positives"] += y
+        src["alone_errors"] += hit != y
+        src["behind_rules_errors"] += d.is_global != y
+        out["rows"].append({"source": r["source"], "id": r["id"], "category": r.get("category"), "label": r["label"],
+                            "reply": cache[key(r["text"])], "alone": hit, "behind_rules": d.is_global,
+                            "decided_by": d.source})
+    from rhea.memory.recognizer_eval import wilson
+
+    for name, (tp, fp, fn, tn) in counts.items():
         out[name] = {"precision": tp / (tp + fp) if tp + fp else float("nan"), "recall": tp / (tp + fn) if tp + fn else float("nan"),
+                     "precision_ci95": wilson(tp, tp + fp), "recall_ci95": wilson(tp, tp + fn),
                      "tp": tp, "fp": fp, "fn": fn, "tn": tn}
-    out["s_per_message"] = (time.perf_counter() - t0) / len(subset)
+    out["model_load_s"] = load_s
+    out["s_per_message"] = gen_s / generated if generated else None
+    out["generated"] = generated
     return out
 
 
@@ -135,8 +214,10 @@ def policy_path(rows, loso, l2):
     model whose recognizer is the default pipeline with the head fitted without that source
     (and its LOSO-calibrated threshold); a row counts as global when `build(conversation,
     message)` puts an instruction into the plan, the conversation empty for a first message
-    (turn 0) and one ordinary earlier turn otherwise. Also counts disagreements with the fast
-    scoring above (0 means the benchmark scores what the policy does)."""
+    (turn 0) and one ordinary earlier turn otherwise. The head reads each labelled message's
+    MiniLM embedding from the benchmark's table (the same `embed` output; any other text, such
+    as a sentence of a message, is embedded as the policy would). Also counts disagreements with
+    the fast scoring above (0 means the benchmark scores what the policy does)."""
     from rhea.context import Conversation, Turn
     from rhea.policies import get_policy
     from rhea.memory.recognizer import EmbeddingHeadClassifier, InstructionRecognizer, fit_logistic, head_inputs
@@ -147,6 +228,14 @@ def policy_path(rows, loso, l2):
     texts = [r["text"] for r in rows]
     labels, sources, rules = loso["labels"], loso["sources"], loso["rules"]
     emb = loso["embeddings"]
+    table = {t: emb[i] for i, t in enumerate(texts)}
+
+    class TabledHead(EmbeddingHeadClassifier):
+        def __call__(self, text: str) -> float:
+            if text in table:
+                return float(self.scores([text], table[text][None])[0])
+            return super().__call__(text)
+
     fast = pipeline_scores(rules, loso["stage2"])
     got = np.zeros(len(rows), dtype=bool)
     disagree = []
@@ -154,7 +243,7 @@ def policy_path(rows, loso, l2):
     for src in sorted(set(sources.tolist())):
         train = np.where((sources != src) & (rules != 1))[0]
         w, b = fit_logistic(head_inputs(emb[train], [texts[i] for i in train]), labels[train], l2=l2)
-        rec = InstructionRecognizer(EmbeddingHeadClassifier(w, b, loso["thresholds"][src]))
+        rec = InstructionRecognizer(TabledHead(w, b, loso["thresholds"][src]))
         for i in np.where(sources == src)[0]:
             policy = get_policy("rhea", model=model, recognizer=rec)
             history = [] if rows[i].get("turn") == 0 else [Turn("Hello, I have a question.", "Sure, go ahead.")]
@@ -220,9 +309,14 @@ def main(argv=None):
                     help="calibrate for a false-positive cap instead (share of ordinary messages taken for standing rules)")
     ap.add_argument("--l2", type=float, default=10.0, help="L2 strength of the head (in examples; 10 measured best under LOSO of 1, 10, 100)")
     ap.add_argument("--write-head", action="store_true", help="refit the shipped head on all rows (rhea/data/recognizer_head.json)")
-    ap.add_argument("--prompted", type=int, default=0, help="also the paper prompt on the embedded model for this many rows")
+    ap.add_argument("--prompted", type=int, default=0, help="also the paper's YES/NO prompt as stage 2 on --prompted-model for this many rows")
+    ap.add_argument("--prompted-model", default="smollm2-135m", help="zoo name or local directory of the prompted model")
+    ap.add_argument("--reply-cache", default=None, help="JSON of the prompted model's replies, reused and extended")
+    ap.add_argument("--prompted-budget-s", type=float, default=None,
+                    help="stop the prompted model after this many seconds and score the rows answered by then")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--prompted-only", action="store_true", help="only the --prompted run, written to <out>_prompted.json")
+    ap.add_argument("--prompted-only", action="store_true", help="only the --prompted run, written to --prompted-out")
+    ap.add_argument("--prompted-out", default=None, help="where --prompted-only writes (default <out>_prompted.json)")
     ap.add_argument("--policy-path", action="store_true",
                     help="also run every row through RheaPolicy.build with the LOSO head (slow: embeds each message again)")
     args = ap.parse_args(argv)
@@ -242,6 +336,15 @@ def main(argv=None):
 
     t0 = time.perf_counter()
     rows = load_labelled()
+    if args.prompted_only:  # no embeddings needed
+        res = prompted_subset(rows, args.prompted, args.threads, args.prompted_model, args.reply_cache,
+                              args.prompted_budget_s)
+        path = Path(args.prompted_out or args.out + "_prompted.json")
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(_round(res), indent=1, ensure_ascii=False) + "\n")
+        tmp.replace(path)
+        print(json.dumps(_round({k: v for k, v in res.items() if k != "rows"}), indent=1))
+        return
     texts = [r["text"] for r in rows]
     emb, n_new, emb_s = _embeddings(texts, args.cache)
     result = {"rows": len(rows), "positives": int(sum(r["label"] for r in rows)),
@@ -258,12 +361,6 @@ def main(argv=None):
         c["positives"] += r["label"]
     rules = rule_verdicts(texts, [r.get("turn") for r in rows])
     result["variants"]["rules-only"] = evaluate_variant("rules-only", rows, None, rules, None, fixed=0.5)
-    if args.prompted_only:
-        res = prompted_subset(rows, args.prompted, args.threads)
-        path = Path(args.out + "_prompted.json")
-        path.write_text(json.dumps(_round(res), indent=1) + "\n")
-        print(json.dumps(_round({k: v for k, v in res.items()}), indent=1))
-        return
     loso = loso_scores(rows, emb, model="minilm", l2=args.l2, max_fp_rate=args.max_fp_rate, min_recall=args.min_recall)
     loso["embeddings"] = emb
     result["variants"]["rules+minilm"] = evaluate_variant("rules+minilm", rows, loso["stage2"], rules, loso["thresholds"])
@@ -295,7 +392,8 @@ def main(argv=None):
     if args.policy_path:
         result["policy_path_loso"] = policy_path(rows, loso, args.l2)
     if args.prompted:
-        result["prompted"] = prompted_subset(rows, args.prompted, args.threads)
+        result["prompted"] = prompted_subset(rows, args.prompted, args.threads, args.prompted_model, args.reply_cache,
+                              args.prompted_budget_s)
     result["wall_s"] = time.perf_counter() - t0
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

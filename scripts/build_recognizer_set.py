@@ -50,6 +50,12 @@ follows from it; the exceptions are listed by id below):
 - authored_v3: hand-written rows for recall, each with its turn: the ways people scope a rule to
   the conversation, personas, bare constraints beside a first task, and hard negatives that
   share their words (scripts/recognizer_data/authored_v3.py).
+- authored_v4: hand-written rows that widen the phrasing families (the rest of the conversation
+  in other words, plural replies with a standing modal, a reply verb on every question, an
+  emphatic "ever", "when you talk to me", languages kept, "as a rule", a protocol for the
+  messages to come, a preamble before the rule) and hard negatives: one-off requests, questions
+  about rules, quoted, reported and hypothetical instructions, statements of habit
+  (scripts/recognizer_data/authored_v4.py).
 
 The output is deterministic (no sampling); duplicates (same normalised text) keep the first.
 """
@@ -206,12 +212,20 @@ def authored_v2(_data: Path):
         yield _row(text, label, kind, cat, "authored_v2", i)
 
 
-def authored_v3(_data: Path):
-    spec = importlib.util.spec_from_file_location("authored_v3", HERE / "recognizer_data" / "authored_v3.py")
+def _authored_with_turns(name: str):
+    spec = importlib.util.spec_from_file_location(name, HERE / "recognizer_data" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     for i, (text, label, kind, cat, turn) in enumerate(mod.ROWS):
-        yield _row(text, label, kind, cat, "authored_v3", i, turn)
+        yield _row(text, label, kind, cat, name, i, turn)
+
+
+def authored_v3(_data: Path):
+    yield from _authored_with_turns("authored_v3")
+
+
+def authored_v4(_data: Path):
+    yield from _authored_with_turns("authored_v4")
 
 
 SOURCES = {
@@ -227,6 +241,7 @@ SOURCES = {
     "rhea_v1": rhea_v1,
     "authored_v2": authored_v2,
     "authored_v3": authored_v3,
+    "authored_v4": authored_v4,
 }
 
 

@@ -101,6 +101,9 @@ class RecognizerDecision:
 _REPLY = r"(?:answers?|responses?|repl(?:y|ies)|messages?|outputs?)"
 _REPLIES = r"(?:answers|responses|replies|messages|outputs)"
 _CONV = r"(?:conversations?|chats?|sessions?|discussions?|dialogues?|dialogs?|talks?|exchanges?|interactions?)"
+_LANGUAGES = (r"(?:english|french|spanish|german|italian|portuguese|dutch|chinese|mandarin|cantonese|japanese|korean|russian|"
+              r"arabic|hindi|turkish|polish|swedish|norwegian|danish|finnish|greek|hebrew|latin|ukrainian|czech|vietnamese|"
+              r"thai|indonesian|swahili|catalan|romanian|hungarian)")
 
 #: Precise persistent-scope cues: each names ALL later replies as a phrase, so the rules
 #: decide "global" alone. Substrings of these are weak cues, never decisions ("from now
@@ -160,7 +163,7 @@ ADD_PATTERNS: tuple[str, ...] = (
     r"let'?s (?:start|begin|kick)|(?:my|our) first (?:request|question)|you always|regardless of (?:the|what))\b)",
     rf"\b(?:in|for) (?:all )?the (?:upcoming|following|rest of the) {_CONV}\b",
     rf"\bat any (?:time|point|moment) (?:during|in) (?:this|our|the) {_CONV}\b",
-    rf"\bas long as we(?:'re| are) (?:talking|chatting|speaking)\b|\buntil we(?:'re| are) done (?:talking|chatting|here)\b",
+    rf"\bas long as we(?:'re| are) (?:talking|chatting|speaking)\b|\bas long as (?:this|our|the) (?:{_CONV}|thread) (?:lasts|goes on)\b|\buntil we(?:'re| are) done (?:talking|chatting|here)\b",
     r"\buntil (?:i (?:say|tell you) (?:otherwise|so|to stop|stop)|further notice|i say so)\b",
     rf"\b(?:all|every|each|any) (?:one )?(?:of )?your (?:future |subsequent |following |later |next |upcoming )?{_REPLIES}\b",
     rf"\b(?:all|every|each|any) (?:of )?your (?:future |subsequent |following |later |next |upcoming )?{_REPLY}\b(?= (?:from|should|must|will|need|has|have|to|in|is))",
@@ -180,9 +183,38 @@ ADD_PATTERNS: tuple[str, ...] = (
     r"\bremember (?:to |that you (?:should|must) )?(?:always|never)\b",
     r"\b(?:new|standing|ground) rule\b",
     rf"\byour {_REPLIES} (?:should|must|need to|have to|will|are to|can't|cannot) (?:always|never|all|each|from)\b",
-    # an imperative that opens a sentence with always/never + a reply verb: "Always end with 'Bye!'"
-    r"(?:^|[.!?]\s+)(?:please\s+)?(?:always|never)\s+(?:start|begin|open|end|finish|close|use|write|answer|respond|reply|"
-    r"include|put|mention|say|add|format|keep|refer|call|sign|cite|capitali[sz]e|speak|talk)\b",
+    # an imperative that opens a sentence (or follows a colon) with always/never + a reply verb:
+    # "Always end with 'Bye!'", "Make sure you never use more than three sentences."
+    r"(?:^|[.!?:]\s+)(?:please\s+)?(?:(?:make sure|be sure|remember)(?: that)?(?: you)?(?: to)?\s+)?(?:always|never)\s+"
+    r"(?:start|begin|open|end|finish|close|use|write|answer|respond|reply|include|put|mention|say|add|format|keep|refer|"
+    r"call|sign|cite|capitali[sz]e|speak|talk|describe|give|exceed|go over|explain|swear|switch|assume|recommend|suggest|"
+    r"reveal|show|share|bring up|skip|spoil|round|translate)\b",
+    rf"\b(?:throughout|during|over|in|across) the (?:rest|remainder) of (?:this|our|the) {_CONV}\b",
+    # an imperative on replies in the plural: "Please keep replies to a single paragraph."
+    rf"(?:^|[.!?:]\s+)(?:please\s+)?(?:keep|limit|start|begin|end|finish|sign|format|open|close) (?:your |all |all of your )?{_REPLIES}\b",
+    # plural replies with a standing modal at a sentence's start: "Remember: responses should never exceed 200 characters."
+    rf"(?:^|[.!?:]\s+)(?:the |my |our )?{_REPLIES} (?:should|must|need to|have to|are to|will) (?:always|never|not|no longer|stay|remain)\b",
+    # a reply verb applied to every question: "respond with two paragraphs ... for every question"
+    r"\b(?:answer|respond|reply|write|give (?:me )?)\b[^.?!]{0,60}\b(?:for|to|on) (?:every|each|any|all) (?:single )?"
+    r"(?:questions?|prompts?|messages?|requests?|queries|query)\b(?! (?:in|of|on|from) (?:the|this|that|my|your)\b)",
+    # an emphatic "ever": "Don't ever use the word 'delve'.", "No emojis, ever."
+    r"\b(?:don'?t|do not|never) ever\b(?! let me\b)|\bnever,? ever\b|(?:^|[.!?:]\s+)no [\w' -]{1,40}, ever[.!]?\s*$",
+    r"\b(?:when(?:ever)?|every time|each time|any ?time) (?:you(?:'re| are)? (?:talk(?:ing)?|speak(?:ing)?|writ(?:e|ing)|"
+    r"chat(?:ting)?|repl(?:y|ying)|respond(?:ing)?) "
+    r"(?:to|with|back to) me|(?:talking|speaking|writing|chatting) (?:to|with) me)\b",
+    r"\b(?:every time|each time|whenever|any ?time) you (?:address|greet|call|refer to|mention) me\b",
+    r"\beverything you (?:say|write|tell me|send|answer|produce|give me)\b(?= (?:should|must|has to|needs to|will|is to)\b)",
+    r"\b(?:answer|respond to|reply to|say|do|write) everything (?:in|as|like|with|using)\b",
+    r"\bin all (?:of )?your (?:explanations|suggestions|examples|recommendations|summaries|translations|stories|drafts|"
+    r"descriptions|comments|feedback|corrections|code)\b(?! (?:above|so far|earlier|before))",
+    rf"\b(?:stay|remain|keep (?:it|going|talking|writing)|continue) in {_LANGUAGES}\b|\b(?:let'?s|we'?ll|we will) "
+    rf"(?:switch|change|talk|speak|chat|continue|do everything|keep going) (?:to|in) {_LANGUAGES}\b",
+    r"(?:^|[.!?]\s+)as a (?:general |standing |firm )?rule,?\s+(?:please\s+)?(?:give|use|answer|respond|reply|write|keep|"
+    r"always|never|don'?t|do not|talk|speak|call|include|avoid|stick|be)\b",
+    r"^\s*(?:(?:please|ok(?:ay)?|so|now|and)[,]?\s+)*be (?:much |a (?:bit|little|lot) )?(?:more|less) [\w-]+ (?:with|to|toward|towards) me\b",
+    # a protocol for the messages to come: "I'll send you several paragraphs; for each one, reply ..."
+    r"\bi(?:'ll| will|'m going to| am going to)(?: be)? (?:send(?:ing)?|giv(?:e|ing)|past(?:e|ing)|shar(?:e|ing)|provid(?:e|ing)|show(?:ing)?|ask(?:ing)?)\b[^?!]{0,100}?\b(?:for|to) "
+    r"(?:each|every) (?:one|of them|[\w-]+)\b",
 )
 
 #: Cancellation cues addressed to the assistant. Checked before ADD_PATTERNS: "you no longer
@@ -206,7 +238,7 @@ REVOKE_PATTERNS: tuple[str, ...] = (
     r"\b(?:remove|drop|lose|cut) the (?:[\w-]+ )?(?:requirement|rule|restriction|constraint|instruction)\b",
     r"\bno more [\w-]+ (?:talk|voice|style|format|thing|stuff|rhymes|haikus?|jargon|emojis|accent)\b",
     r"\b(?:i'?m|i am|we'?re|we are) done with (?:the|that|this|your)\b",
-    r"(?:^|[:;.!?]\s+)(?:please\s+)?(?:don'?t|do not)\b[^.?!]*\bany ?more\b",
+    r"(?:^|[:;.!?]\s+)(?:please\s+)?(?:don'?t|do not)\b(?:[^.?!]|\.(?=\w)|\.(?= [a-z]))*\bany ?more\b",
     r"\b(?:the )?[\w-]+ (?:thing|rule|format) is (?:over|done|off)\b",
 )
 
@@ -323,6 +355,9 @@ REPORT_PATTERN = (
     r"|\b(?:i|we) (?:had|did|kept|used to|once|remember when)\b|\b(?:yesterday|last (?:week|time|night|year|month))\b"
     r"|^\s*(?:what|why|how|when|where|who|which|is it|isn'?t it|does|do people|did|is there|are there)\b[^?]*\?\s*$"
     r"|\b(?:what does|what do|meaning of|what is meant by|difference between)\b"
+    # a hypothetical: "If I asked you to answer only in emojis for the rest of the chat, would you manage?"
+    r"|^\s*(?:if (?:i|we|someone|somebody|you) (?:asked|told|wanted|were to)|what if|suppose (?:someone|somebody|people|a user)|"
+    r"imagine (?:if|someone|a user))\b"
 )
 _COMPILED_REPORT = re.compile(REPORT_PATTERN, re.IGNORECASE)
 
@@ -359,7 +394,9 @@ def match_rules(text: str) -> tuple[str, str] | None:
 
 # --- stage 1 at a conversation's first message ----------------------------------------------
 
-_LEAD = (r"^\s*(?:(?:and|also|but|oh|plus|finally|lastly|one more thing|one last thing|ps|p\.s\.|note|important|oh and)[,:!.]?\s+)*"
+_LEAD = (r"^\s*(?:(?:and|also|but|oh|plus|finally|lastly|one more thing|one last thing|ps|p\.s\.|note|important|oh and|"
+         r"before (?:anything else|we (?:start|begin|get started)|you (?:start|begin|answer))|first(?: of all)?|"
+         r"(?:a |one )?(?:quick |small )?(?:request|rule|note|thing|ground rule)(?: before we (?:start|begin))?)[,:!.]?\s+)*"
          r"(?:(?:please|kindly|also|just|and)[,]?\s+)*"
          r"(?:(?:can|could|would|will) you(?: please| kindly| also)?\s+|i(?:'d| would) (?:like|love) (?:for )?you to\s+|"
          r"i (?:want|need|ask) you to\s+|i(?:'d| would) appreciate (?:it )?if you(?: could| would)?\s+|make sure (?:to|that you)\s+|"
@@ -378,9 +415,10 @@ FIRST_MESSAGE_PATTERNS: tuple[str, ...] = (
     r"respond|responding|answer|answering|reply|replying|speak|speaking|break|breaking|exceed|exceeding|go over|give|giving|"
     r"capitali[sz]e|capitali[sz]ing|punctuat\w*|abbreviat\w*|contractions?|emojis?|commas?|jargon|slang|profanity|"
     r"exclamation|numbers?|digits?|words?|letters?)\b",
-    _LEAD + r"avoid (?:the |any |all |using )?(?:use of )?(?:words?|keywords?|terms?|letters?|phrases?|jargon|emojis?|slang|exclamation|"
-    r"commas?|punctuation|abbreviations?|acronyms?|contractions?|numbers?|digits?|technical|profanity|capital|lists?|"
-    r"bullet|markdown|the (?:letter|word|phrase|term))\b",
+    _LEAD + r"avoid (?:the |any |all |using |mentioning |talking about |references to )?(?:use of )?(?:words?|keywords?|terms?|"
+    r"letters?|phrases?|jargon|emojis?|slang|exclamation|commas?|punctuation|abbreviations?|acronyms?|contractions?|numbers?|"
+    r"digits?|technical|profanity|capital|lists?|bullet|markdown|the (?:letter|word|phrase|term)|(?:[\w-]+ ){0,2}(?:terms|words|jargon|metaphors|analogies|similes|examples|references|idioms|comparisons)|"
+    r"cliches|clichés|examples?|references?|idioms|buzzwords|filler|hedging|disclaimers?|caveats?|emoticons|passive)\b",
     _LEAD + r"(?:answer|respond|reply|speak|talk|write|communicate|converse|type|chat)(?: to me| back| with me)?\s+"
     r"(?:only\s+|exclusively\s+|solely\s+|strictly\s+|entirely\s+|always\s+)?(?:in|with|using|as|like|through)\b",
     _LEAD + r"(?:only|exclusively) (?:use|answer|respond|reply|speak|write|talk|communicate)\b|" + _LEAD + r"use only\b",
@@ -390,7 +428,7 @@ FIRST_MESSAGE_PATTERNS: tuple[str, ...] = (
     _LEAD + r"pretend (?:that )?(?:you are|you're|to be|yourself as)\b",
     r"\b(?:take on|assume|adopt|maintain|keep|stay in) (?:the |this |that |a |her |his |their |your )?(?:role|persona|voice|character)\b",
     _LEAD + r"(?:address|call|refer to) (?:me|all|your|every|each|yourself)\b",
-    r"\b(?:in|using|from) the (?:first|second|third)[- ]person\b|\b(?:only )?(?:the )?(?:past|present|future) tense\b",
+    r"\b(?:in|using|use|from) the (?:first|second|third)[- ]person\b|\b(?:only )?(?:the )?(?:past|present|future) tense\b",
     _LEAD + r"(?:use|write|keep (?:it|things|everything)|stick to|stay)\s+(?:to\s+|in\s+|with\s+)?(?:only\s+|all\s+)?(?:simple|plain|formal|"
     r"informal|british|american|short|lowercase|lower case|uppercase|upper case|all caps|capital letters|bullet|emojis?|metric|"
     r"imperial|casual|polite|gender-neutral|under|below|within)\b",
@@ -413,7 +451,7 @@ ONE_OUTPUT_PATTERN = (
     # a count describes one output ("Use less than 300 words", "highlight at least 3 sections")
     r"|\b(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|twelve|twenty|thirty|fifty|hundred)\+? (?:words?|sentences?|"
     r"paragraphs?|sections?|bullet points?|bullets|placeholders?|lines?|characters?|times|items?|steps?)\b"
-    r"|" + _LEAD + TASK_PATTERN
+    r"|" + _LEAD + r"(?!write (?:in the (?:first|second|third)[- ]person|like|as if|only in|to me (?:in|like|as))\b)" + TASK_PATTERN
 )
 _COMPILED_FIRST = _compile(FIRST_MESSAGE_PATTERNS)
 _COMPILED_ONE_OUTPUT = re.compile(ONE_OUTPUT_PATTERN, re.IGNORECASE)
@@ -428,7 +466,7 @@ _ANSWER_FORMAT = re.compile(
 #: A request to produce one piece of writing ("Write a blog post ...", "Draft an email ..."): the
 #: constraints that follow it shape that piece ("Use a formal tone.", "Do not use commas.").
 _PRODUCTION = re.compile(
-    _LEAD + r"(?:write|compose|draft|create|generate|design|produce|craft|rewrite|summari[sz]e|translate|edit|outline|"
+    _LEAD + r"(?:write(?! (?:in the (?:first|second|third)[- ]person|like|as if|only in|to me (?:in|like|as))\b)|compose|draft|create|generate|design|produce|craft|rewrite|summari[sz]e|translate|edit|outline|"
     r"paraphrase|proofread|improve|expand|continue|re-?create|make (?:a|an|me a|me an|up a|it|this|that|the \w+)|"
     r"provide (?:a|an|me (?:a|an|with a)) (?:[\w-]+[, ]+){0,3}(?:list|summary|translation|description|version|rewrite|story|"
     r"poem|essay|article|email|letter|outline|plan|itinerary|script|draft))\b", re.IGNORECASE)
@@ -750,33 +788,69 @@ CLASSIFIER_PROMPT = (
 )
 
 
+def parse_yes_no(reply: str) -> bool | None:
+    """The verdict of a YES/NO reply: its first word that is "yes" or "no", in any case and
+    whatever punctuation, markup or preamble surrounds it ("Answer: **Yes**." -> True); None
+    when the reply holds neither word.
+
+    >>> parse_yes_no("Answer: **Yes**."), parse_yes_no(" no, it is a one-off request"), parse_yes_no("Not sure")
+    (True, False, None)
+    """
+    m = _YES_NO.search(reply)
+    return None if m is None else m.group(1).lower() == "yes"
+
+
+_YES_NO = re.compile(r"(?<![A-Za-z])(yes|no)(?![A-Za-z])", re.IGNORECASE)
+
+
 class PromptClassifier:
     """Stage 2 through any `TextGenerator`: a YES/NO prompt (the paper's by default), parsed
-    to a probability: YES -> 1.0, NO -> 0.0, anything else -> `unparsed` (0.0 by default:
-    a reply that is no answer is no evidence of a standing rule, and precision comes first).
+    to a probability by `parse_yes_no`: YES -> 1.0, NO -> 0.0, a reply with neither word ->
+    `unparsed` (0.0 by default: a reply that is no answer is no evidence of a standing rule).
+    The generator's raw reply is kept in `last_reply`; `max_new_tokens` bounds it (a few
+    tokens leave room for an "Answer:" or markup before the verdict).
 
     >>> from rhea.backends.llm import ScriptedGenerator
     >>> PromptClassifier(ScriptedGenerator(["NO."]))("what is 2+2?")
     0.0
     """
 
-    def __init__(self, generator: TextGenerator, *, prompt: str = PAPER_PROMPT, unparsed: float = 0.0):
+    def __init__(self, generator: TextGenerator, *, prompt: str = PAPER_PROMPT, unparsed: float = 0.0,
+                 max_new_tokens: int = 4):
         if "{message}" not in prompt:
             raise ValueError("prompt must contain '{message}' where the user message goes")
         if not 0.0 <= unparsed <= 1.0:
             raise ValueError(f"unparsed={unparsed} must be a probability in [0, 1]")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={max_new_tokens!r} must be a positive int")
         self.generator, self.prompt, self.unparsed = generator, prompt, float(unparsed)
+        self.max_new_tokens = max_new_tokens
         self.last_reply: str | None = None
 
     def __call__(self, text: str) -> float:
-        reply = self.generator.generate([{"role": "user", "content": self.prompt.format(message=text)}], max_new_tokens=3)
+        reply = self.generator.generate([{"role": "user", "content": self.prompt.format(message=text)}],
+                                        max_new_tokens=self.max_new_tokens)
         self.last_reply = reply
-        head = re.sub(r"^[\s\"'*:>-]+", "", reply).upper()
-        if head.startswith("YES"):
-            return 1.0
-        if head.startswith("NO"):
-            return 0.0
-        return self.unparsed
+        verdict = parse_yes_no(reply)
+        return self.unparsed if verdict is None else float(verdict)
+
+
+#: The recognizer name that asks for `prompted_recognizer` on a policy's own model.
+PROMPTED_RECOGNIZER = "prompt"
+
+
+def prompted_recognizer(model, tokenizer=None, *, prompt: str = PAPER_PROMPT) -> "InstructionRecognizer":
+    """The rules, then the YES/NO `prompt` (the paper's by default) on `model` as stage 2: a
+    `RheaForCausalLM` runs with both adapters off, a plain Hugging Face model as it is, greedy,
+    keeping the fixed prompt's KV cache between messages. What ``RheaPolicy(recognizer="prompt")``
+    and ``--policy-option rhea.recognizer=prompt`` build.
+
+    >>> rec = prompted_recognizer(model, tokenizer)       # doctest: +SKIP
+    """
+    from rhea.backends.llm import HFGenerator
+
+    generator = HFGenerator(model, tokenizer, prefix_cache=True)
+    return InstructionRecognizer(PromptClassifier(generator, prompt=prompt), threshold=0.5)
 
 
 # --- labelled data ------------------------------------------------------------------------
@@ -887,8 +961,10 @@ class InstructionRecognizer:
             self.classifier = classifier
             default_threshold = getattr(classifier, "threshold", 0.5)
         else:
+            hint = (" ('prompt' needs a model: prompted_recognizer(model, tokenizer), or RheaPolicy(recognizer='prompt') "
+                    "on the policy's own model)" if classifier == PROMPTED_RECOGNIZER else "")
             raise RheaConfigError(f"classifier={classifier!r} must be 'default', 'minilm', 'ngram', None, a TextGenerator "
-                                  "or a callable text -> probability")
+                                  f"or a callable text -> probability{hint}")
         self.threshold = float(default_threshold if threshold is None else threshold)
 
     def __call__(self, text: str, turn: int | None = None) -> RecognizerDecision:

@@ -30,7 +30,7 @@ from rhea.context.plan import ContextPlan, TurnDecision
 from rhea.errors import RheaConfigError, require_text
 from rhea.memory.episodic import EpisodicMemory
 from rhea.memory.instructional import InstructionalMemory
-from rhea.memory.recognizer import InstructionRecognizer, recognize_at
+from rhea.memory.recognizer import PROMPTED_RECOGNIZER, InstructionRecognizer, prompted_recognizer, recognize_at
 from rhea.memory.scoring import (COMPONENTS, FUSIONS, TierRule, assign_tiers, components_of, default_embedder,
                                  describe_thresholds, fuse, hidden_best, latent_tier_active, rank_order)
 from rhea.modeling.config import check_replan, check_thresholds
@@ -54,6 +54,11 @@ class RheaPolicy(ContextPolicy):
     latent score or the latent tier needs it; the latent tier is on only when the model's
     recorded compressor fidelity meets the target, or ``latent_tier="on"``. Defaults come from
     ``model.config`` (`RheaConfig`); each keyword overrides one.
+
+    ``recognizer``: "default" (rules, then the MiniLM head), "minilm", "ngram", None (rules
+    only), "prompt" (rules, then the paper's YES/NO prompt on this policy's own model, adapters
+    off: worth it on a capable model, ~2 s a message that no rule decides on a 1.5B model on one
+    CPU thread), or an `InstructionRecognizer` / callable.
 
     >>> from rhea.testing import tiny_rhea                                    # doctest: +SKIP
     >>> policy = RheaPolicy(tiny_rhea())                                      # doctest: +SKIP
@@ -141,7 +146,11 @@ class RheaPolicy(ContextPolicy):
         self.fixed_tier = self.default_fixed_tier if fixed_tier == "default" else fixed_tier
         if self.fixed_tier not in FIXED_TIERS:
             raise RheaConfigError(f"fixed_tier={self.fixed_tier!r} must be one of {FIXED_TIERS}")
-        if isinstance(recognizer, str) or recognizer is None:
+        #: the recognizer's name when it was given by name (rebuilt from it by `config`)
+        self.recognizer_name = recognizer if isinstance(recognizer, str) or recognizer is None else None
+        if recognizer == PROMPTED_RECOGNIZER:  # the paper's YES/NO prompt on this policy's own base model
+            recognizer = prompted_recognizer(model, self.tokenizer) if self.use_im else None
+        elif isinstance(recognizer, str) or recognizer is None:
             recognizer = InstructionRecognizer(recognizer) if self.use_im else None
         self.recognizer = recognizer
         self.im = InstructionalMemory()
@@ -159,7 +168,8 @@ class RheaPolicy(ContextPolicy):
                 "fusion_weights": None if self.fusion_weights is None else list(self.fusion_weights.values()),
                 "rrf_k": self.rrf_k, "dense_floor": r.dense_floor, "dense_high": r.dense_high, "tier_mode": r.mode,
                 "max_raw": r.max_raw, "max_latent": r.max_latent, "recent_raw": r.recent_raw, "latent_tier": self.latent_tier,
-                "replan_every": self.replan_every, "replan_top": self.replan_top, "replan_hidden": self.replan_hidden}
+                "replan_every": self.replan_every, "replan_top": self.replan_top, "replan_hidden": self.replan_hidden,
+                **({"recognizer": self.recognizer_name} if self.recognizer_name not in (None, "default") else {})}
 
     def retrieval_mode(self) -> dict:
         """Scorer, tier rule and latent-tier state (recorded with every plan)."""

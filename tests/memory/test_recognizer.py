@@ -49,13 +49,19 @@ def test_labelled_set_is_large_varied_and_traceable():
             "topiocqa"} <= sources
     assert HARD_NEGATIVE_KINDS <= {r["category"] for r in rows if not r["label"]}
     # real (not hand-written) positives exist in at least two sources, so LOSO measures recall on real text
-    real_pos = {r["source"] for r in rows if r["label"] and r["source"] not in ("rhea_v1", "authored_v2", "authored_v3")}
+    hand_written = ("rhea_v1", "authored_v2", "authored_v3", "authored_v4")
+    real_pos = {r["source"] for r in rows if r["label"] and r["source"] not in hand_written}
     assert len(real_pos) >= 3
     # first messages are where people state their rules: both labels occur there, in real and written sources
     first = [r for r in rows if r["turn"] == 0]
     assert {0, 1} <= {r["label"] for r in first if r["source"] == "ifeval"}
     assert {0, 1} <= {r["label"] for r in first if r["source"] == "authored_v3"}
     assert len(load_labelled("authored_v3")) >= 200
+    # the hard negatives that share a rule's words are in every hand-written source with turns
+    for source in ("authored_v3", "authored_v4"):
+        assert {"one-off", "question-about-rule", "quoted", "report"} <= {
+            r["category"] for r in load_labelled(source) if not r["label"]}
+    assert "hypothetical" in {r["category"] for r in load_labelled("authored_v4")}
     with pytest.raises(ValueError, match="sources are"):
         load_labelled("nope")
 
@@ -152,6 +158,41 @@ def test_paper_prompt_runs_on_a_real_tiny_model():
     assert p in (0.0, 1.0) and isinstance(clf.last_reply, str)
     d = InstructionRecognizer(HFGenerator(model))("I'd love it if you sounded like a pirate.")
     assert d.source == "classifier" and d.confidence in (0.0, 1.0)
+
+
+@pytest.mark.parametrize("reply, verdict", [
+    ("YES", True), ("Yes.", True), ("**yes**", True), ("Answer: YES", True), ('"Yes", it is.', True),
+    ("NO", False), ("no.", False), ("Answer: No", False), ("- NO -", False), ("No, that is a one-off request.", False),
+    ("Not sure", None), ("None of these", None), ("Maybe", None), ("", None), ("Yesterday", None),
+])
+def test_yes_no_replies_parse_by_their_first_yes_or_no_word(reply, verdict):
+    from rhea.memory.recognizer import parse_yes_no
+
+    assert parse_yes_no(reply) is verdict
+    expected = 0.25 if verdict is None else float(verdict)
+    assert PromptClassifier(ScriptedGenerator([reply]), unparsed=0.25)("Be brief.") == expected
+
+
+def test_the_policy_offers_the_prompted_recognizer_on_its_own_model(tiny_model):
+    from rhea.context import Conversation
+    from rhea.errors import RheaConfigError
+    from rhea.memory.recognizer import PROMPTED_RECOGNIZER, prompted_recognizer
+    from rhea.policies import get_policy
+
+    policy = get_policy("rhea", model=tiny_model, recognizer=PROMPTED_RECOGNIZER)
+    clf = policy.recognizer.classifier
+    assert isinstance(clf, PromptClassifier) and clf.generator.model is tiny_model and clf.generator.prefix_cache
+    assert policy.config()["recognizer"] == "prompt"
+    again = get_policy("rhea", model=tiny_model, **policy.config())
+    assert isinstance(again.recognizer.classifier, PromptClassifier)
+    # the rules still decide first; a message no rule decides goes to the prompt on the model
+    plan = policy.build(Conversation([]), "From now on, answer in French.")
+    assert plan.decisions.instructions == ["From now on, answer in French."]
+    d = policy.recognizer("I'd love it if you sounded like a pirate.", 3)
+    assert d.source == "classifier" and d.confidence in (0.0, 1.0) and isinstance(clf.last_reply, str)
+    assert prompted_recognizer(tiny_model).threshold == 0.5
+    with pytest.raises(RheaConfigError, match="needs a model"):
+        InstructionRecognizer(PROMPTED_RECOGNIZER)
 
 
 def test_fit_logistic_and_head_roundtrip():

@@ -109,6 +109,77 @@ def test_hard_negatives_are_not_standing_even_as_a_first_message(text):
         assert not d.is_global, (text, turn, d)
 
 
+@pytest.mark.parametrize("text", [
+    # the rest of the conversation in other words
+    "Please keep to US English throughout the rest of this chat.",
+    "As long as this conversation lasts, assume I'm on Windows.",
+    # plural replies with a standing modal, or an imperative on replies in the plural
+    "Note: answers should never mention prices.",
+    "Replies must always open with a one-line verdict.",
+    "Keep your responses short and skip the preamble.",
+    # a reply verb on every question
+    "Respond in a numbered list for every question I ask.",
+    "Please give me a one-word answer to each question.",
+    # an emphatic ever
+    "Do not ever recommend a brand name.",
+    "No tables, ever.",
+    "Make sure you never use the passive voice.",
+    "Be sure to always say which source you used.",
+    # when you talk to me / address me / everything you say
+    "Use plain words when you're talking to me, I'm not a lawyer.",
+    "Every time you address me, call me Captain.",
+    "Everything you write should fit on a postcard.",
+    # languages kept, everything in one language
+    "Let's switch to French and stay in French.",
+    "Can we do everything in Portuguese? I'm practising.",
+    # as a rule / tone toward me
+    "As a rule, give temperatures in Celsius.",
+    "Be more blunt with me, please.",
+    # a protocol for the messages to come
+    "I'll paste some headlines; for each one, tell me if it is clickbait.",
+    "I'm going to send you words in Spanish. For each one, give the English translation only.",
+    # a persona named with everything it says
+    "You are now a tired sports coach. Everything you say should sound like him.",
+])
+def test_wider_phrasing_families_are_standing(text):
+    for turn in (None, 0, 4):
+        d = RULES(text, turn)
+        assert d.is_global and d.source == "rules", (text, turn, d)
+
+
+@pytest.mark.parametrize("text", [
+    "Before we start: no jargon, please. How do mortgages work?",
+    "First of all, never use semicolons. What is stoicism?",
+    "Could you explain the offside rule? Please avoid football metaphors.",
+    "I'd like some help with my taxes. Write in the second person, like a coach talking to me.",
+    "Can you help me understand inflation? Use the second person.",
+])
+def test_a_rule_after_a_preamble_or_beside_a_first_task_is_standing(text):
+    d = RULES(text, 0)
+    assert d.is_global and d.source == "rules", (text, d)
+
+
+@pytest.mark.parametrize("text", [
+    # hypotheticals and reports that carry a scope phrase
+    "If I asked you to answer in emojis for the rest of the chat, would you?",
+    "Suppose someone wanted every reply to rhyme. How would they ask?",
+    "My friend keeps saying 'let's do everything in Excel'. Is that wise?",
+    # statements of habit
+    "I never use the dishwasher. Is handwashing worse for the planet?",
+    "Every time I bake bread it comes out dense. Why?",
+    "Don't ever let me forget the milk, haha. Anyway, how long does milk keep?",
+    # one-off requests with the words of a rule
+    "Use 15 words at most for each question in the quiz you just wrote.",
+    "Number each question in the quiz, and put the answers at the end.",
+    "I'll send you the file tomorrow, is that okay?",
+    "Responses to the survey were mostly positive. How do I present them?",
+])
+def test_wider_hard_negatives_are_not_standing(text):
+    for turn in (0, 3):
+        d = RULES(text, turn)
+        assert not (d.is_global and d.source == "rules"), (text, turn, d)
+
+
 def test_the_block_keeps_only_the_rule_sentences():
     msg = ("Eurovision is known for being a blend of music and politics. Do you think politics should be kept out of "
            "it? Please mention the color blue at the start of every answer")

@@ -1,0 +1,161 @@
+"""Rows written and labelled by hand for the recognizer set (source "authored_v4").
+
+Each tuple is (text, label, kind, category, turn), as in authored_v3. Written to widen the
+phrasing families a rule arrives in beyond the earlier sources: the rest of the conversation
+named in other words ("throughout the rest of our chat", "as long as this thread lasts"),
+plural replies with a standing modal ("Responses should never ..."), a reply verb applied to
+every question, an emphatic "ever", "when you talk to me", "every time you address me",
+"everything you say", "do everything in <language>", "stay in <language>", "as a rule",
+"be more <tone> with me", a protocol for the messages to come ("I'll paste some sentences;
+for each one ..."), rules stated after a preamble ("Before we start: ..."), and bare
+constraints beside a first task. The hard negatives share those words: one-off requests,
+questions about rules, quoted or reported instructions, hypotheticals, constraints on one
+piece of writing, and statements of habit ("I always ...", "as a rule, cats ...").
+"""
+
+ROWS = [
+    # --- the rest of the conversation, in other words ------------------------------------------
+    ("Use metric units throughout the rest of our chat, please.", 1, "add", "conversation-scope", 3),
+    ("Over the rest of this conversation, don't assume I know any statistics.", 1, "add", "conversation-scope", 2),
+    ("Keep your answers under 100 words during the remainder of the session.", 1, "add", "conversation-scope", 4),
+    ("In the rest of our discussion, call the protagonist 'Mira', not 'the girl'.", 1, "add", "conversation-scope", 5),
+    ("For as long as this thread lasts, pretend you're a ship's navigator from the 1700s.", 1, "add", "persona", 0),
+    ("Throughout the rest of the conversation, answer as briefly as you can.", 1, "add", "conversation-scope", 1),
+    ("For the entirety of our talk today, please use gender-neutral language.", 1, "add", "conversation-scope", 0),
+    ("For this whole chat, act like a grumpy but helpful librarian.", 1, "add", "persona", 0),
+    # --- plural replies with a standing modal -------------------------------------------------
+    ("Quick note: responses should always include a source I can check.", 1, "add", "every-reply", 2),
+    ("Answers must never include code longer than ten lines.", 1, "add", "every-reply", 1),
+    ("OK. Replies should stay in plain English, no legal jargon.", 1, "add", "every-reply", 3),
+    ("Your replies need to be readable on a smartwatch, so keep them tiny.", 1, "add", "every-reply", 0),
+    ("My preference: answers should not start with 'Great question'.", 1, "add", "every-reply", 4),
+    # --- a reply verb on every question ---------------------------------------------------------
+    ("For every question I ask, answer first in one sentence and then explain.", 1, "add", "every-reply", 0),
+    ("Please respond with a confidence percentage for each question.", 1, "add", "every-reply", 1),
+    ("Give me the answer in bold for every query, then the reasoning underneath.", 1, "add", "every-reply", 0),
+    ("Reply in rhyming couplets to all my prompts, no matter how boring they are.", 1, "add", "every-reply", 0),
+    # --- emphatic ever / never -------------------------------------------------------------------
+    ("Never ever use the phrase 'in today's fast-paced world'.", 1, "add", "lexical", 2),
+    ("Don't ever give me stock tips, even if I ask nicely.", 1, "add", "lexical", 1),
+    ("No exclamation marks, ever.", 1, "add", "lexical", 3),
+    ("Please do not ever round the numbers; I need them exact.", 1, "add", "lexical", 2),
+    ("Make sure you always cite the page number when you quote the book.", 1, "add", "every-reply", 1),
+    ("Be sure to never reveal the ending of the novel, I'm still reading it.", 1, "add", "lexical", 0),
+    # --- when you talk to me / address me / everything you say ------------------------------------
+    ("When you talk to me, keep it casual, like a friend would.", 1, "add", "whenever", 0),
+    ("Whenever you're writing to me, use short paragraphs; I have dyslexia.", 1, "add", "whenever", 0),
+    ("Every time you address me, use my title, Professor Lindqvist.", 1, "add", "whenever", 0),
+    ("Please greet me in Welsh each time you greet me.", 1, "add", "whenever", 1),
+    ("Everything you write should be suitable for a ten-year-old.", 1, "add", "every-reply", 0),
+    ("Everything you tell me must be backed by a study, please.", 1, "add", "every-reply", 2),
+    # --- languages ----------------------------------------------------------------------------------
+    ("Let's continue in Italian, I need the practice.", 1, "add", "language", 4),
+    ("Can we do everything in Japanese from this message?", 1, "add", "language", 3),
+    ("Switch to Dutch and keep going in Dutch, please.", 1, "add", "language", 2),
+    ("Reply to everything in simple Spanish so I can follow.", 1, "add", "language", 1),
+    ("Let's speak in German; correct my mistakes as we go.", 1, "add", "language", 0),
+    # --- as a rule / tone toward me ----------------------------------------------------------------
+    ("As a rule, don't suggest anything that needs a car; I don't drive.", 1, "add", "implicit-scope", 2),
+    ("As a general rule, answer with the simplest option first.", 1, "add", "implicit-scope", 0),
+    ("Be less formal with me, we're friends here.", 1, "add", "tone", 3),
+    ("Please be more direct with me, I can take criticism.", 1, "add", "tone", 2),
+    ("Be a bit more patient with me, I'm new to programming.", 1, "add", "tone", 1),
+    # --- a protocol for the messages to come -------------------------------------------------------
+    ("I'll paste some sentences in French; for each one, give the English and nothing else.", 1, "add", "protocol", 0),
+    ("I'm going to send you a list of words one at a time. For each word, tell me if it's a noun or a verb.", 1, "add", "protocol", 0),
+    ("I will give you chess positions in FEN; for every position, suggest the best move only.", 1, "add", "protocol", 0),
+    ("I'll be sharing error messages from my build. To each one, reply with the likely cause in a line.", 1, "add", "protocol", 0),
+    # --- a preamble before the rule ------------------------------------------------------------------
+    ("Before we begin: no bullet points, I want prose.", 1, "add", "first-message-constraint", 0),
+    ("First of all, please don't use any emojis. Now, how do I descale a kettle?", 1, "add", "first-message-constraint", 0),
+    ("One request before we start: speak to me like a pirate. What's the capital of Peru?", 1, "add", "first-message-constraint", 0),
+    ("Small rule: never mention calories. What should I cook tonight with leeks and potatoes?", 1, "add", "first-message-constraint", 0),
+    ("Hey! Before anything else, please avoid clichés. Can you describe autumn in the city?", 1, "add", "first-message-constraint", 0),
+    # --- bare constraints beside a first task -----------------------------------------------------------
+    ("What's a good routine for learning guitar? Please avoid music theory terms, I'm a total beginner.", 1, "add", "first-message-constraint", 0),
+    ("How does compound interest work? Don't use any formulas.", 1, "add", "first-message-constraint", 0),
+    ("Tell me about the history of tea. Only use words a child would know.", 1, "add", "first-message-constraint", 0),
+    ("I need help planning a garden. Respond in the style of a 19th-century botanist.", 1, "add", "first-message-constraint", 0),
+    ("Can you help me understand inflation? Use the second person throughout.", 1, "add", "first-message-constraint", 0),
+    ("Explain how vaccines train the immune system. Avoid metaphors about armies or wars.", 1, "add", "first-message-constraint", 0),
+    ("Hi, what are some fun things to do in Oslo? Please reply in lowercase only.", 1, "add", "first-message-constraint", 0),
+    ("Why is the sky blue? Answer like a sports commentator.", 1, "add", "first-message-constraint", 0),
+    ("I want to learn about black holes. Stick to simple language.", 1, "add", "first-message-constraint", 0),
+    ("How do I make my code faster? Do not mention Rust.", 1, "add", "first-message-constraint", 0),
+    # --- personas -----------------------------------------------------------------------------------------
+    ("You're now my Spanish conversation partner. Correct me gently when I get something wrong.", 1, "add", "persona", 0),
+    ("From this point you are Marcus Aurelius; answer everything as he would.", 1, "add", "persona", 0),
+    ("Pretend to be a medieval blacksmith for the rest of our chat.", 1, "add", "persona", 2),
+    ("You are a travel agent named Ines for this chat. Stay in character.", 1, "add", "persona", 0),
+    # --- revocations ---------------------------------------------------------------------------------------
+    ("You don't have to keep it under 50 words anymore.", 1, "revoke", "revoke", 6),
+    ("Okay, drop the pirate voice.", 1, "revoke", "revoke", 7),
+    ("Forget the rule about no bullet points; lists are fine now.", 1, "revoke", "revoke", 5),
+    ("You can use emojis again.", 1, "revoke", "revoke", 4),
+    ("Stop answering in Italian, I'm tired.", 1, "revoke", "revoke", 8),
+
+    # ===== hard negatives ===================================================================================
+    # --- one-off requests that share the words ---------------------------------------------------------------
+    ("Answer this one in Spanish, please: how do you say 'library'?", 0, "none", "one-off", 3),
+    ("Just for this question, pretend you're a lawyer: can my landlord keep my deposit?", 0, "none", "one-off", 2),
+    ("Can you rewrite the last paragraph without any emojis?", 0, "none", "one-off-rewrite", 4),
+    ("Make the email you just wrote more formal.", 0, "none", "one-off-rewrite", 2),
+    ("Shorten that to two sentences.", 0, "none", "one-off-rewrite", 3),
+    ("Translate the poem above into German.", 0, "none", "one-off-rewrite", 2),
+    ("Write a tweet about our product launch, all in lowercase.", 0, "none", "task-inline-constraint", 0),
+    ("Compose a short story about a lighthouse keeper. Do not use the letter 'z'.", 0, "none", "task-inline-constraint", 0),
+    ("Draft a cover letter for a nursing job. Keep it under 300 words and avoid clichés.", 0, "none", "task-inline-constraint", 0),
+    ("Summarize this article in three bullet points: the city council voted to expand the bike lanes.", 0, "none", "task-inline-constraint", 0),
+    ("Give me five names for a cat, each starting with M.", 0, "none", "task-inline-constraint", 1),
+    ("List the planets, one per line, no commentary.", 0, "none", "task-inline-constraint", 1),
+    ("For each question in the quiz below, mark the correct option: 1) 2+2 = 3 or 4? 2) Capital of France: Paris or Nice?", 0, "none", "one-off", 2),
+    ("Use fewer words in each bullet of that list.", 0, "none", "one-off-rewrite", 3),
+    ("Give every character in the story a name.", 0, "none", "task-inline-constraint", 2),
+    ("Make sure the answer includes the formula.", 0, "none", "one-off", 2),
+    ("Could you answer the second question again, but shorter?", 0, "none", "one-off-rewrite", 5),
+    ("In your next answer only, skip the introduction.", 0, "none", "one-off", 4),
+    ("This time, reply as a haiku.", 0, "none", "one-off", 3),
+    # --- questions about rules --------------------------------------------------------------------------------
+    ("Why do you always start with 'Certainly'?", 0, "none", "question-about-rule", 3),
+    ("Do you remember what rule I gave you earlier?", 0, "none", "question-about-rule", 6),
+    ("Is it possible to make you answer in French for a whole conversation?", 0, "none", "question-about-rule", 0),
+    ("What does 'stay in character' mean in improv theatre?", 0, "none", "question-about-rule", 0),
+    ("Can a chatbot be told to never use the word 'delve'?", 0, "none", "question-about-rule", 0),
+    ("How do people usually phrase a system prompt that applies to every response?", 0, "none", "question-about-rule", 1),
+    ("Are there style guides that say answers should never exceed a page?", 0, "none", "question-about-rule", 2),
+    # --- quoted, reported and hypothetical instructions -------------------------------------------------------
+    ("My boss told me: 'From now on, every report goes through legal.' How should I feel about that?", 0, "none", "report", 0),
+    ("The sign on the door said 'No phones, ever.' Is that even enforceable in a café?", 0, "none", "quoted", 1),
+    ("My teacher insists that essays should never start with a question. Is that a real rule?", 0, "none", "report", 0),
+    ("In the movie the robot is told to obey every command it hears. How does that go wrong?", 0, "none", "report", 2),
+    ("If I asked you to answer only in emojis for the rest of the chat, would you manage?", 0, "none", "hypothetical", 1),
+    ("Suppose someone wanted every reply to rhyme. What would be a good way to ask for that?", 0, "none", "hypothetical", 0),
+    ("Translate into French: 'Please always answer in English.'", 0, "none", "quoted", 2),
+    ("Is this a good rule for my kids: 'No screens during dinner, ever'?", 0, "none", "quoted", 0),
+    ("My coworker keeps saying 'let's do everything in Excel'. What are better tools?", 0, "none", "report", 0),
+    ("Write a dialogue where a king orders his servant to speak only in riddles.", 0, "none", "task", 0),
+    ("The instructions say 'respond to each question in full sentences'. Does that apply to the multiple choice part?", 0, "none", "quoted", 2),
+    ("Last week you answered everything in Spanish for some reason. Why was that?", 0, "none", "report", 3),
+    # --- statements of habit and ordinary talk with cue words --------------------------------------------------
+    ("As a rule, cats sleep most of the day, right? Mine seems to never rest.", 0, "none", "false-cue", 0),
+    ("I always talk to my plants. Does that actually help them grow?", 0, "none", "false-cue", 0),
+    ("I never use the dishwasher because it's noisy. Is handwashing worse for the planet?", 0, "none", "false-cue", 0),
+    ("Every time I bake bread it comes out dense. What am I doing wrong?", 0, "none", "false-cue", 1),
+    ("Whenever you have time, could you look at my resume? No rush.", 0, "none", "false-cue", 2),
+    ("We spoke in German the whole trip and my accent got much better.", 0, "none", "false-cue", 3),
+    ("Thanks, that was more formal than I expected, but it works.", 0, "none", "smalltalk", 4),
+    ("Everything you said makes sense now, thank you!", 0, "none", "smalltalk", 5),
+    ("Great, that answer was exactly the length I wanted.", 0, "none", "smalltalk", 3),
+    ("Responses to the survey were mostly positive. How do I present them to my manager?", 0, "none", "false-cue", 0),
+    ("I'll send you the file tomorrow, is that okay?", 0, "none", "smalltalk", 2),
+    ("Be careful with me, I'm still sore from the workout. Kidding! What stretches help with sore legs?", 0, "none", "false-cue", 0),
+    ("Don't ever let me forget to water the basil, haha. Anyway, how often should I water it?", 0, "none", "false-cue", 1),
+    ("In all your years of training data, what's the strangest recipe you've seen?", 0, "none", "false-cue", 2),
+    ("My daughter stays in French immersion until grade 6. Is that a good idea?", 0, "none", "false-cue", 0),
+    ("What should I call my new puppy? He's a tiny black terrier.", 0, "none", "chat-turn", 0),
+    ("How long should a wedding toast be?", 0, "none", "chat-turn", 0),
+    ("Can you explain what a Gantt chart is?", 0, "none", "chat-turn", 2),
+    ("Okay, next question: what's the boiling point of water at high altitude?", 0, "none", "chat-turn", 4),
+    ("Tell me more about the second option.", 0, "none", "chat-turn", 3),
+    ("That's wrong, the Treaty of Versailles was signed in 1919.", 0, "none", "chat-turn", 2),
+]
