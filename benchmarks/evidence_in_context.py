@@ -16,7 +16,9 @@ Per policy, with 95% bootstrap intervals over questions:
   and ``evidence_raw`` (as text), as `rhea.eval.episodes.evidence_row` scores them;
 * ``content_ratio``: the plan's content tokens (text tokens + latent slots) over the full history's, both
   counted by the model's tokenizer as message text (`TokenLedger`);
-* ``headers``: of the evidence turns shown, the share whose user message carries its session header;
+* ``dated``: of the evidence turns shown, the share whose session and date the context states (a recalled copy
+  opens with its session header; a turn in place carries it or follows, with no gap, turns of its session the
+  first of which does: `rhea.policies.assemble.assemble_plan`);
 * the catch-up seconds and compress calls (what a policy spends before the first question), and plan seconds.
 
     python benchmarks/evidence_in_context.py --data /work/shared/data/dialogue_corpora/memochat_topiocqa_test_question.jsonl \\
@@ -35,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rhea.context.conversation import session_header  # noqa: E402
+from rhea.context.conversation import session_header, session_of  # noqa: E402
 from rhea.errors import RheaError  # noqa: E402
 from rhea.eval.episodes import evidence_row, feed_history  # noqa: E402
 from rhea.eval.suites.multi_session_qa import MultiSessionQASuite  # noqa: E402
@@ -80,6 +82,33 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def session_stated(plan, conversation, turn: int) -> bool | None:
+    """Whether the context states the session (and date) of `turn`: a recalled copy opens with its session header;
+    a turn shown in place does, or follows, with no turn left out between, turns of its session the first of which
+    does. None when the turn is not in the context."""
+    decision = next(d for d in plan.decisions.turns if d.turn == turn)
+    header = session_header(conversation[turn])
+    if header is None:
+        return None
+
+    def opens(index: int, recalled: bool) -> bool:
+        users = [m for m, src in enumerate(plan.sources) if src == index and plan.messages[m]["role"] == "user"]
+        if not users:
+            return False
+        content = plan.messages[users[-1] if recalled else users[0]]["content"]
+        return isinstance(content, str) and content.startswith(session_header(conversation[index]))
+
+    if decision.recalled and opens(turn, True):
+        return True
+    if decision.tier == "drop":
+        return None if not decision.recalled else False
+    first = turn
+    while first > 0 and plan.decisions.turns[first - 1].tier != "drop" and \
+            session_of(conversation[first - 1]) == session_of(conversation[turn]):
+        first -= 1
+    return opens(first, False)
+
+
 def plan_episode(model, policy: str, episode, *, max_new_tokens: int, kwargs: dict) -> tuple[dict, list[dict]]:
     """The catch-up cost and one row per question of `episode` under `policy`, planned and not answered."""
     from rhea.session import ChatSession
@@ -100,19 +129,15 @@ def plan_episode(model, policy: str, episode, *, max_new_tokens: int, kwargs: di
             continue
         plan_s = time.perf_counter() - t0
         ledger = plan.ledger
-        shown = {i for i, s in enumerate(plan.sources) if s is not None}
         evidence = list(turn.meta["evidence"])
-        with_header = [any(plan.sources[m] == e and plan.messages[m]["role"] == "user"
-                           and isinstance(plan.messages[m]["content"], str)
-                           and plan.messages[m]["content"].startswith(session_header(session.conversation[e]) or "\x00")
-                           for m in shown) for e in evidence]
+        dated = [session_stated(plan, session.conversation, e) for e in evidence]
         by_turn = {d.turn: d for d in plan.decisions.turns}
         rows.append({
             "question": turn.user, "category": turn.meta.get("category"), "evidence": evidence,
             **evidence_row(turn, plan),
             "evidence_tiers": [by_turn[e].tier + ("+recalled" if by_turn[e].recalled else "") for e in evidence],
             "evidence_notes": [by_turn[e].note for e in evidence],
-            "headers": sum(with_header) / len(evidence),
+            "dated": sum(d for d in dated if d is not None) / max(sum(d is not None for d in dated), 1),
             "content_tokens": ledger.text_tokens + ledger.latent_slots, "full_history_tokens": ledger.full_history_tokens,
             "content_ratio": (ledger.text_tokens + ledger.latent_slots) / max(ledger.full_history_tokens, 1),
             "tiers": {t: sum(d.tier == t for d in plan.decisions.turns) for t in ("raw", "latent", "drop")},
@@ -153,14 +178,14 @@ def main(argv=None) -> dict:
             "evidence_in_context": bootstrap(r["evidence_in_context"] for r in rows),
             "evidence_raw": bootstrap(r.get("evidence_raw") for r in ok),
             "content_ratio": bootstrap(r["content_ratio"] for r in ok),
-            "headers": bootstrap(r["headers"] for r in ok if r["evidence_in_context"] > 0),
+            "dated": bootstrap(r["dated"] for r in ok if r["evidence_in_context"] > 0),
             "content_tokens_mean": float(np.mean([r["content_tokens"] for r in ok])) if ok else None,
             "full_history_tokens_mean": float(np.mean([r["full_history_tokens"] for r in ok])) if ok else None,
             "plan_s_mean": float(np.mean([r["plan_s"] for r in ok])) if ok else None,
             "errors": len(rows) - len(ok), "catch_up": catches, "rows": rows,
         }
         s = out["policies"][policy]
-        print(f"{policy}: evidence {s['evidence_in_context']} ratio {s['content_ratio']} headers {s['headers']}", flush=True)
+        print(f"{policy}: evidence {s['evidence_in_context']} ratio {s['content_ratio']} dated {s['dated']}", flush=True)
     if args.out:
         path = Path(args.out)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,7 @@ from rhea.memory.episodic import EpisodicMemory
 from rhea.memory.instructional import InstructionalMemory
 from rhea.memory.recognizer import InstructionRecognizer, recognize_at
 from rhea.memory.scoring import (COMPONENTS, FUSIONS, TierRule, assign_tiers, components_of, default_embedder,
-                                 describe_thresholds, fuse, hidden_best, latent_tier_active, rank_order)
+                                 describe_thresholds, floor_mask, fuse, hidden_best, latent_tier_active, rank_order)
 from rhea.modeling.config import check_replan, check_thresholds
 from rhea.policies.assemble import assemble_plan, count_tokens
 from rhea.policies.base import ContextPolicy
@@ -50,9 +50,13 @@ class RheaPolicy(ContextPolicy):
     Every past turn is then scored (``scorer``: the latents' max-cosine, BM25, MiniLM cosine, or
     a fusion of those; `rhea.memory.scoring`) and kept as text, as latents or dropped, under
     thresholds (``tier_mode="threshold"``, the paper's HCR) or a budget (at most ``max_raw`` raw
-    and ``max_latent`` latent turns). Each reply is compressed once (episodic memory) when a
-    latent score or the latent tier needs it; the latent tier is on only when the model's
-    recorded compressor fidelity meets the target, or ``latent_tier="on"``. Defaults come from
+    and ``max_latent`` latent turns). A reply is compressed at most once (episodic memory): as it
+    arrives when a latent score needs every reply, else only when a plan first places it in the
+    latent tier (`compresses_every_reply`), so catching up on a long history compresses nothing and
+    a question compresses at most ``max_latent`` replies; the plan's ``compression`` record says how
+    many replies hold latents and why the others do not. The latent tier is on only when the model's
+    recorded compressor fidelity meets the target, or ``latent_tier="on"``. A dropped turn's note
+    says why (below every floor, or ranked after the turns the budget keeps). Defaults come from
     ``model.config`` (`RheaConfig`); each keyword overrides one.
 
     >>> from rhea.testing import tiny_rhea                                    # doctest: +SKIP
@@ -376,8 +380,15 @@ class RheaPolicy(ContextPolicy):
             comps, self.fusion, weights=self.fusion_weights, rrf_k=self.rrf_k)
         tiers = assign_tiers(score, comps, self.rule)
         rank = {t: r for r, t in enumerate(rank_order(score).tolist(), 1)}
+        eligible = floor_mask(comps, self.rule).tolist()
+        floors = ", ".join({"latent": f"latent < tau_low={self.tau_low}", "bm25": "bm25 0: no word shared",
+                            "dense": f"dense < {self.rule.dense_floor}"}[c] for c in comps)
+        kept = f"{self.rule.max_raw} raw" + (f", {self.rule.max_latent} latent" if self.latents_on else "")
         out = []
         for i, tier in enumerate(tiers):
+            why = "" if tier != "drop" else (
+                f"; dropped: below every floor ({floors})" if not eligible[i]
+                else f"; dropped: ranked after the turns the budget keeps ({kept})")
             parts = {c: round(float(comps[c][i]), 6) for c in comps}
             what = ", ".join(f"{c} {v:.3f}" for c, v in parts.items())
             fused = f"{self.fusion} {float(score[i]):.4f} from " if self.scorer == "fused" else ""
@@ -387,7 +398,7 @@ class RheaPolicy(ContextPolicy):
                                        f"{self.rule.max_latent if self.latents_on else 0}" if self.rule.mode == "budget"
                                        else ", " + describe_thresholds(comps, self.rule))
                                     + (f", last {self.rule.recent_raw} turns raw" if self.rule.recent_raw else "") + ")"
-                                    + ("; recent" if i >= n - self.rule.recent_raw else ""),
+                                    + ("; recent" if i >= n - self.rule.recent_raw else "") + why,
                                     components=parts))
         return out
 

@@ -236,3 +236,18 @@ def test_text_scorers_compress_only_the_replies_a_plan_shows_as_latents(tiny_mod
 def test_a_latent_score_still_compresses_every_reply_as_it_arrives(tiny_model):
     policy = _policy(tiny_model, scorer="fused", fusion_components=["latent", "bm25"], latent_tier="on")
     assert policy.compresses_every_reply and len(policy.episodic) == len(CONV)
+
+
+def test_a_dropped_turn_says_why(tiny_model):
+    policy = _policy(tiny_model, scorer="bm25", max_raw=1, max_latent=0, latent_tier="off", replan_every=1)
+    plan = policy.build(CONV, "where does my sister live in oslo?")
+    tiers = [d.tier for d in plan.decisions.turns]
+    assert tiers.count("raw") == 1 and tiers[4] == "raw"
+    for d in plan.decisions.turns:
+        if d.tier != "drop":
+            assert "dropped" not in d.note
+        elif d.components["bm25"] > 0:  # shares a word with the query, but the budget keeps one turn
+            assert "dropped: ranked after the turns the budget keeps (1 raw)" in d.note
+        else:
+            assert "dropped: below every floor (bm25 0: no word shared)" in d.note
+    assert any("below every floor" in d.note for d in plan.decisions.turns)
