@@ -147,6 +147,31 @@ def plan_episode(model, policy: str, episode, *, max_new_tokens: int, kwargs: di
     return catch, rows
 
 
+def summarize(rows: list[dict], catches: list[dict], kwargs: dict) -> dict:
+    """One policy's measures over `rows` (one per question), with the catch-up cost of each episode."""
+    ok = [r for r in rows if "error" not in r]
+    mean = lambda key: float(np.mean([r[key] for r in ok])) if ok else None  # noqa: E731
+    return {
+        "kwargs": kwargs,
+        "evidence_in_context": bootstrap(r["evidence_in_context"] for r in rows),
+        "evidence_raw": bootstrap(r.get("evidence_raw") for r in ok),
+        "content_ratio": bootstrap(r["content_ratio"] for r in ok),
+        "dated": bootstrap(r["dated"] for r in ok if r["evidence_in_context"] > 0),
+        "content_tokens_mean": mean("content_tokens"), "full_history_tokens_mean": mean("full_history_tokens"),
+        "plan_s_mean": mean("plan_s"), "errors": len(rows) - len(ok), "catch_up": catches, "rows": rows,
+    }
+
+
+def write(out: dict, path: str | None) -> None:
+    """`out` as JSON at `path` (atomically: a temporary file renamed over it); nothing when `path` is None."""
+    if path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+        tmp.replace(path)
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     import torch
@@ -161,7 +186,7 @@ def main(argv=None) -> dict:
     options = dict(args.option)
     out = {"benchmark": "evidence_in_context", "command": " ".join(sys.argv), "model": args.model,
            "data": Path(args.data).name, "episodes": args.episodes, "questions_per_episode": args.questions,
-           "seed": args.seed, "threads": args.threads, "options": options, "policies": {}}
+           "seed": args.seed, "threads": args.threads, "options": options, "complete": False, "policies": {}}
     for policy in args.policies.split(","):
         accepted = inspect.signature(policy_class(policy).__init__).parameters
         kwargs = {k: v for k, v in options.items() if k in accepted}
@@ -172,26 +197,12 @@ def main(argv=None) -> dict:
             rows += [{"episode": n, **r} for r in ep_rows]
             print(f"{policy} episode {n}: {catch} evidence "
                   f"{np.mean([r['evidence_in_context'] for r in ep_rows]):.3f}", flush=True)
-        ok = [r for r in rows if "error" not in r]
-        out["policies"][policy] = {
-            "kwargs": kwargs,
-            "evidence_in_context": bootstrap(r["evidence_in_context"] for r in rows),
-            "evidence_raw": bootstrap(r.get("evidence_raw") for r in ok),
-            "content_ratio": bootstrap(r["content_ratio"] for r in ok),
-            "dated": bootstrap(r["dated"] for r in ok if r["evidence_in_context"] > 0),
-            "content_tokens_mean": float(np.mean([r["content_tokens"] for r in ok])) if ok else None,
-            "full_history_tokens_mean": float(np.mean([r["full_history_tokens"] for r in ok])) if ok else None,
-            "plan_s_mean": float(np.mean([r["plan_s"] for r in ok])) if ok else None,
-            "errors": len(rows) - len(ok), "catch_up": catches, "rows": rows,
-        }
+            out["policies"][policy] = summarize(rows, catches, kwargs)
+            write(out, args.out)  # after each episode, so a long run stopped early keeps what it measured
         s = out["policies"][policy]
         print(f"{policy}: evidence {s['evidence_in_context']} ratio {s['content_ratio']} dated {s['dated']}", flush=True)
-    if args.out:
-        path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
-        tmp.replace(path)
+    out["complete"] = True
+    write(out, args.out)
     return out
 
 
