@@ -172,7 +172,8 @@ class RheaConfig:
     tier_mode: str = "budget"
     #: 10 raw + 8 latent (+ the last `recent_raw`), with a kept plan's hidden best turns recalled (`replan_top`): on
     #: histories of 300+ turns (multi-session QA, TopiOCQA) the needed turn is in the context for every one of 40
-    #: questions at about 0.12x the history's tokens (docs/reports/quality.md, "Long histories")
+    #: questions at 0.11-0.12x the history's tokens on Qwen2.5-Coder-1.5B and SmolLM2-135M (docs/reports/quality.md,
+    #: "Long histories")
     max_raw: int = 10
     max_latent: int = 8
     #: the last `recent_raw` turns are raw text whatever their scores (budget mode: on top of `max_raw`); 3 measured
