@@ -25,7 +25,8 @@ class EpisodicEntry:
 
 
 class EpisodicMemory:
-    """``(u_i, b_i, Vk_i)`` for every past turn; ``Vk_i`` computed once, when the reply arrives.
+    """``(u_i, b_i, Vk_i)`` for every past turn; ``Vk_i`` computed once, when the reply arrives, or only for the
+    turns asked for (`ensure`: a policy that shows latents but does not score them compresses only those it shows).
 
     `compress_fn` maps texts to ``[B, n_mem, hidden]`` (e.g. ``model.compress``) or to one ``[rows, hidden]`` per
     text (``model.compress_replies``; a turn with fewer rows is scored as it is: `stack_rows`). Scores are
@@ -85,6 +86,26 @@ class EpisodicMemory:
 
     def append(self, turn: Turn) -> None:
         self.extend([turn])
+
+    def get(self, turn: int) -> EpisodicEntry | None:
+        """The stored entry of conversation turn `turn`, or None."""
+        if turn < len(self.entries) and self.entries[turn].turn == turn:
+            return self.entries[turn]  # a memory that stores every turn holds turn i at position i
+        return next((e for e in self.entries if e.turn == turn), None)
+
+    def ensure(self, turns: Sequence[Turn], indices) -> list[int]:
+        """Store latents for the replies of ``turns[i]`` for each i in `indices` (a memory that compresses only
+        the replies a plan shows as latents): the ones not stored yet, or stored for a reply that has changed
+        since, are compressed in one batch; a stored one is never compressed again. Returns the turns
+        compressed now."""
+        todo = sorted({i for i in indices if (e := self.get(i)) is None or e.assistant != turns[i].assistant})
+        if not todo:
+            return []
+        self.entries = [e for e in self.entries if e.turn not in set(todo)]
+        for i, lat in zip(todo, self._compress([turns[i].assistant for i in todo])):
+            self.entries.append(EpisodicEntry(i, turns[i].user, turns[i].assistant, lat))
+        self.entries.sort(key=lambda e: e.turn)
+        return todo
 
     def sync(self, turns: Sequence[Turn]) -> None:
         """Catch up with a conversation: compress only the turns not yet stored (one batch)."""
@@ -149,6 +170,8 @@ class EpisodicMemory:
         lats = [e.latents.cpu() for e in self.entries]
         state = {"users": [e.user for e in self.entries], "assistants": [e.assistant for e in self.entries],
                  "latents": None}
+        if any(e.turn != i for i, e in enumerate(self.entries)):  # only some turns stored (`ensure`)
+            state["turns"] = [e.turn for e in self.entries]
         if lats and len({x.shape[0] for x in lats}) == 1:
             state["latents"] = torch.stack(lats)
         elif lats:
@@ -165,4 +188,11 @@ class EpisodicMemory:
             latents = list(torch.split(latents, list(rows)))
         if len(users) != len(assistants) or (latents is None) != (len(users) == 0) or (latents is not None and len(latents) != len(users)):
             raise ValueError("episodic state is inconsistent: users, assistants and latents must have one entry per turn")
-        self.entries = [EpisodicEntry(i, u, a, latents[i]) for i, (u, a) in enumerate(zip(users, assistants))]
+        turns = state.get("turns")
+        if turns is None:
+            turns = list(range(len(users)))
+        elif (len(turns) != len(users) or not all(isinstance(t, int) and t >= 0 for t in turns)
+              or list(turns) != sorted(set(turns))):
+            raise ValueError("episodic state is inconsistent: 'turns' must give one distinct turn index >= 0 per "
+                             "entry, in increasing order")
+        self.entries = [EpisodicEntry(t, u, a, latents[i]) for i, (t, u, a) in enumerate(zip(turns, users, assistants))]

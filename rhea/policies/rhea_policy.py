@@ -32,7 +32,7 @@ from rhea.memory.episodic import EpisodicMemory
 from rhea.memory.instructional import InstructionalMemory
 from rhea.memory.recognizer import PROMPTED_RECOGNIZER, InstructionRecognizer, prompted_recognizer, recognize_at
 from rhea.memory.scoring import (COMPONENTS, FUSIONS, TierRule, assign_tiers, components_of, default_embedder,
-                                 describe_thresholds, fuse, hidden_best, latent_tier_active, rank_order)
+                                 describe_thresholds, floor_mask, fuse, hidden_best, latent_tier_active, rank_order)
 from rhea.modeling.config import check_replan, check_thresholds
 from rhea.policies.assemble import assemble_plan, count_tokens
 from rhea.policies.base import ContextPolicy
@@ -50,9 +50,13 @@ class RheaPolicy(ContextPolicy):
     Every past turn is then scored (``scorer``: the latents' max-cosine, BM25, MiniLM cosine, or
     a fusion of those; `rhea.memory.scoring`) and kept as text, as latents or dropped, under
     thresholds (``tier_mode="threshold"``, the paper's HCR) or a budget (at most ``max_raw`` raw
-    and ``max_latent`` latent turns). Each reply is compressed once (episodic memory) when a
-    latent score or the latent tier needs it; the latent tier is on only when the model's
-    recorded compressor fidelity meets the target, or ``latent_tier="on"``. Defaults come from
+    and ``max_latent`` latent turns). A reply is compressed at most once (episodic memory): as it
+    arrives when a latent score needs every reply, else only when a plan first places it in the
+    latent tier (`compresses_every_reply`), so catching up on a long history compresses nothing and
+    a question compresses at most ``max_latent`` replies; the plan's ``compression`` record says how
+    many replies hold latents and why the others do not. The latent tier is on only when the model's
+    recorded compressor fidelity meets the target, or ``latent_tier="on"``. A dropped turn's note
+    says why (below every floor, or ranked after the turns the budget keeps). Defaults come from
     ``model.config`` (`RheaConfig`); each keyword overrides one.
 
     ``recognizer``: "default" (rules, then the MiniLM head), "minilm", "ngram", None (rules
@@ -159,6 +163,7 @@ class RheaPolicy(ContextPolicy):
                                        score_view=model.score_view)
         self._seen_queries: set[tuple[int, str]] = set()
         self._token_counts: dict[str, int] = {}
+        self._admit_compressed: set[int] = set()  # turns `_admit` compressed while planning (lazy latents)
 
     def config(self) -> dict:
         """Constructor arguments that rebuild this policy (a saved session reloads with them)."""
@@ -188,6 +193,14 @@ class RheaPolicy(ContextPolicy):
         return self.fixed_tier == "latent" or "latent" in self.components or self.latents_on
 
     @property
+    def compresses_every_reply(self) -> bool:
+        """Whether every reply is compressed as it arrives: a latent score or the every-reply-latent variant needs
+        them all. Otherwise (text scorers with the latent tier on) a reply is compressed only once a plan places it
+        in the latent tier, at most once (`EpisodicMemory.ensure`): a budget shows a handful of latent turns, so
+        compressing a long history's every reply would be work no plan uses."""
+        return self.needs_latents and (self.fixed_tier == "latent" or "latent" in self.components)
+
+    @property
     def embedder(self):
         if self._embedder is None:
             self._embedder = default_embedder()
@@ -196,7 +209,7 @@ class RheaPolicy(ContextPolicy):
     # ---------------------------------------------------------------- turn loop
     def observe(self, turn: Turn) -> None:
         super().observe(turn)
-        if self.needs_latents:
+        if self.compresses_every_reply:
             self.episodic.append(turn)
 
     def catch_up(self, conversation: Conversation) -> None:
@@ -228,7 +241,7 @@ class RheaPolicy(ContextPolicy):
             self.episodic.sync(conversation.turns)
             decisions = [TurnDecision(i, "latent", None, "variant: every reply as latents") for i in range(len(conversation))]
         else:
-            if self.needs_latents:
+            if self.compresses_every_reply:
                 self.episodic.sync(conversation.turns)
             decisions, why = self._planned(conversation, query)
             if self.use_im:
@@ -239,15 +252,32 @@ class RheaPolicy(ContextPolicy):
                                            "planned_at": self._plan["at"], "fresh": why is not None, "why": why,
                                            "recalled": [d.turn for d in decisions if d.recalled]}})
             records.append(_score_summary(decisions, self.tau_low, self.tau_high, self.rule.mode))
+        lazy = self.needs_latents and not self.compresses_every_reply
+        calls = self.episodic.compress_calls
+        compressed = self._ensure_latents(conversation, decisions) if lazy else []
         if self.token_budget is not None and self.fixed_tier is None:
-            decisions = self._admit(conversation, query, decisions)
+            decisions = self._admit(conversation, query, decisions)  # may compress a raw turn it shows as latents
+        if lazy:
+            compressed += self._ensure_latents(conversation, decisions)
+            compressed = sorted(set(compressed) | self._admit_compressed)
+            self._admit_compressed = set()
+            shown = sum(d.tier == "latent" for d in decisions)
+            records.append({"compression": {
+                "compressed_now": compressed, "stored": len(self.episodic), "latent_turns": shown,
+                "why": "replies are compressed only when a plan shows them as latents (text scorers rank the turns), "
+                       f"once each: {len(self.episodic)} of {len(conversation)} past replies hold latents, "
+                       "the others were never placed in the latent tier"}})
         if any(d.tier == "latent" for d in decisions):
-            latents = {e.turn: Latent(e.latents.to(self.model.device, self.model.dtype), e.turn)
-                       for e in self.episodic.entries if decisions[e.turn].tier == "latent"}
+            latents = {d.turn: Latent(self.episodic.get(d.turn).latents.to(self.model.device, self.model.dtype), d.turn)
+                       for d in decisions if d.tier == "latent"}
         return assemble_plan(
             self.name, conversation, query, decisions,
             system_source=self.im if self.use_im else None, latents=latents, records=records, tokenizer=self.tokenizer,
         )
+
+    def _ensure_latents(self, conversation: Conversation, decisions: list[TurnDecision]) -> list[int]:
+        """Compress (one batch, once each) the replies `decisions` place in the latent tier; the turns compressed now."""
+        return self.episodic.ensure(conversation.turns, [d.turn for d in decisions if d.tier == "latent"])
 
     def _tokens(self, text: str) -> int:
         """Tokens of `text` as message content, remembered by text (a long conversation is counted once)."""
@@ -274,7 +304,7 @@ class RheaPolicy(ContextPolicy):
         system = self.im.render() if self.use_im else ""
         room = (budget.prompt_tokens - budget.template_overhead - self._tokens(query)
                 - (self._tokens(system) + per if system else 0))
-        rows = {e.turn: int(e.latents.shape[0]) for e in self.episodic.entries} if self.latents_on else {}
+        rows = _LatentRows(self, conversation) if self.latents_on else {}
         recent = len(conversation) - self.rule.recent_raw  # the last recent_raw turns: raw whatever they score
         order = sorted((d for d in decisions if d.tier != "drop" or d.recalled),
                        key=lambda d: (d.turn < recent, d.score is not None, -(d.score or 0.0), -d.turn))
@@ -283,7 +313,7 @@ class RheaPolicy(ContextPolicy):
         for d in order:
             turn = conversation[d.turn]
             user, raw = self._tokens(turn.user) + per, self._tokens(turn.assistant) + per
-            cost = {"raw": user + raw, "latent": user + rows.get(d.turn, 0) + per, "drop": 0}[d.tier]
+            cost = user + raw if d.tier == "raw" else user + rows.get(d.turn, 0) + per if d.tier == "latent" else 0
             extra = user + raw if d.recalled else 0
             if cost + extra <= room:
                 room -= cost + extra
@@ -360,8 +390,15 @@ class RheaPolicy(ContextPolicy):
             comps, self.fusion, weights=self.fusion_weights, rrf_k=self.rrf_k)
         tiers = assign_tiers(score, comps, self.rule)
         rank = {t: r for r, t in enumerate(rank_order(score).tolist(), 1)}
+        eligible = floor_mask(comps, self.rule).tolist()
+        floors = ", ".join({"latent": f"latent < tau_low={self.tau_low}", "bm25": "bm25 0: no word shared",
+                            "dense": f"dense < {self.rule.dense_floor}"}[c] for c in comps)
+        kept = f"{self.rule.max_raw} raw" + (f", {self.rule.max_latent} latent" if self.latents_on else "")
         out = []
         for i, tier in enumerate(tiers):
+            why = "" if tier != "drop" else (
+                f"; dropped: below every floor ({floors})" if not eligible[i]
+                else f"; dropped: ranked after the turns the budget keeps ({kept})")
             parts = {c: round(float(comps[c][i]), 6) for c in comps}
             what = ", ".join(f"{c} {v:.3f}" for c, v in parts.items())
             fused = f"{self.fusion} {float(score[i]):.4f} from " if self.scorer == "fused" else ""
@@ -371,7 +408,7 @@ class RheaPolicy(ContextPolicy):
                                        f"{self.rule.max_latent if self.latents_on else 0}" if self.rule.mode == "budget"
                                        else ", " + describe_thresholds(comps, self.rule))
                                     + (f", last {self.rule.recent_raw} turns raw" if self.rule.recent_raw else "") + ")"
-                                    + ("; recent" if i >= n - self.rule.recent_raw else ""),
+                                    + ("; recent" if i >= n - self.rule.recent_raw else "") + why,
                                     components=parts))
         return out
 
@@ -386,7 +423,7 @@ class RheaPolicy(ContextPolicy):
                     self._bm25 = (texts, BM25Retriever(texts))
                 comps[c] = torch.tensor(self._bm25[1].scores(query), dtype=torch.float64)
             else:
-                emb = torch.from_numpy(self.embedder.encode([query] + texts)).double()
+                emb = torch.from_numpy(self.embedder.encode([query] + texts)).double()  # MiniLMEmbedder caches per text
                 comps[c] = emb[1:] @ emb[0]
         return comps
 
@@ -424,6 +461,27 @@ class RheaPolicy(ContextPolicy):
         self._seen_queries = {(int(i), q) for i, q in state.get("seen_queries", [])}
         plan = state.get("plan")  # absent in sessions saved before replan_every
         self._plan = None if plan is None else {**plan, "decisions": [TurnDecision(**d) for d in plan["decisions"]]}
+
+
+class _LatentRows:
+    """``{turn: latent rows}`` for `RheaPolicy._admit`: a turn's stored latents, compressed on first use when the
+    policy compresses only the replies it shows as latents (the turns compressed so are noted on the policy)."""
+
+    def __init__(self, policy: "RheaPolicy", conversation: Conversation):
+        self.policy, self.conversation = policy, conversation
+
+    def __contains__(self, turn: int) -> bool:
+        return self.policy.episodic.get(turn) is not None or not self.policy.compresses_every_reply
+
+    def get(self, turn: int, default: int = 0) -> int:
+        return self[turn] if turn in self else default
+
+    def __getitem__(self, turn: int) -> int:
+        policy = self.policy
+        if policy.episodic.get(turn) is None:
+            done = policy.episodic.ensure(self.conversation.turns, [turn])
+            policy._admit_compressed = policy._admit_compressed | set(done)
+        return int(policy.episodic.get(turn).latents.shape[0])
 
 
 def _digest(conversation: Conversation, n: int) -> str:

@@ -475,7 +475,9 @@ class Engine:
                                "takes in one request (rhea serve --max-history-tokens); send fewer past turns",
                                param="messages", code="context_length_exceeded")
         policy = self.session.policy
-        if self.compress is None or not getattr(policy, "needs_latents", False):
+        # a policy that compresses only the replies its plan shows as latents does bounded work whatever the history
+        every = getattr(policy, "compresses_every_reply", getattr(policy, "needs_latents", False))
+        if self.compress is None or not every:
             return request
         turns, new, keep_from = request.conversation.turns, 0, 0
         for i in range(len(turns) - 1, -1, -1):

@@ -198,3 +198,56 @@ def test_recent_raw_keeps_the_last_turns_whatever_they_score(tiny_model, kw):
     with pytest.raises(RheaConfigError, match="recent_raw"):
         RheaConfig(recent_raw=-1)
     assert "last 2 turns raw" in mode_line(RheaConfig(recent_raw=2))
+
+
+def test_text_scorers_compress_only_the_replies_a_plan_shows_as_latents(tiny_model, tmp_path):
+    """With text scorers and the latent tier on, observing compresses nothing; a plan compresses the replies it
+    places in the latent tier (one batch), a later plan reuses them, and its records say why the rest hold none."""
+    from rhea.session import ChatSession
+
+    policy = _policy(tiny_model, scorer="fused", latent_tier="on", max_raw=2, max_latent=3, replan_every=1)
+    assert policy.needs_latents and not policy.compresses_every_reply
+    assert policy.episodic.compress_calls == 0 and len(policy.episodic) == 0
+    plan = policy.build(CONV, "where does my sister live?")
+    latent = [d.turn for d in plan.decisions.turns if d.tier == "latent"]
+    assert 1 <= len(latent) <= 3 and policy.episodic.compress_calls == 1
+    assert [e.turn for e in policy.episodic.entries] == latent
+    record = next(r["compression"] for r in plan.decisions.records if "compression" in r)
+    assert record["compressed_now"] == latent and record["stored"] == len(latent)
+    assert f"{len(latent)} of {len(CONV)} past replies hold latents" in record["why"]
+    # the latents shown are those of each reply compressed alone
+    for turn in latent:
+        with torch.no_grad():
+            ref = tiny_model.compress_replies([CONV[turn].assistant])[0].float()
+        torch.testing.assert_close(policy.episodic.get(turn).latents, ref, rtol=1e-5, atol=1e-5)
+    again = policy.build(CONV, "where does my sister live?")
+    assert policy.episodic.compress_calls == 1  # the same latent turns: nothing compressed again
+    assert next(r["compression"] for r in again.decisions.records if "compression" in r)["compressed_now"] == []
+    # the sparse memory round-trips through a saved session
+    chat = ChatSession(tiny_model, policy=policy, max_new_tokens=2)
+    chat.conversation = Conversation(list(CONV))
+    chat.ask("where does my sister live?")
+    chat.save(tmp_path / "s")
+    back = ChatSession.load(tmp_path / "s", tiny_model)
+    assert [e.turn for e in back.policy.episodic.entries] == [e.turn for e in chat.policy.episodic.entries]
+    assert all(torch.equal(a.latents, b.latents) for a, b in zip(back.policy.episodic.entries, chat.policy.episodic.entries))
+
+
+def test_a_latent_score_still_compresses_every_reply_as_it_arrives(tiny_model):
+    policy = _policy(tiny_model, scorer="fused", fusion_components=["latent", "bm25"], latent_tier="on")
+    assert policy.compresses_every_reply and len(policy.episodic) == len(CONV)
+
+
+def test_a_dropped_turn_says_why(tiny_model):
+    policy = _policy(tiny_model, scorer="bm25", max_raw=1, max_latent=0, latent_tier="off", replan_every=1)
+    plan = policy.build(CONV, "where does my sister live in oslo?")
+    tiers = [d.tier for d in plan.decisions.turns]
+    assert tiers.count("raw") == 1 and tiers[4] == "raw"
+    for d in plan.decisions.turns:
+        if d.tier != "drop":
+            assert "dropped" not in d.note
+        elif d.components["bm25"] > 0:  # shares a word with the query, but the budget keeps one turn
+            assert "dropped: ranked after the turns the budget keeps (1 raw)" in d.note
+        else:
+            assert "dropped: below every floor (bm25 0: no word shared)" in d.note
+    assert any("below every floor" in d.note for d in plan.decisions.turns)
