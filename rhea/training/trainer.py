@@ -575,7 +575,7 @@ def export_checkpoint(checkpoint: str | os.PathLike, config: TrainConfig, direct
 
     >>> export_checkpoint("out/checkpoint-40", cfg, "rhea/data/adapters/smollm2-135m", dtype=torch.float16)  # doctest: +SKIP
     """
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     state = load_file(os.path.join(checkpoint, TRAINABLE_FILE))
     progress = json.loads(Path(checkpoint, PROGRESS_FILE).read_text())
@@ -583,10 +583,10 @@ def export_checkpoint(checkpoint: str | os.PathLike, config: TrainConfig, direct
     if config.run.stage == "compressor":
         extra["recipe"] = "rhea train (run.stage compressor)"
     _save_pretrained_with(build_trained_model(config), state, directory, extra, origin=str(checkpoint))
-    if dtype is not None:
-        for path in Path(directory).rglob("*.safetensors"):
-            tensors = load_file(str(path))
-            save_file({k: v.to(dtype) for k, v in tensors.items()}, str(path), metadata={"format": "pt"})
+    if dtype is not None:  # floating-point tensors only; the save's manifest keeps the new digests
+        from rhea.modeling.shrink import cast_safetensors
+
+        cast_safetensors(directory, dtype)
     return str(directory)
 
 
