@@ -10,7 +10,8 @@ For every history length L (content tokens of the past turns, counted with the m
 each variant gets a fresh `ChatSession` given an L-token history (its policy catches up on it, as
 on a conversation sent as a message list; those seconds are recorded as ``catch_up_s``, apart
 from the turns), answers one warm-up turn (vanilla's history cache then holds the prompt, a kept
-plan is made) and then ``--turns`` measured turns. Per measured turn (the mean over them):
+plan is made; skipped for vanilla-nokv and kvpress, whose turns do not depend on the one
+before) and then ``--turns`` measured turns. Per measured turn (the mean over them):
 
 * seconds split into ``score_s`` (planning less compression: the recognizer, scoring the past
   turns), ``compress_s`` (replies compressed to latents, in planning and after the reply),
@@ -69,16 +70,18 @@ class Variant:
     policy: str
     kwargs: dict = field(default_factory=dict)
     reuse_prefix_cache: bool = True
+    #: whether a turn depends on the one before (a history cache, a kept plan): False skips the warm-up turn
+    stateful: bool = True
 
 
 def variants(kvpress_ratio: float = 0.5) -> dict[str, Variant]:
     return {v.name: v for v in (
         Variant("vanilla-kv", "vanilla"),
-        Variant("vanilla-nokv", "vanilla", reuse_prefix_cache=False),
+        Variant("vanilla-nokv", "vanilla", reuse_prefix_cache=False, stateful=False),
         Variant("rhea-kept", "rhea"),
         Variant("rhea-per-turn", "rhea", {"replan_every": 1}),
         Variant("bm25", "bm25"),
-        Variant("kvpress-snapkv", "kvpress-snapkv", {"compression_ratio": kvpress_ratio}),
+        Variant("kvpress-snapkv", "kvpress-snapkv", {"compression_ratio": kvpress_ratio}, stateful=False),
     )}
 
 
@@ -223,7 +226,8 @@ def turn_cost(session, record, plan, per_token_kv: int, cpu_s: float) -> dict:
 
 
 def measure(model, variant: Variant, history: list, queries: list[str], max_new_tokens: int) -> dict:
-    """A fresh session on `history` (caught up), one warm-up turn, then one measured turn per query."""
+    """A fresh session on `history` (caught up), one warm-up turn (the first query; not for a variant
+    whose turns do not depend on the one before), then one measured turn per query."""
     from rhea.context import Conversation
     from rhea.session import ChatSession
 
@@ -236,11 +240,13 @@ def measure(model, variant: Variant, history: list, queries: list[str], max_new_
     session.conversation = conversation
     catch_up_s, catch_up_cpu = time.perf_counter() - t0, time.process_time() - c0
     rows = []
+    if not variant.stateful:
+        queries = queries[1:]
     for i, query in enumerate(queries):
         c0 = time.process_time()
         session.send(query)
         row = turn_cost(session, session.records[-1], session.last_plan, per_token, time.process_time() - c0)
-        row["warm_up"] = i == 0
+        row["warm_up"] = i == 0 and variant.stateful
         rows.append(row)
     measured = [r for r in rows if not r["warm_up"]] or rows
     keys = ("latency_s", "cpu_s", "score_s", "compress_s", "prefill_s", "decode_s", "other_s", "prefilled_tokens",
@@ -252,8 +258,9 @@ def measure(model, variant: Variant, history: list, queries: list[str], max_new_
         for kind, n in r["bytes_held_split"].items():
             split[kind] = split.get(kind, 0) + n / len(measured)
     mean["bytes_held_split"] = split
+    warm = {k: rows[0][k] for k in keys} if rows[0]["warm_up"] else None
     return {**mean, "catch_up_s": catch_up_s, "catch_up_cpu_s": catch_up_cpu, "measured_turns": len(measured),
-            "warm_up": {k: rows[0][k] for k in keys if k in rows[0]}}
+            "warm_up": warm}
 
 
 def crossings(points: dict[str, list[dict]], metric: str, reference: str = REFERENCE) -> dict:

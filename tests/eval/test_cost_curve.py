@@ -22,7 +22,9 @@ def result(bench):
     pairs = bench.builtin_turns(60, seed=0)
     queries = [u for u, _ in bench.builtin_turns(2, seed=1)]
     names = ["vanilla-kv", "vanilla-nokv", "rhea-kept", "rhea-per-turn", "bm25"]
-    return bench.run_curve(model, [64, 240], names, pairs, queries, max_new_tokens=3, progress=lambda line: None)
+    result = bench.run_curve(model, [64, 240], names, pairs, queries, max_new_tokens=3, progress=lambda line: None)
+    result["per_token_kv"] = bench.kv_bytes_per_token(model)
+    return result
 
 
 def test_every_variant_has_a_point_at_every_length(result):
@@ -43,7 +45,10 @@ def test_the_history_cache_prefills_less_and_holds_the_keys_values(result):
     assert kv["prefilled_tokens"] < nokv["prefilled_tokens"] == nokv["context_tokens"]
     assert kv["prefix_reused_tokens"] > 0 and nokv["prefix_reused_tokens"] == 0
     assert kv["bytes_held_split"]["kv_cache"] > 0 and nokv["bytes_held"] == 0
-    assert kv["turn_kv_bytes"] == nokv["turn_kv_bytes"] > 0  # same prompt, same keys/values while it runs
+    per_token = result["per_token_kv"]
+    for r in (kv, nokv):  # the keys/values the turn's prompt and reply occupy while it runs
+        assert r["turn_kv_bytes"] == (r["context_tokens"] + r["new_tokens"]) * per_token > 0
+    assert nokv["warm_up"] is None and kv["warm_up"]["prefilled_tokens"] > kv["prefilled_tokens"]
 
 
 def test_past_the_window_vanilla_drops_turns(bench):
