@@ -290,8 +290,9 @@ def crossings(points: dict[str, list[dict]], metric: str, reference: str = REFER
 
 
 def run_curve(model, lengths: list[int], names: list[str], pairs: list[tuple[str, str]], queries: list[str], *,
-              max_new_tokens: int = 16, kvpress_ratio: float = 0.5, progress=print) -> dict:
-    """Every variant of `names` at every history length; the JSON-ready result (points, crossings, skips)."""
+              max_new_tokens: int = 16, kvpress_ratio: float = 0.5, progress=print, on_point=None) -> dict:
+    """Every variant of `names` at every history length; the JSON-ready result (points, crossings, skips).
+    `on_point(result)` is called with the result so far after every point (``complete`` False until the end)."""
     table = variants(kvpress_ratio)
     unknown = [n for n in names if n not in table]
     if unknown:
@@ -307,6 +308,13 @@ def run_curve(model, lengths: list[int], names: list[str], pairs: list[tuple[str
                                          "with it, run this script there")
     points: dict[str, list[dict]] = {n: [] for n in names if n not in skipped}
     histories = {}
+
+    def result(complete: bool) -> dict:
+        return {"complete": complete, "points": points, "skipped": skipped, "histories": histories,
+                "variants": {n: {"policy": table[n].policy, "kwargs": table[n].kwargs,
+                                 "reuse_prefix_cache": table[n].reuse_prefix_cache} for n in names},
+                "crossings": {m: crossings(points, m) for m in CURVE_METRICS} if REFERENCE in points else {},
+                "reference": REFERENCE}
     for length in lengths:
         turns, tokens, cycled = history_of(pairs, length, model.tokenizer)
         histories[length] = {"turns": len(turns), "tokens": tokens, "cycled": cycled}
@@ -319,11 +327,9 @@ def run_curve(model, lengths: list[int], names: list[str], pairs: list[tuple[str
                                                                   "prefill_s", "decode_s", "catch_up_s")},
                                  "prefilled_tokens": int(row["prefilled_tokens"]),
                                  "bytes_held": int(row["bytes_held"])}))
-    return {"points": points, "skipped": skipped, "histories": histories,
-            "variants": {n: {"policy": table[n].policy, "kwargs": table[n].kwargs,
-                             "reuse_prefix_cache": table[n].reuse_prefix_cache} for n in names},
-            "crossings": {m: crossings(points, m) for m in CURVE_METRICS} if REFERENCE in points else {},
-            "reference": REFERENCE}
+            if on_point is not None:
+                on_point(result(False))
+    return result(True)
 
 
 def plot(result: dict, path: Path) -> None:
@@ -383,7 +389,18 @@ def main(argv=None) -> int:
     ap.add_argument("--not-run", default=None, help="lengths left out of this run and why, recorded in the JSON "
                                                      "(e.g. '16384,32768: 2-core shared CPU')")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--plot", type=Path, default=None, metavar="JSON",
+                    help="only draw the PNG of a written JSON (e.g. a run stopped early), beside it")
     args = ap.parse_args(argv)
+    if args.plot is not None:
+        try:
+            result = json.loads(args.plot.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise CostCurveError(f"--plot {args.plot}: not a readable cost-curve JSON ({e})") from None
+        if not isinstance(result, dict) or not {"points", "meta"} <= set(result):
+            raise CostCurveError(f"--plot {args.plot}: not a cost-curve JSON (no 'points' and 'meta')")
+        plot(result, args.plot.with_suffix(".png"))
+        return 0
     if args.turns < 1 or args.max_new_tokens < 1:
         ap.error("--turns and --max-new-tokens must be >= 1")
     if not 0.0 <= args.kvpress_ratio < 1.0:
@@ -407,13 +424,11 @@ def main(argv=None) -> int:
     budget = budget_of(model, args.max_new_tokens, model.tokenizer)
     window = budget.window if budget is not None else None
     lengths = parse_lengths(args.lengths, window)
-    queries = [q for _, q in zip(range(args.turns + 1), (u for u, _ in builtin_turns(args.turns + 1, seed=1)))]
-    result = run_curve(model, lengths, names, pairs, queries, max_new_tokens=args.max_new_tokens,
-                       kvpress_ratio=args.kvpress_ratio)
+    queries = [u for u, _ in builtin_turns(args.turns + 1, seed=1)]
     from rhea.peers.kvpress_policy import kvpress_version
     import transformers
 
-    result["meta"] = {
+    meta = {
         "model": args.model, "device": args.device, "dtype": str(model.dtype), "threads": torch.get_num_threads(),
         "torch": torch.__version__, "transformers": transformers.__version__, "kvpress": kvpress_version(),
         "cpu": cpu_name(), "machine": platform.machine(), "window": window, "lengths": lengths,
@@ -425,9 +440,16 @@ def main(argv=None) -> int:
     device = args.device if args.device != "auto" else str(model.device.type)
     out = args.out or Path("benchmarks/results") / f"cost_curve_by_history_length_{args.model}_{device}"
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=1, default=float))
-    os.replace(tmp, out.with_suffix(".json"))
+
+    def write(result: dict) -> None:  # after every point, atomically: a run stopped early keeps what it measured
+        result["meta"] = meta
+        tmp = out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(result, indent=1, default=float))
+        os.replace(tmp, out.with_suffix(".json"))
+
+    result = run_curve(model, lengths, names, pairs, queries, max_new_tokens=args.max_new_tokens,
+                       kvpress_ratio=args.kvpress_ratio, on_point=write)
+    write(result)
     plot(result, out.with_suffix(".png"))
     print(f"wrote {out.with_suffix('.json')} and .png", file=sys.stderr)
     return 0

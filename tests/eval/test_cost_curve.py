@@ -72,9 +72,12 @@ def test_kvpress_is_skipped_with_a_note_when_missing(bench, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "kvpress", None)
+    seen = []
     r = bench.run_curve(tiny_rhea(), [64], ["vanilla-kv", "kvpress-snapkv"], bench.builtin_turns(20),
-                        ["hi there", "and again"], max_new_tokens=2, progress=lambda line: None)
+                        ["hi there", "and again"], max_new_tokens=2, progress=lambda line: None,
+                        on_point=lambda partial: seen.append(json.loads(json.dumps(partial))))
     assert "make peers" in r["skipped"]["kvpress-snapkv"] and list(r["points"]) == ["vanilla-kv"]
+    assert r["complete"] and [s["complete"] for s in seen] == [False] and len(seen[0]["points"]["vanilla-kv"]) == 1
 
 
 def test_bad_input_is_a_named_error(bench, tmp_path):
