@@ -332,6 +332,38 @@ def run_curve(model, lengths: list[int], names: list[str], pairs: list[tuple[str
     return result(True)
 
 
+def merge(results: list[dict]) -> dict:
+    """One result from several runs of the same model and settings (e.g. short and long histories run
+    apart): their points by variant and length (a later run's point replaces an earlier one's), the
+    crossings recomputed; ``meta`` is the first run's, with every run's command and ``not_run``."""
+    if not results:
+        raise CostCurveError("--merge needs at least one JSON")
+    keys = ("model", "device", "dtype", "threads", "max_new_tokens", "measured_turns", "data")
+    first = results[0]["meta"]
+    for r in results[1:]:
+        differ = [k for k in keys if r["meta"].get(k) != first.get(k)]
+        if differ:
+            raise CostCurveError(f"--merge: runs differ in {differ}; merge only runs of one model and settings")
+    points: dict[str, dict[int, dict]] = {}
+    out = {"complete": all(r.get("complete") for r in results), "skipped": {}, "histories": {}, "variants": {},
+           "reference": REFERENCE}
+    for r in results:
+        for name, rows in r["points"].items():
+            for row in rows:
+                points.setdefault(name, {})[row["history_tokens"]] = row
+        out["skipped"].update(r.get("skipped", {}))
+        out["histories"].update(r.get("histories", {}))
+        out["variants"].update(r.get("variants", {}))
+    out["points"] = {name: [by[x] for x in sorted(by)] for name, by in points.items()}
+    out["crossings"] = {m: crossings(out["points"], m) for m in CURVE_METRICS} if REFERENCE in out["points"] else {}
+    meta = dict(first)
+    meta["lengths"] = sorted({x for by in points.values() for x in by})
+    meta["command"] = [r["meta"].get("command") for r in results]
+    meta["not_run"] = "; ".join(str(r["meta"]["not_run"]) for r in results if r["meta"].get("not_run")) or None
+    out["meta"] = meta
+    return out
+
+
 def plot(result: dict, path: Path) -> None:
     import matplotlib
 
@@ -374,6 +406,17 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def read_result(path: Path) -> dict:
+    """A JSON this script wrote (`CostCurveError` for anything else)."""
+    try:
+        result = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CostCurveError(f"{path}: not a readable cost-curve JSON ({e})") from None
+    if not isinstance(result, dict) or not {"points", "meta"} <= set(result):
+        raise CostCurveError(f"{path}: not a cost-curve JSON (no 'points' and 'meta'); pass a JSON this script wrote")
+    return result
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -391,15 +434,25 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None, metavar="JSON",
                     help="only draw the PNG of a written JSON (e.g. a run stopped early), beside it")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="JSON",
+                    help="merge the JSONs of several runs (same model and settings) into --out, and draw it")
+    ap.add_argument("--not-run-note", default=None, help="with --merge: replaces the merged 'not_run' note")
     args = ap.parse_args(argv)
     if args.plot is not None:
-        try:
-            result = json.loads(args.plot.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as e:
-            raise CostCurveError(f"--plot {args.plot}: not a readable cost-curve JSON ({e})") from None
-        if not isinstance(result, dict) or not {"points", "meta"} <= set(result):
-            raise CostCurveError(f"--plot {args.plot}: not a cost-curve JSON (no 'points' and 'meta')")
+        result = read_result(args.plot)
         plot(result, args.plot.with_suffix(".png"))
+        return 0
+    if args.merge is not None:
+        if args.out is None:
+            ap.error("--merge needs --out")
+        result = merge([read_result(p) for p in args.merge])
+        if args.not_run_note is not None:
+            result["meta"]["not_run"] = args.not_run_note
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(result, indent=1, default=float))
+        os.replace(tmp, args.out.with_suffix(".json"))
+        plot(result, args.out.with_suffix(".png"))
         return 0
     if args.turns < 1 or args.max_new_tokens < 1:
         ap.error("--turns and --max-new-tokens must be >= 1")

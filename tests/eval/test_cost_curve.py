@@ -103,3 +103,29 @@ def test_data_file_pairs_user_and_assistant_turns(bench, tmp_path):
     path.write_text(json.dumps([{"messages": [{"role": "user", "content": "u1"}, {"role": "assistant", "content": "a1"},
                                               {"role": "user", "content": "u2"}, {"role": "assistant", "content": "a2"}]}]))
     assert bench.data_turns(path) == [("u1", "a1"), ("u2", "a2")]
+
+
+def test_runs_merge_by_variant_and_length_and_redraw(bench, result, tmp_path):
+    meta = {"model": "tiny", "device": "cpu", "dtype": "float32", "threads": 1, "max_new_tokens": 3,
+            "measured_turns": 1, "data": "built-in generator", "window": 512, "command": "a", "not_run": None}
+    short = {**result, "points": {n: rows[:1] for n, rows in result["points"].items()}, "meta": meta}
+    long = {**result, "points": {n: rows[1:] for n, rows in result["points"].items() if n != "bm25"},
+            "meta": {**meta, "command": "b", "not_run": "bm25 at 240: time"}}
+    for name, r in (("short", short), ("long", long)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(r))
+    out = tmp_path / "merged"
+    assert bench.main(["--merge", str(tmp_path / "short.json"), str(tmp_path / "long.json"), "--out", str(out)]) == 0
+    merged = json.loads(out.with_suffix(".json").read_text())
+    assert [r["history_tokens"] for r in merged["points"]["vanilla-kv"]] == [64, 240]
+    assert [r["history_tokens"] for r in merged["points"]["bm25"]] == [64]
+    assert merged["meta"]["command"] == ["a", "b"] and merged["meta"]["not_run"] == "bm25 at 240: time"
+    assert merged["crossings"]["latency_s"].keys() == result["crossings"]["latency_s"].keys()
+    assert out.with_suffix(".png").stat().st_size > 0
+    (tmp_path / "other.json").write_text(json.dumps({**long, "meta": {**meta, "model": "other"}}))
+    from rhea.errors import RheaError
+
+    with pytest.raises(RheaError, match="differ"):
+        bench.merge([short, json.loads((tmp_path / "other.json").read_text())])
+    (tmp_path / "junk.json").write_text("[]")
+    with pytest.raises(RheaError, match="not a cost-curve JSON"):
+        bench.read_result(tmp_path / "junk.json")
