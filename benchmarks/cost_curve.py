@@ -265,7 +265,8 @@ def measure(model, variant: Variant, history: list, queries: list[str], max_new_
 
 def crossings(points: dict[str, list[dict]], metric: str, reference: str = REFERENCE) -> dict:
     """Where each curve of `points` (variant -> rows with ``history_tokens`` and `metric`) crosses
-    `reference`'s, by linear interpolation between the lengths both measured."""
+    `reference`'s, by linear interpolation between the lengths both measured, and its ratio to the
+    reference at each of them."""
     ref = {p["history_tokens"]: p[metric] for p in points.get(reference, [])}
     out = {}
     for name, rows in points.items():
@@ -284,8 +285,11 @@ def crossings(points: dict[str, list[dict]], metric: str, reference: str = REFER
         if common[-1][1] == 0 and common[-1][0] not in at:
             at.append(common[-1][0])
         side = lambda d: "above" if d > 0 else "below" if d < 0 else "equal"  # noqa: E731
+        mine = {p["history_tokens"]: p[metric] for p in rows}
         out[name] = {"crosses_at_history_tokens": at, "at_shortest": side(common[0][1]),
-                     "at_longest": side(common[-1][1]), "lengths": [x for x, _ in common]}
+                     "at_longest": side(common[-1][1]), "lengths": [x for x, _ in common],
+                     # this curve over the reference's at each length (None where the reference is 0)
+                     "ratio": {str(x): (round(mine[x] / ref[x], 4) if ref[x] else None) for x, _ in common}}
     return out
 
 

@@ -64,7 +64,7 @@ def test_crossings_interpolate_between_lengths(bench):
               "y": [{"history_tokens": 1000, "m": 0.5}, {"history_tokens": 3000, "m": 1.0}]}
     out = bench.crossings(points, "m")
     assert out["x"] == {"crosses_at_history_tokens": [2000], "at_shortest": "above", "at_longest": "below",
-                        "lengths": [1000, 3000]}
+                        "lengths": [1000, 3000], "ratio": {"1000": 2.0, "3000": round(2 / 3, 4)}}
     assert out["y"]["crosses_at_history_tokens"] == [] and out["y"]["at_longest"] == "below"
 
 
