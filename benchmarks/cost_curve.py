@@ -410,6 +410,11 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def _with(out: Path, suffix: str) -> Path:
+    """`out` with `suffix` appended (not replacing a dotted tail such as ``qwen2.5-coder-1.5b``)."""
+    return out.with_name(out.name + suffix)
+
+
 def read_result(path: Path) -> dict:
     """A JSON this script wrote (`CostCurveError` for anything else)."""
     try:
@@ -453,10 +458,10 @@ def main(argv=None) -> int:
         if args.not_run_note is not None:
             result["meta"]["not_run"] = args.not_run_note
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_suffix(".json.tmp")
+        tmp = _with(args.out, ".json.tmp")
         tmp.write_text(json.dumps(result, indent=1, default=float))
-        os.replace(tmp, args.out.with_suffix(".json"))
-        plot(result, args.out.with_suffix(".png"))
+        os.replace(tmp, _with(args.out, ".json"))
+        plot(result, _with(args.out, ".png"))
         return 0
     if args.turns < 1 or args.max_new_tokens < 1:
         ap.error("--turns and --max-new-tokens must be >= 1")
@@ -500,15 +505,15 @@ def main(argv=None) -> int:
 
     def write(result: dict) -> None:  # after every point, atomically: a run stopped early keeps what it measured
         result["meta"] = meta
-        tmp = out.with_suffix(".json.tmp")
+        tmp = _with(out, ".json.tmp")
         tmp.write_text(json.dumps(result, indent=1, default=float))
-        os.replace(tmp, out.with_suffix(".json"))
+        os.replace(tmp, _with(out, ".json"))
 
     result = run_curve(model, lengths, names, pairs, queries, max_new_tokens=args.max_new_tokens,
                        kvpress_ratio=args.kvpress_ratio, on_point=write)
     write(result)
-    plot(result, out.with_suffix(".png"))
-    print(f"wrote {out.with_suffix('.json')} and .png", file=sys.stderr)
+    plot(result, _with(out, ".png"))
+    print(f"wrote {_with(out, '.json')} and .png", file=sys.stderr)
     return 0
 
 
