@@ -374,7 +374,8 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    meta, points = result["meta"], result["points"]
+    meta = result["meta"]
+    points = {name: rows for name, rows in result["points"].items() if rows}  # a run stopped early may lack some
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
     panels = (("latency_s", "seconds per turn"), ("prefilled_tokens", "prefilled tokens per turn"),
               ("bytes_held", "bytes held after the turn"))
