@@ -377,13 +377,13 @@ def plot(result: dict, path: Path) -> None:
     meta = result["meta"]
     points = {name: rows for name, rows in result["points"].items() if rows}  # a run stopped early may lack some
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
-    panels = (("latency_s", "seconds per turn"), ("prefilled_tokens", "prefilled tokens per turn"),
-              ("bytes_held", "bytes held after the turn"))
+    panels = (("cpu_s", "CPU seconds per turn"), ("prefilled_tokens", "prefilled tokens per turn"),
+              ("bytes_held", "bytes held after the turn (none: not drawn)"))
     for ax, (metric, label) in zip(axes.flat, panels):
         for name, rows in points.items():
-            xs = [r["history_tokens"] for r in rows]
-            ax.plot(xs, [max(r[metric], 1e-9) for r in rows], marker="o", markersize=3, label=name,
-                    linewidth=2.2 if name == REFERENCE else 1.2)
+            shown = [r for r in rows if r[metric] > 0]  # a log axis: a variant holding nothing is left out
+            ax.plot([r["history_tokens"] for r in shown], [r[metric] for r in shown], marker="o", markersize=3,
+                    label=name, linewidth=2.2 if name == REFERENCE else 1.2)
         if meta.get("window"):
             ax.axvline(meta["window"], color="k", linestyle=":", linewidth=0.8, label="window")
         ax.set_xscale("log", base=2)
@@ -401,7 +401,7 @@ def plot(result: dict, path: Path) -> None:
         ax.bar(range(len(names)), vals, bottom=bottom, label=part)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_xticks(range(len(names)), [f"{n}\n{r['history_tokens']}" for n, r in zip(names, longest)], fontsize=7)
-    ax.set_ylabel("seconds per turn, split (longest history)")
+    ax.set_ylabel("wall seconds per turn, split (longest history)")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, axis="y")
     fig.suptitle(f"cost of a turn against history length: {meta['model']} on {meta['device']} "
