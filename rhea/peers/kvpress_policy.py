@@ -183,6 +183,11 @@ class KVPressPolicy(ContextPolicy):
     def counters(self) -> dict[str, float]:
         return dict(self._work)
 
+    def held_bytes(self) -> dict[str, int]:
+        """The pruned keys/values of the last turn's context (the plan's ``kv_bytes``): the cache this
+        policy answers from, rebuilt under the press every turn."""
+        return {"kv_cache": int(self.last_kv_bytes)}
+
     def planned_answer(self, plan: ContextPlan) -> str | None:
         for record in reversed(plan.decisions.records):
             if record.get("event") == ANSWER_EVENT:

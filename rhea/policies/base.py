@@ -84,6 +84,12 @@ class ContextPolicy(ABC):
         session records how much of each a turn's planning and observing took."""
         return {}
 
+    def held_bytes(self) -> dict[str, int]:
+        """Memory the policy holds for this conversation outside the session's own history cache and
+        stored latents, by kind (``kv_cache``: keys/values the policy built itself, e.g. a kvpress
+        press's pruned cache of its last turn); `ChatSession.bytes_held` adds these in. Default: none."""
+        return {}
+
     def config(self) -> dict:
         """Constructor settings worth saving with a session (JSON-friendly)."""
         return {}

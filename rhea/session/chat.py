@@ -375,8 +375,10 @@ class ChatSession:
 
     def bytes_held(self) -> dict[str, int]:
         """Memory this conversation holds now, in bytes: ``kv_cache`` (the keys/values `HistoryKVCache`
-        keeps of the last prompt and reply, with its latent rows) and ``latents`` (every reply's latent
-        the policy stores, e.g. `EpisodicMemory`'s)."""
+        keeps of the last prompt and reply, with its latent rows, plus any cache the policy builds
+        itself, `ContextPolicy.held_bytes`: a kvpress press's pruned cache), ``latents`` (every reply's
+        latent the policy stores, e.g. `EpisodicMemory`'s) and ``instructions`` (the UTF-8 text of the
+        instruction block an instructional memory renders, e.g. Rhea's)."""
         from rhea.context import tensor_bytes
 
         kv = 0
@@ -385,7 +387,12 @@ class ChatSession:
                 tensor_bytes(getattr(self.prefix_cache, "_latents", None))
         episodic = getattr(self.policy, "episodic", None)
         latents = sum(tensor_bytes(e.latents) for e in getattr(episodic, "entries", ()) or ())
-        return {"kv_cache": kv, "latents": latents}
+        im = getattr(self.policy, "im", None)
+        instructions = len(im.render().encode("utf-8")) if hasattr(im, "render") else 0
+        held = {"kv_cache": kv, "latents": latents, "instructions": instructions}
+        for kind, n in self.policy.held_bytes().items():
+            held[kind] = held.get(kind, 0) + int(n)
+        return held
 
     # ---------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike, *, wait: bool = True) -> Path:

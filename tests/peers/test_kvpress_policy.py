@@ -157,3 +157,19 @@ def test_a_context_shorter_than_the_press_window_is_kept_whole(model, fake_kvpre
     plan = get_policy("kvpress-snapkv", model=model, max_new_tokens=2).build(_conversation(), "where do i live")
     record = next(r for r in plan.decisions.records if r["event"] == "kvpress")
     assert record["compression_ratio"] == 0.0 and record["kv_tokens_kept"] == record["context_tokens"]
+
+
+def test_the_pruned_cache_is_in_the_bytes_a_session_holds(model, fake_kvpress):
+    from rhea.session.chat import ChatSession
+
+    session = ChatSession(model, policy="kvpress-snapkv", max_new_tokens=3,
+                          policy_kwargs={"compression_ratio": 0.5, "max_new_tokens": 3})
+    for turn in _conversation():
+        session.send(turn.user)
+    record = next(r for r in session.last_plan.decisions.records if r["event"] == "kvpress")
+    held = session.bytes_held()
+    assert record["kv_bytes"] > 0 and held["kv_cache"] == record["kv_bytes"]  # the session generated nothing itself
+    assert session.records[-1].bytes_held == sum(held.values()) >= record["kv_bytes"]
+    layers = model.base_model.config.num_hidden_layers
+    per_entry = record["kv_bytes"] // (layers * record["kv_tokens_kept"])
+    assert per_entry * layers * record["kv_tokens_kept"] == record["kv_bytes"]  # keys + values of every kept entry

@@ -74,4 +74,15 @@ def test_a_session_reports_the_bytes_it_holds():
     assert held["kv_cache"] > 0 and chat.records[-1].bytes_held == sum(held.values())
     plain = ChatSession(model, policy="vanilla", max_new_tokens=2, reuse_prefix_cache=False)
     plain.send("hi")
-    assert plain.bytes_held() == {"kv_cache": 0, "latents": 0} and plain.records[-1].bytes_held == 0
+    assert plain.bytes_held() == {"kv_cache": 0, "latents": 0, "instructions": 0} and plain.records[-1].bytes_held == 0
+
+
+def test_the_instruction_block_is_in_the_bytes_a_session_holds():
+    from rhea.session import ChatSession
+    from rhea.testing import tiny_rhea
+
+    chat = ChatSession(tiny_rhea(), policy="rhea", max_new_tokens=2)
+    chat.send("From now on, always answer in French.")
+    block = chat.policy.im.render()
+    assert block and chat.bytes_held()["instructions"] == len(block.encode("utf-8"))
+    assert chat.records[-1].bytes_held == sum(chat.bytes_held().values())
