@@ -56,6 +56,13 @@ def check_args(args) -> dict:
                                f"{args.policy!r} takes none of them")
     if args.cache_dir is not None and Path(args.cache_dir).exists() and not Path(args.cache_dir).is_dir():
         raise ServeConfigError(f"--cache-dir {args.cache_dir} is a file; pass a directory")
+    if args.cache_dir is not None:
+        from rhea.storage import StorageError, check_writable_directory
+
+        try:  # under a file, read-only, no permission: said before the model loads
+            check_writable_directory(args.cache_dir, "--cache-dir")
+        except StorageError as e:
+            raise ServeConfigError(f"{e} (shared by the replicas)") from None
     return kwargs
 
 
