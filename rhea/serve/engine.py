@@ -308,6 +308,14 @@ class Engine:
         if self._thread is not None:
             self._thread.join(timeout=timeout)
 
+    def _stopped(self, when: str) -> RheaError:
+        """The error of a job the worker found cancelled `when` (e.g. "while the reply was generated"): 503
+        ``shutting_down`` when the server is stopping, else `RequestCancelled` (its client went away)."""
+        if self._closed:
+            return APIError(f"the server is shutting down; the request was cancelled {when}", status=503,
+                            type="server_error", code="shutting_down")
+        return RequestCancelled(f"the client disconnected {when}")
+
     def cancel(self, future: concurrent.futures.Future) -> bool:
         """Cancel the job behind `future` (its client disconnected): a waiting job leaves the queue, a running
         one stops before its next step or token. Returns whether a job was found unfinished."""
@@ -420,7 +428,7 @@ class Engine:
         Returns whether the job is ready to plan (False: requeued, or failed with its error set)."""
         try:
             if job.cancelled.is_set():
-                raise RequestCancelled("the client disconnected before the request was answered")
+                raise self._stopped("before the request was answered")
             if job.bounded is None:
                 self.session.check_fits(job.request.query, job.request.max_tokens or self.max_tokens)
                 job.bounded = self._bounded(job.request)
@@ -430,7 +438,7 @@ class Engine:
                 while job.pending and time.perf_counter() - t0 < self.PREPARE_SLICE_S:
                     job.pending.popleft()()
                 if job.cancelled.is_set():
-                    raise RequestCancelled("the client disconnected while the request was prepared")
+                    raise self._stopped("while the request was prepared")
                 if job.pending and self._requeue_if_smaller_waiting(job):
                     return False
         except RheaError as e:
@@ -614,10 +622,10 @@ class Engine:
         request = job.request
         try:
             if job.cancelled.is_set():
-                raise RequestCancelled("the client disconnected before the request was answered")
+                raise self._stopped("before the request was answered")
             staged = self.rebuild(request, job.bounded)
             if job.cancelled.is_set():
-                raise RequestCancelled("the client disconnected while the request was planned")
+                raise self._stopped("while the request was planned")
             max_new = request.max_tokens or self.max_tokens
             if staged.answered is None:
                 self._check_fits(staged.plan, max_new)
@@ -650,7 +658,7 @@ class Engine:
                                      prefix_cache=cache, stopping_criteria=StoppingCriteriaList([_StopWhenCancelled(job)]),
                                      **self._gen_kwargs(request))
             if job.cancelled.is_set():
-                job.future.set_exception(RequestCancelled("the client disconnected while the reply was generated"))
+                job.future.set_exception(self._stopped("while the reply was generated"))
                 return
             answer = self._answer(job, staged, gen.text, gen.new_tokens, gen.prompt_tokens,
                                   {**gen.timings, "batch_rows": 1.0}, filt)
@@ -670,7 +678,7 @@ class Engine:
         for job in jobs:
             try:
                 if job.cancelled.is_set():
-                    raise RequestCancelled("the client disconnected before the request was answered")
+                    raise self._stopped("before the request was answered")
                 staged = self.rebuild(job.request, job.bounded)
                 if staged.answered is not None:
                     n_new = len(self.model.tokenizer(staged.answered, add_special_tokens=False)["input_ids"])
