@@ -419,12 +419,15 @@ class Engine:
 
     #: seconds of a job's cacheable preparation between two looks for smaller waiting jobs
     PREPARE_SLICE_S = 0.5
+    #: a job yields to smaller ones only while this many pieces of its preparation are left: an ordinary
+    #: request (a few new replies and messages) is never sent back, only a huge one is
+    YIELD_MIN_PENDING = 16
 
     def _prepare(self, job: Job) -> bool:
         """Do `job`'s cacheable work (compress its past replies not cached as latents, read its user
         messages with the recognizer) into the engine's caches, a slice of `PREPARE_SLICE_S` at a time.
-        Between slices a smaller job waiting sends this one back to the queue, so
-        a huge request's preparation is interleaved with small requests instead of holding them up.
+        Between slices, while `YIELD_MIN_PENDING` pieces are left, a smaller job waiting sends this one back
+        to the queue, so a huge request's preparation is interleaved with small requests instead of holding them up.
         Returns whether the job is ready to plan (False: requeued, or failed with its error set)."""
         try:
             if job.cancelled.is_set():
@@ -439,7 +442,7 @@ class Engine:
                     job.pending.popleft()()
                 if job.cancelled.is_set():
                     raise self._stopped("while the request was prepared")
-                if job.pending and self._requeue_if_smaller_waiting(job):
+                if len(job.pending) >= self.YIELD_MIN_PENDING and self._requeue_if_smaller_waiting(job):
                     return False
         except RheaError as e:
             job.future.set_exception(e)

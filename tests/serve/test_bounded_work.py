@@ -190,7 +190,7 @@ def test_a_huge_request_being_prepared_lets_small_ones_through_and_keeps_its_pla
             return inner(texts)
 
         engine.compress.compress = slow
-        engine.PREPARE_SLICE_S = 0.05
+        engine.PREPARE_SLICE_S, engine.YIELD_MIN_PENDING = 0.05, 2  # twelve compressions count as huge here
         return engine
 
     huge_messages = history(20, seed=30)
