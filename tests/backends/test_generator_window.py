@@ -39,3 +39,34 @@ def test_a_prompt_over_the_window_is_refused_before_any_model_work(generator, mo
 def test_a_prompt_that_fits_is_answered(generator):
     reply = generator.generate([{"role": "user", "content": "the cat is red"}], max_new_tokens=3)
     assert isinstance(reply, str) and generator.completion_tokens <= 3
+
+
+def test_the_summary_policy_fits_its_summarizer_prompt_to_the_window(generator):
+    """Turns longer than the whole window are folded: the summarizer's prompt is cut to fit, never refused."""
+    from rhea.context import Conversation, Turn
+    from rhea.context.budget import CUT_MARKER
+    from rhea.policies.summary import RollingSummary, fitted_summarizer_messages
+
+    long = " ".join(_WORDS[i % len(_WORDS)] for i in range(generator.window))
+    turns = [Turn(f"{k}: {long}", f"reply {k}: {long}") for k in range(3)]
+    messages = fitted_summarizer_messages(generator, "", turns, 16)
+    assert generator.count_prompt_tokens(messages) <= generator.prompt_room(16)
+    assert CUT_MARKER.split("{n}")[0] in messages[-1]["content"]  # cut visibly, not silently
+    assert messages[-1]["content"].count(CUT_MARKER.split("{n}")[0]) == 6  # each long text gave way, none dropped
+    short = [Turn("my cat is Tom", "nice")]
+    assert fitted_summarizer_messages(generator, "", short, 16) == \
+        __import__("rhea.policies.summary", fromlist=["x"]).summarizer_messages("", short)  # what fits is unchanged
+
+    calls = []
+    real = generator.generate
+    generator.generate = lambda messages, **kw: calls.append(generator.count_prompt_tokens(messages)) or real(messages, **kw)
+    try:
+        policy = RollingSummary(generator, every=2, max_summary_tokens=16)
+        conversation = Conversation(turns)
+        for turn in turns:
+            policy.observe(turn)
+        plan = policy.build(conversation, "what was said?")
+    finally:
+        del generator.generate
+    assert calls and all(n <= generator.prompt_room(16) for n in calls)
+    assert policy.summarized == 2 and plan.decisions.turns[0].tier == "drop"
