@@ -15,11 +15,19 @@ that the retried requests are still all answered.
 Latency is the client's wall time per request (p50/p95); throughput is requests and completion
 tokens per second of the phase. The replies of the two configurations are compared (greedy;
 batched rows are left-padded, which may change the last bits of a reply, see rhea/session/batch.py).
+With --huge-turns N the run measures starvation instead, on one batched server: the small
+conversations alone, then the same number of new conversations while one request carrying N past
+turns is in flight (sent --huge-lead seconds before them); it reports the small requests' p50/p95
+in both phases, the huge request's status, time and (when answered) its bounded plan, and the
+bytes of latent files each phase wrote to the server's --cache-dir.
+
 The cache phase times, on K replies, compressing a reply (a miss) against reading its latents
 from memory and from the shared safetensors directory (hits).
 
     .venv/bin/python benchmarks/serve_load.py --conversations 4 --turns 3 --max-tokens 16
     # -> benchmarks/results/serve_load.json and .png
+    .venv/bin/python benchmarks/serve_load.py --conversations 8 --turns 4 --huge-turns 2000 \\
+        --out benchmarks/results/serve_starvation_2000_turn_request  # small p95 with/without one huge request
 """
 from __future__ import annotations
 
@@ -75,7 +83,8 @@ def health(port: int) -> dict:
         return json.loads(r.read())
 
 
-def run_phase(port: int, model: str, n: int, m: int, max_tokens: int, request_timeout: float, deadline: float) -> dict:
+def run_phase(port: int, model: str, n: int, m: int, max_tokens: int, request_timeout: float, deadline: float,
+              word_offset: int = 0) -> dict:
     import httpx
     import openai
 
@@ -90,7 +99,7 @@ def run_phase(port: int, model: str, n: int, m: int, max_tokens: int, request_ti
     stop_at = time.time() + deadline
 
     def conversation(k: int) -> None:
-        word = f"{WORDS[k % len(WORDS)]}-{k}"
+        word = f"{WORDS[(k + word_offset) % len(WORDS)]}-{k + word_offset}"
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=8,
                                timeout=request_timeout, http_client=httpx.Client(event_hooks={"response": [count]}))
         messages, rows, errors = [], [], []
@@ -170,6 +179,136 @@ def cache_costs(model_name: str, k: int) -> dict:
             "bytes_per_entry": size, "latent_shape": list(miss.shape[1:])}
 
 
+def huge_messages(turns: int) -> list[dict]:
+    """A history of `turns` distinct short turns (each a fact and its acknowledgement) and a last question."""
+    messages = []
+    for i in range(turns):
+        messages += [{"role": "user", "content": f"Note {i}: the {WORDS[i % len(WORDS)].lower()} crate is on shelf {i}."},
+                     {"role": "assistant", "content": f"Noted: shelf {i} holds the {WORDS[i % len(WORDS)].lower()} "
+                                                      f"crate ({i})."}]
+    return messages + [{"role": "user", "content": "Which shelf holds the walrus crate?"}]
+
+
+def send_huge(port: int, model: str, turns: int, max_tokens: int, timeout: float, out: dict) -> None:
+    """POST one request carrying `turns` past turns (plain HTTP, so a 400/413 is recorded as it comes);
+    fills `out` with its status, seconds, and either the bounded answer's figures or the error body."""
+    import httpx
+
+    body = {"model": model, "messages": huge_messages(turns), "max_tokens": max_tokens, "rhea": {"trace": True}}
+    out.update(messages=len(body["messages"]), body_bytes=len(json.dumps(body).encode()))
+    t0 = time.perf_counter()
+    try:
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=timeout)
+    except Exception as e:  # noqa: BLE001 - recorded: no answer in time
+        out.update(status=None, seconds=time.perf_counter() - t0, error=f"{type(e).__name__}: {e}")
+        return
+    out.update(status=r.status_code, seconds=time.perf_counter() - t0)
+    data = r.json()
+    if r.status_code == 200:
+        obj = data["rhea"]
+        dropped = next((rec for rec in obj.get("records", []) if rec.get("event") == "bounded_work"), None)
+        out.update(reply=data["choices"][0]["message"]["content"], prompt_tokens=data["usage"]["prompt_tokens"],
+                   tokens_full_history=obj["tokens_full_history"], tokens_fed=obj["tokens_fed"],
+                   turns_in_plan=len(obj["turns"]), budget=obj.get("budget"), bounded_work=dropped)
+    else:
+        out.update(error=data.get("error"))
+
+
+def _dir_bytes(directory: Path) -> tuple[int, int]:
+    """(bytes of the files under `directory`, number of *.tmp files there)."""
+    files = [p for p in directory.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files), sum(p.name.endswith(".tmp") for p in files)
+
+
+def starvation(args) -> dict:
+    """One batched server: the small conversations alone (the baseline), then the same conversations
+    again while one request carrying `--huge-turns` past turns is in flight. Latents go to a fresh
+    --cache-dir, so the bytes each phase writes are measured on disk."""
+    n_messages = 2 * args.huge_turns + 1
+    with tempfile.TemporaryDirectory() as cache_dir:
+        cache = Path(cache_dir)
+        port = _free_port()
+        extra = ["--cache-dir", cache_dir, "--max-messages", str(max(n_messages, 1000))]
+        server = start_server(args.model, port, args.max_batch or args.conversations, args.max_tokens, args.threads,
+                              SERVER_LOG, extra)
+        try:
+            run_phase(port, args.model, 1, 1, 2, args.request_timeout, args.deadline)  # warm-up
+            before = _dir_bytes(cache)[0]
+            alone = run_phase(port, args.model, args.conversations, args.turns, args.max_tokens,
+                              args.request_timeout, args.deadline)
+            alone.update(cache_dir_bytes_written=_dir_bytes(cache)[0] - before, load_avg=os.getloadavg()[0])
+            print(f"small alone: {alone['requests']}/{alone['expected_requests']}, p50 {alone['p50_s']:.2f}s "
+                  f"p95 {alone['p95_s']:.2f}s", flush=True)
+            # the small conversations give new code words, so their replies are compressed anew in both phases
+            huge: dict = {"turns": args.huge_turns}
+            before = _dir_bytes(cache)[0]
+            sender = threading.Thread(target=send_huge, args=(port, args.model, args.huge_turns, args.max_tokens,
+                                                              args.request_timeout, huge))
+            sender.start()
+            time.sleep(args.huge_lead)  # the huge request is queued (or running) before the small ones start
+            with_huge = run_phase(port, args.model, args.conversations, args.turns, args.max_tokens,
+                                  args.request_timeout, args.deadline, word_offset=args.conversations)
+            sender.join()
+            with_huge.update(cache_dir_bytes_written=_dir_bytes(cache)[0] - before, load_avg=os.getloadavg()[0])
+            h = health(port)
+        finally:
+            server.kill()
+            server.wait(timeout=30)
+        total, tmp_left = _dir_bytes(cache)
+    print(f"small with a {args.huge_turns}-turn request in flight: {with_huge['requests']}/"
+          f"{with_huge['expected_requests']}, p50 {with_huge['p50_s']:.2f}s p95 {with_huge['p95_s']:.2f}s; huge: "
+          f"status {huge.get('status')} in {huge.get('seconds', 0):.1f}s", flush=True)
+    ratio = with_huge["p95_s"] / alone["p95_s"] if alone["p95_s"] and with_huge["p95_s"] else None
+    return {
+        "setup": {"model": args.model, "conversations": args.conversations, "turns": args.turns,
+                  "max_tokens": args.max_tokens, "huge_turns": args.huge_turns, "huge_lead_s": args.huge_lead,
+                  "server_threads": args.threads, "max_batch": args.max_batch or args.conversations,
+                  "server_options": extra[2:] + ["--cache-dir", "(a fresh temporary directory)"],
+                  "policy": "rhea (default)", "cpu": f"{os.cpu_count()} cores {platform.machine()}",
+                  "command": " ".join(sys.argv)},
+        "small_alone": alone, "small_with_huge": with_huge, "huge": huge,
+        "p95_with_over_without": ratio, "target": "small p95 with the huge request within 2x of without",
+        "target_met": ratio is not None and ratio <= 2.0 and alone["lost"] == 0 and with_huge["lost"] == 0,
+        "cache_dir_bytes_total": total, "tmp_files_left": tmp_left,
+        "server": {"served": h["served"], "batches": h["batches"], "batched_rows": h["batched_rows"],
+                   "requeued": h.get("requeued"), "cache": h["cache"]},
+    }
+
+
+def plot_starvation(result: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    names = ["small alone", "small with huge"]
+    phases = [result["small_alone"], result["small_with_huge"]]
+    x = range(len(names))
+    axes[0].bar([i - 0.2 for i in x], [p["p50_s"] for p in phases], 0.4, label="p50")
+    axes[0].bar([i + 0.2 for i in x], [p["p95_s"] for p in phases], 0.4, label="p95")
+    axes[0].axhline(2 * phases[0]["p95_s"], color="k", ls="--", lw=1, label="2x p95 alone (target)")
+    axes[0].set_xticks(list(x), names)
+    axes[0].set_ylabel("seconds per small request")
+    axes[0].legend()
+    axes[0].set_title("small requests' latency (client wall time)")
+    for i, p in enumerate(phases):
+        secs = sorted(r["seconds"] for c in p["conversations"] for r in c["rows"])
+        axes[1].plot(secs, [k / len(secs) for k in range(1, len(secs) + 1)], label=names[i])
+    huge = result["huge"]
+    if huge.get("seconds") is not None:
+        axes[1].axvline(huge["seconds"], color="tab:red", ls=":", label=f"huge request: {huge.get('status')}")
+    axes[1].set_xlabel("seconds")
+    axes[1].set_ylabel("fraction of small requests answered")
+    axes[1].legend()
+    axes[1].set_title("latency distribution")
+    s = result["setup"]
+    fig.suptitle(f"rhea serve on {s['model']}: {s['conversations']} conversations x {s['turns']} turns, with and without "
+                 f"one {s['huge_turns']}-turn request in flight, {s['cpu']}")
+    fig.tight_layout()
+    fig.savefig(out.with_suffix(".png"), dpi=110)
+
+
 def plot(result: dict, out: Path) -> None:
     import matplotlib
 
@@ -220,14 +359,32 @@ def main() -> int:
                         help="one more batched run with this --max-queue, below the burst size (0: skip)")
     parser.add_argument("--repeats", type=int, default=2, help="runs per configuration, alternating the order")
     parser.add_argument("--cache-replies", type=int, default=16)
+    parser.add_argument("--huge-turns", type=int, default=0,
+                        help="measure starvation instead: the small conversations alone, then again with one request "
+                             "carrying this many past turns in flight (e.g. 2000); the server takes that many messages")
+    parser.add_argument("--huge-lead", type=float, default=1.0,
+                        help="seconds between sending the huge request and starting the small conversations")
     parser.add_argument("--out", default="benchmarks/results/serve_load")
     args = parser.parse_args()
     if not (1 <= args.conversations <= len(WORDS) and 1 <= args.turns <= 20 and 1 <= args.max_tokens <= 256
             and 1 <= args.repeats <= 5):
         parser.error(f"--conversations 1..{len(WORDS)}, --turns 1..20, --max-tokens 1..256 and --repeats 1..5 keep "
                      "the test bounded")
+    if not 0 <= args.huge_turns <= 100_000 or not 0 <= args.huge_lead <= 60:
+        parser.error("--huge-turns 0..100000 and --huge-lead 0..60 seconds keep the test bounded")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if args.huge_turns:
+        result = starvation(args)
+        out.with_suffix(".json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
+        plot_starvation(result, out)
+        print(f"small p95 with / without the huge request: {result['p95_with_over_without']:.2f}x (target <= 2x: "
+              f"{'met' if result['target_met'] else 'NOT met'}); cache dir bytes written {result['cache_dir_bytes_total']}"
+              f", *.tmp left {result['tmp_files_left']} -> {out}.json/.png")
+        ok = all(p["lost"] == 0 and p["mixed_up"] == 0 for p in (result["small_alone"], result["small_with_huge"]))
+        if not ok:
+            print("FAIL: small requests lost or mixed up", file=sys.stderr)
+        return 0 if ok else 1
     batch = args.max_batch or args.conversations
     configs = [("one-by-one", 1), (f"batched (max {batch})", batch)]
     runs, replies = [], {}

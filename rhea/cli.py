@@ -25,10 +25,10 @@ COMMAND_MODULES = [
 ]
 
 
-#: Printed as one line: every user mistake is a named RheaError (or an output that exists already).
-#: Anything else, a bare ValueError included, is a bug and keeps its traceback. The kernels' CLI
-#: stands apart from rhea and prints its own errors (rhea_kernels/cli.py).
-USER_ERRORS = (RheaError, FileExistsError)
+#: Printed as one line: every user mistake is a named RheaError. Anything else, a bare ValueError or
+#: OSError included, is a bug and keeps its traceback. The kernels' CLI stands apart from rhea and
+#: prints its own errors (rhea_kernels/cli.py).
+USER_ERRORS = (RheaError,)
 
 
 #: Commands that decode one sequence at a time. With one torch thread a chat turn took a median

@@ -12,7 +12,7 @@ import inspect
 from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 from rhea.backends.chat_template import apply_chat_template
-from rhea.errors import RheaConfigError
+from rhea.errors import ContextWindowError, RheaConfigError
 
 Message = dict  # {"role": "system" | "user" | "assistant" | "tool", "content": str, ...}
 
@@ -104,6 +104,38 @@ class HFGenerator:
         self.cached_prompt_tokens = 0
         self._cache = None  # KV cache of the last call (n == 1), covering `_cache_ids`
         self._cache_ids: list[int] = []
+
+    @property
+    def window(self) -> int | None:
+        """The model's context window in tokens (``max_context``, else ``max_position_embeddings``);
+        None when the model declares none."""
+        w = getattr(self.model, "max_context", None)
+        if w is None:
+            config = getattr(self._backbone(), "config", None)
+            text = config.get_text_config() if hasattr(config, "get_text_config") else config
+            w = getattr(text, "max_position_embeddings", None)
+        return int(w) if isinstance(w, int) and not isinstance(w, bool) else None
+
+    def prompt_room(self, max_new_tokens: int) -> int | None:
+        """The most tokens a rendered prompt may hold for a reply of `max_new_tokens` (None: no window)."""
+        w = self.window
+        return None if w is None else w - max_new_tokens
+
+    def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
+        """Tokens of `messages` rendered with the chat template and the generation prompt, as `generate` feeds them."""
+        return int(_chat_ids(self.tokenizer, messages)["input_ids"].shape[1])
+
+    def check_fits(self, n_prompt: int, max_new_tokens: int) -> None:
+        """`ContextWindowError` when a prompt of `n_prompt` tokens and a reply of `max_new_tokens` overrun the
+        model's window; called before any model work, so an inner prompt (a summarizer's, an agent's tool
+        loop) never runs past the positions the model has."""
+        w = self.window
+        if w is not None and n_prompt + max_new_tokens > w:
+            raise ContextWindowError(
+                f"a prompt of {n_prompt} tokens with max_new_tokens={max_new_tokens} exceeds the model's window of "
+                f"{w} tokens by {n_prompt + max_new_tokens - w}; the caller that wrote it must fit it to "
+                f"prompt_room(max_new_tokens) = {w - max_new_tokens} tokens (shorter messages, or a lower "
+                "max_new_tokens)")
 
     def reset_prefix_cache(self) -> None:
         """Forget the kept KV cache (after the weights or the adapter changed)."""
@@ -250,6 +282,7 @@ class HFGenerator:
         if not messages:
             raise RheaConfigError("generate() needs at least one message")
         enc = _chat_ids(self.tokenizer, messages)
+        self.check_fits(int(enc["input_ids"].shape[1]), max_new_tokens)
         model = self._backbone()
         device = next(model.parameters()).device
         kwargs = self._generation_kwargs(max_new_tokens, stop)
@@ -338,6 +371,7 @@ class HFGenerator:
             raise RheaConfigError("generate() needs at least one message")
         ids = [_chat_ids(first.tokenizer, messages)["input_ids"][0].tolist() for messages in conversations]
         width = max(len(row) for row in ids)
+        first.check_fits(width, max_new_tokens)  # the longest row: a left-padded batch never runs past the window
         kwargs = first._generation_kwargs(max_new_tokens, stop)
         pad = kwargs["pad_token_id"]
         input_ids = torch.tensor([[pad] * (width - len(row)) + row for row in ids])

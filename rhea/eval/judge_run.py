@@ -54,6 +54,9 @@ def read_run(out: str | Path) -> dict:
     """``out/results.json`` (or ``results.json.gz``) of a finished long-horizon `rhea bench` run, checked (a `BenchError`
     says what is wrong and how to go on); nothing is loaded or written."""
 
+    if Path(out).is_file():
+        raise BenchError(f"{out} is a file; pass the --out folder of a finished `rhea bench --suite long-horizon` run "
+                         "(the folder holding results.json), not a file in it")
     path = results_file(out)
     if not path.is_file():
         raise BenchError(f"{path} does not exist: pass the --out folder of a finished `rhea bench --suite "

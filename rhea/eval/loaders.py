@@ -35,6 +35,10 @@ class DataFormatError(RheaError, ValueError):
     """A benchmark file that does not match the format its loader reads."""
 
 
+class BenchmarkFileError(RheaError, FileNotFoundError):
+    """A benchmark file path that names no file: nothing there, or a directory."""
+
+
 def _fail(path: Path, line: int | None, problem: str, expected: str) -> DataFormatError:
     where = f"{path}:{line}" if line is not None else str(path)
     return DataFormatError(f"{where}: {problem}; expected {expected}")
@@ -42,9 +46,12 @@ def _fail(path: Path, line: int | None, problem: str, expected: str) -> DataForm
 
 def _open_text(path: str | Path) -> tuple[Path, str]:
     path = Path(path)
+    if path.is_dir():
+        raise BenchmarkFileError(f"benchmark file {str(path)!r} is a directory; pass the path of the benchmark's "
+                                 "data file inside it (a .json or .jsonl file)")
     if not path.is_file():
-        raise FileNotFoundError(f"benchmark file {str(path)!r} does not exist; pass the path "
-                                "to a downloaded copy of the benchmark")
+        raise BenchmarkFileError(f"benchmark file {str(path)!r} does not exist; pass the path "
+                                 "to a downloaded copy of the benchmark")
     try:
         return path, path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:

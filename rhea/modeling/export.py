@@ -88,13 +88,17 @@ def resolve_export_source(source: str | Path) -> tuple[Path | None, str | None]:
 
 
 def check_export_out(out: str | Path) -> Path:
-    """`out` as a Path, refused (FileExistsError) when it exists and is not an empty directory."""
+    """`out` as a Path, refused with a `StorageError` unless it is a new or empty directory this process can
+    write (`OutputNotEmptyError` when it holds files); nothing is written."""
+    from rhea.storage import OutputNotEmptyError, StorageError, check_writable_directory
+
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise FileExistsError(f"--out {out} is a file; choose a new --out directory")
+        raise StorageError(f"--out {out} is a file, not a directory; pass the path of a new (or empty) directory to "
+                           "write into")
     if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"--out {out} exists and is not empty; choose a new --out directory or remove it")
-    return out
+        raise OutputNotEmptyError(f"--out {out} exists and is not empty; choose a new --out directory or remove it")
+    return check_writable_directory(out, "--out")  # under a file, read-only, no permission
 
 
 def export_model(source: str | Path, out: str | Path, *, base_model=None) -> Path:

@@ -32,6 +32,62 @@ def summarizer_messages(summary: str, turns: list[Turn]) -> list[dict]:
     ]
 
 
+def fitted_summarizer_messages(generator: TextGenerator, summary: str, turns: list[Turn],
+                               max_new_tokens: int) -> list[dict]:
+    """`summarizer_messages`, fitted to the generator's window (`HFGenerator.prompt_room`): when the prompt
+    would overrun it, the longest texts (the summary, users' messages, replies) are cut first, each keeping
+    its start and end around a visible ``[… N tokens cut …]`` marker (`rhea.context.budget.cut_text`), so
+    a fold never fails on long turns. A generator that declares no window gets the prompt as is.
+    A window too small for even the prompt's frame is a `ContextWindowError`, before any model work."""
+    import dataclasses
+
+    from rhea.context.budget import count_text_tokens, cut_text
+    from rhea.errors import ContextWindowError
+
+    messages = summarizer_messages(summary, turns)
+    room_of = getattr(generator, "prompt_room", None)
+    room = room_of(max_new_tokens) if callable(room_of) else None
+    tokenizer = getattr(generator, "tokenizer", None)
+    if room is None or tokenizer is None:
+        return messages
+    count = generator.count_prompt_tokens
+    over = count(messages) - room
+    if over <= 0:
+        return messages
+    texts = [summary] + [x for t in turns for x in (t.user, t.assistant)]
+    lengths = [count_text_tokens(x, tokenizer) for x in texts]
+    frame = count(summarizer_messages("", [dataclasses.replace(t, user=".", assistant="") for t in turns]))
+    for _ in range(4):  # cut to an even share (the longest texts give way first); re-measure, tighten by the rest
+        avail = room - frame - 16 * len(texts)  # each cut text carries its marker
+        if avail < 8 * len(texts):
+            raise ContextWindowError(
+                f"the summarizer's prompt for {len(turns)} turns needs {frame} tokens of frame, more than the "
+                f"{room} the model's window leaves with max_summary_tokens={max_new_tokens}; lower every= (fold "
+                "fewer turns at a time) or max_summary_tokens")
+        cap = _even_cap(lengths, avail)
+        cut = [cut_text(x, cap, tokenizer)[0] if n > cap else x for x, n in zip(texts, lengths)]
+        fitted = [dataclasses.replace(t, user=cut[1 + 2 * i], assistant=cut[2 + 2 * i]) for i, t in enumerate(turns)]
+        messages = summarizer_messages(cut[0], fitted)
+        over = count(messages) - room
+        if over <= 0:
+            return messages
+        frame += over
+    raise ContextWindowError(f"the summarizer's prompt could not be fitted to {room} tokens; lower every= or "
+                             "max_summary_tokens")
+
+
+def _even_cap(lengths: list[int], total: int) -> int:
+    """The largest per-text cap so that sum(min(n, cap)) <= total (water-filling: short texts stay whole)."""
+    rest, left = sorted(lengths), len(lengths)
+    for n in rest:
+        share = total // left
+        if n > share:
+            return max(1, share)
+        total -= n
+        left -= 1
+    return max(rest, default=1)
+
+
 @register_policy("summary")
 class RollingSummary(ContextPolicy):
     """The summary (in the system block, after any instructions) plus the turns not yet
@@ -108,14 +164,15 @@ class RollingSummary(ContextPolicy):
             if len(policy.pending) >= policy.every:
                 due.setdefault(policy.max_summary_tokens, []).append(policy)
         for length, group in due.items():
-            replies = generate_rows([p.generator for p in group], [summarizer_messages(p.summary, p.pending) for p in group],
+            replies = generate_rows([p.generator for p in group],
+                                    [fitted_summarizer_messages(p.generator, p.summary, p.pending, length) for p in group],
                                     max_new_tokens=length)
             for policy, reply in zip(group, replies):
                 policy._take(reply)
 
     def _fold(self) -> None:
-        self._take(self.generator.generate(summarizer_messages(self.summary, self.pending),
-                                           max_new_tokens=self.max_summary_tokens))
+        messages = fitted_summarizer_messages(self.generator, self.summary, self.pending, self.max_summary_tokens)
+        self._take(self.generator.generate(messages, max_new_tokens=self.max_summary_tokens))
 
     def _take(self, reply: str) -> None:
         """The rewritten summary folds in every pending turn (an empty one folds none)."""

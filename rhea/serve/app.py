@@ -85,6 +85,7 @@ def create_app(engine: Engine, access: "AccessPolicy | None" = None):
         return {"status": "ok", "model": engine.model_id, "policy": engine.policy_name,
                 "queue": {"waiting": engine.waiting, "max_queue": engine.max_queue, "max_batch": engine.max_batch},
                 "served": engine.served, "batches": engine.batches, "batched_rows": engine.batched_rows,
+                "requeued": engine.requeued,
                 "cache": engine.cache_stats()}
 
     @app.get("/v1/models")

@@ -56,6 +56,13 @@ def check_args(args) -> dict:
                                f"{args.policy!r} takes none of them")
     if args.cache_dir is not None and Path(args.cache_dir).exists() and not Path(args.cache_dir).is_dir():
         raise ServeConfigError(f"--cache-dir {args.cache_dir} is a file; pass a directory")
+    if args.cache_dir is not None:
+        from rhea.storage import StorageError, check_writable_directory
+
+        try:  # under a file, read-only, no permission: said before the model loads
+            check_writable_directory(args.cache_dir, "--cache-dir")
+        except StorageError as e:
+            raise ServeConfigError(f"{e} (shared by the replicas)") from None
     return kwargs
 
 
@@ -104,13 +111,53 @@ def _cmd_serve(args) -> int:
     warm_up(engine)
     print(f"rhea serve: model {engine.model_id!r}, policy {engine.policy_name!r} on http://{args.host}:{args.port}",
           flush=True)
+    # SIGTERM / Ctrl-C: open requests get --shutdown-timeout seconds to finish, then the engine cancels them (each
+    # answered 503 shutting_down); uvicorn gives the connections a little longer, to send those answers
+    config = uvicorn.Config(create_app(engine, access_policy(args)), host=args.host, port=args.port,
+                            log_level=args.log_level, timeout_graceful_shutdown=args.shutdown_timeout + SEND_GRACE_S)
     try:
-        # SIGTERM / Ctrl-C: open connections get --shutdown-timeout seconds, then the running job is cancelled
-        uvicorn.run(create_app(engine, access_policy(args)), host=args.host, port=args.port, log_level=args.log_level,
-                    timeout_graceful_shutdown=args.shutdown_timeout)
+        _server_class()(config, engine, args.shutdown_timeout).run()
     finally:
-        engine.close(timeout=args.shutdown_timeout)
+        engine.close(timeout=SEND_GRACE_S)  # the worker stops at its next token or slice; no cache write is cut
     return 0
+
+
+#: seconds after --shutdown-timeout for the cancelled requests' 503 answers to be sent
+SEND_GRACE_S = 1.5
+
+
+def _server_class():
+    """The `DrainingServer` class (defined on first use: uvicorn is imported only when a server runs)."""
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        """uvicorn's server that, on the first SIGTERM / Ctrl-C, closes the engine `drain_s` seconds
+        later: requests still running then are cancelled and answered 503 ``shutting_down``, waiting
+        ones too, instead of their connections being dropped. uvicorn then re-raises the signal, so the
+        process ends as killed by it (exit status -15 for SIGTERM), as process managers expect."""
+
+        def __init__(self, config, engine, drain_s: float):
+            super().__init__(config)
+            self.engine, self.drain_s, self._timer = engine, drain_s, None
+
+        def handle_exit(self, sig, frame) -> None:
+            import threading
+
+            if self._timer is None:
+                self._timer = threading.Timer(self.drain_s, self.engine.close, kwargs={"timeout": 0})
+                self._timer.daemon = True
+                self._timer.start()
+            super().handle_exit(sig, frame)
+
+        async def shutdown(self, sockets=None) -> None:
+            await super().shutdown(sockets)
+            # before uvicorn re-raises the signal: the worker stops at its next token or slice, so no cache
+            # write is cut short
+            import asyncio
+
+            await asyncio.get_running_loop().run_in_executor(None, lambda: self.engine.close(timeout=SEND_GRACE_S))
+
+    return DrainingServer
 
 
 def register(sub) -> None:
@@ -170,7 +217,8 @@ def register(sub) -> None:
                    help=f"past replies compressed anew per request (default {DEFAULT_MAX_COMPRESSIONS}; cached latents "
                         "are reused): older uncompressed turns are dropped, the reason recorded")
     p.add_argument("--shutdown-timeout", type=float, default=3.0,
-                   help="seconds open requests get on SIGTERM before they are cancelled (default 3)")
+                   help="seconds open requests get on SIGTERM to finish (default 3); then they are cancelled and "
+                        "answered 503 shutting_down, and the process exits within about 1.5 s more")
     # ----
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     add_device_argument(p)

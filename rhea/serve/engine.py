@@ -93,6 +93,10 @@ class Job:
     enqueued: float = field(default_factory=time.perf_counter)
     #: set when the client has gone (or the server stops): the worker skips or stops the job
     cancelled: threading.Event = field(default_factory=threading.Event)
+    #: the request within the limits (`Engine._bounded`), fixed when the worker first takes the job
+    bounded: ChatRequest | None = None
+    #: its cacheable work not done yet (`Engine._prepare`): one callable per reply to compress or message to read
+    pending: deque | None = None
 
 
 # ---------------------------------------------------------------- bounded work per request
@@ -223,7 +227,7 @@ class Engine:
         if not isinstance(self.limits, RequestLimits):
             raise ServeConfigError(f"limits={limits!r} must be a RequestLimits")
         self._running: list[Job] = []  # the jobs the worker holds now (cancelled on close)
-        self.cancelled = self.trimmed = 0
+        self.cancelled = self.trimmed = self.requeued = 0
         self.model, self.model_id = model, model_id
         self.max_tokens, self.max_queue, self.max_batch = max_tokens, max_queue, max_batch
         self.session = ChatSession(model, policy=policy, max_new_tokens=max_tokens, policy_kwargs=policy_kwargs,
@@ -303,6 +307,14 @@ class Engine:
                                                   code="shutting_down"))
         if self._thread is not None:
             self._thread.join(timeout=timeout)
+
+    def _stopped(self, when: str) -> RheaError:
+        """The error of a job the worker found cancelled `when` (e.g. "while the reply was generated"): 503
+        ``shutting_down`` when the server is stopping, else `RequestCancelled` (its client went away)."""
+        if self._closed:
+            return APIError(f"the server is shutting down; the request was cancelled {when}", status=503,
+                            type="server_error", code="shutting_down")
+        return RequestCancelled(f"the client disconnected {when}")
 
     def cancel(self, future: concurrent.futures.Future) -> bool:
         """Cancel the job behind `future` (its client disconnected): a waiting job leaves the queue, a running
@@ -405,14 +417,90 @@ class Engine:
             return first
         return min(self._jobs, key=lambda j: (j.request.size, j.enqueued))
 
+    #: seconds of a job's cacheable preparation between two looks for smaller waiting jobs
+    PREPARE_SLICE_S = 0.5
+    #: a job yields to smaller ones only while this many pieces of its preparation are left: an ordinary
+    #: request (a few new replies and messages) is never sent back, only a huge one is
+    YIELD_MIN_PENDING = 16
+
+    def _prepare(self, job: Job) -> bool:
+        """Do `job`'s cacheable work (compress its past replies not cached as latents, read its user
+        messages with the recognizer) into the engine's caches, a slice of `PREPARE_SLICE_S` at a time.
+        Between slices, while `YIELD_MIN_PENDING` pieces are left, a smaller job waiting sends this one back
+        to the queue, so a huge request's preparation is interleaved with small requests instead of holding them up.
+        Returns whether the job is ready to plan (False: requeued, or failed with its error set)."""
+        try:
+            if job.cancelled.is_set():
+                raise self._stopped("before the request was answered")
+            if job.bounded is None:
+                self.session.check_fits(job.request.query, job.request.max_tokens or self.max_tokens)
+                job.bounded = self._bounded(job.request)
+                job.pending = deque(self._cacheable_work(job.bounded))
+            while job.pending:
+                t0 = time.perf_counter()
+                while job.pending and time.perf_counter() - t0 < self.PREPARE_SLICE_S:
+                    job.pending.popleft()()
+                if job.cancelled.is_set():
+                    raise self._stopped("while the request was prepared")
+                if len(job.pending) >= self.YIELD_MIN_PENDING and self._requeue_if_smaller_waiting(job):
+                    return False
+        except RheaError as e:
+            job.future.set_exception(e)
+            return False
+        return True
+
+    def _cacheable_work(self, request: ChatRequest) -> list[Callable[[], Any]]:
+        """What `rebuild` would compute for `request` that the caches keep: one call per past reply not yet
+        cached as latents, per user message whose recognizer verdict is not cached, and per text the dense
+        scorer embeds that has no cached vector."""
+        work: list[Callable[[], Any]] = []
+        policy = self.session.policy
+        turns = list(request.conversation)
+        if self.recognizer_cache is not None and getattr(policy, "use_im", False):
+            for i, text in enumerate([t.user for t in turns] + [request.query]):
+                if self.recognizer_cache.verdicts.get((i == 0, text)) is None:
+                    work.append(lambda text=text, i=i: self.recognizer_cache(text, i))
+        if self.embedder_cache is not None:  # the dense scorer embeds the query and every past turn
+            from rhea.context.conversation import turn_text
+
+            for text in dict.fromkeys([request.query] + [turn_text(t) for t in turns]):
+                if self.embedder_cache.vectors.get(text) is None:
+                    work.append(lambda text=text: self.embedder_cache.encode([text]))
+        if self.compress is not None and getattr(policy, "needs_latents", False):
+            seen: set[str] = set()
+            for turn in turns:
+                if turn.assistant not in seen and self.latents.get(turn.assistant) is None:
+                    seen.add(turn.assistant)
+                    work.append(lambda text=turn.assistant: self.compress([text]))
+        return work
+
+    def _requeue_if_smaller_waiting(self, job: Job) -> bool:
+        """Put `job` back at the end of the queue when a smaller job waits; returns whether it did. Its
+        wait starts anew, so it has its next slice after the smaller ones, or `FAIR_WAIT_S` at the latest."""
+        with self._cv:
+            if self._closed or not any(j.request.size < job.request.size for j in self._jobs):
+                return False
+            job.enqueued = time.perf_counter()
+            self._jobs.append(job)
+            if job in self._running:
+                self._running.remove(job)
+            self.requeued += 1
+            self._cv.notify()
+        return True
+
     def _run(self) -> None:
         torch.set_grad_enabled(False)
-        while (batch := self._take()) is not None:
+        while (taken := self._take()) is not None:
             t0 = time.perf_counter()
+            batch: list[Job] = []  # the jobs ready to plan (a job sent back to the queue is not among them)
             try:
+                for job in taken:
+                    batch.append(job)
+                    if not self._prepare(job):
+                        batch.pop()
                 if len(batch) == 1:
                     self._one(batch[0])
-                else:
+                elif batch:
                     self._batch(batch)
             except BaseException as e:  # never let the worker die: fail the jobs instead
                 log.exception("worker failed on a batch of %d", len(batch))
@@ -421,20 +509,25 @@ class Engine:
                         job.future.set_exception(e)
             with self._cv:
                 self._running = []
-            dt = (time.perf_counter() - t0) / len(batch)
-            self._job_seconds = 0.8 * self._job_seconds + 0.2 * dt
+            if batch:
+                dt = (time.perf_counter() - t0) / len(batch)
+                self._job_seconds = 0.8 * self._job_seconds + 0.2 * dt
 
     # ------------------------------------------------------------ one request
-    def rebuild(self, request: ChatRequest):
+    def rebuild(self, request: ChatRequest, bounded: ChatRequest | None = None):
         """Plan `request` on the engine's session: reset, replay the past turns, plan the query.
 
         A query that alone cannot fit the model's window with the request's ``max_tokens`` is a
         `ContextWindowError` (400 ``context_length_exceeded``) before any past turn is replayed; the plan
-        itself fits the window by construction (`ChatSession.begin_turn`)."""
+        itself fits the window by construction (`ChatSession.begin_turn`). `bounded`: the request already
+        within the limits (`_bounded`, as `_prepare` fixed it), so the turns kept do not change with what
+        the caches gained meanwhile."""
         session, policy = self.session, self.session.policy
         max_new = request.max_tokens or self.max_tokens
-        session.check_fits(request.query, max_new)
-        request = self._bounded(request)
+        if bounded is None:
+            session.check_fits(request.query, max_new)
+            bounded = self._bounded(request)
+        request = bounded
         policy.reset()
         if hasattr(policy, "episodic") and self.compress is not None:
             policy.episodic.compress_fn = self.compress  # reset() made a new episodic memory
@@ -534,10 +627,10 @@ class Engine:
         request = job.request
         try:
             if job.cancelled.is_set():
-                raise RequestCancelled("the client disconnected before the request was answered")
-            staged = self.rebuild(request)
+                raise self._stopped("before the request was answered")
+            staged = self.rebuild(request, job.bounded)
             if job.cancelled.is_set():
-                raise RequestCancelled("the client disconnected while the request was planned")
+                raise self._stopped("while the request was planned")
             max_new = request.max_tokens or self.max_tokens
             if staged.answered is None:
                 self._check_fits(staged.plan, max_new)
@@ -570,7 +663,7 @@ class Engine:
                                      prefix_cache=cache, stopping_criteria=StoppingCriteriaList([_StopWhenCancelled(job)]),
                                      **self._gen_kwargs(request))
             if job.cancelled.is_set():
-                job.future.set_exception(RequestCancelled("the client disconnected while the reply was generated"))
+                job.future.set_exception(self._stopped("while the reply was generated"))
                 return
             answer = self._answer(job, staged, gen.text, gen.new_tokens, gen.prompt_tokens,
                                   {**gen.timings, "batch_rows": 1.0}, filt)
@@ -590,8 +683,8 @@ class Engine:
         for job in jobs:
             try:
                 if job.cancelled.is_set():
-                    raise RequestCancelled("the client disconnected before the request was answered")
-                staged = self.rebuild(job.request)
+                    raise self._stopped("before the request was answered")
+                staged = self.rebuild(job.request, job.bounded)
                 if staged.answered is not None:
                     n_new = len(self.model.tokenizer(staged.answered, add_special_tokens=False)["input_ids"])
                     job.future.set_result(self._answer(job, staged, staged.answered, n_new,

@@ -1,5 +1,6 @@
 """Files that survive a kill: atomic writes, directory swaps, per-path locks and digests (`atomic`)."""
 from rhea.storage.atomic import (
+    OutputNotEmptyError,
     SaveInProgressError,
     StorageError,
     atomic_write_bytes,
@@ -15,5 +16,5 @@ from rhea.storage.atomic import (
     sha256_bytes,
 )
 
-__all__ = ["SaveInProgressError", "StorageError", "atomic_write_bytes", "atomic_write_text", "check_writable_directory", "file_digest", "fsync_directory",
+__all__ = ["OutputNotEmptyError", "SaveInProgressError", "StorageError", "atomic_write_bytes", "atomic_write_text", "check_writable_directory", "file_digest", "fsync_directory",
            "locked", "not_utf8", "read_text_file", "readable_directory", "replace_directory", "sha256_bytes"]

@@ -32,6 +32,10 @@ class StorageError(RheaError, OSError):
     """A file or directory cannot be written where asked (no permission, a file in the way, disk full)."""
 
 
+class OutputNotEmptyError(StorageError, FileExistsError):
+    """An output directory that must be new or empty already holds files."""
+
+
 class SaveInProgressError(StorageError):
     """Another save to the same path holds its lock (raised only when asked not to wait)."""
 

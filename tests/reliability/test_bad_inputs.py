@@ -20,6 +20,8 @@ def files(tmp_path):
     (tmp_path / "data.yaml").write_text(f"data:\n  path: {tmp_path / 'latin1.jsonl'}\nrun:\n  output_dir: {tmp_path / 'run'}\n")
     (tmp_path / "outfile.yaml").write_text(f"run:\n  output_dir: {tmp_path / 'afile' / 'sub'}\n")
     (tmp_path / "afile").write_text("a file, not a folder")
+    (tmp_path / "list.yaml").write_text("- lora_r\n- 8\n")
+    (tmp_path / "broken.yaml").write_text("lora_r: [8\n")
     return tmp_path
 
 
@@ -61,6 +63,25 @@ CLI = [
     ("calibrate triples not utf-8", ["calibrate", "--model", "{d}", "--out", "{d}/c", "--triples", "{d}/latin1.jsonl"],
      "is not UTF-8 text"),
     ("calibrate out a file", ["calibrate", "--model", "{d}", "--out", "{d}/afile"], "is a file, not a directory"),
+    ("export out a file", ["export", "smollm2-135m", "--out", "{d}/afile"], "is a file, not a directory; pass the path "
+                                                                          "of a new (or empty) directory"),
+    ("export out under a file", ["export", "smollm2-135m", "--out", "{d}/afile/x"], "which is a file"),
+    ("export out not empty", ["export", "smollm2-135m", "--out", "{d}"], "exists and is not empty"),
+    ("export out unwritable", ["export", "smollm2-135m", "--out", "/proc/rhea-x"], "cannot be written"),
+    ("shrink out a file", ["shrink", "smollm2-135m", "--out", "{d}/afile", "--compress-rank", "4"],
+     "is a file, not a directory"),
+    ("shrink out under a file", ["shrink", "smollm2-135m", "--out", "{d}/afile/x", "--compress-rank", "4"],
+     "which is a file"),
+    ("train-acr config a folder", ["train-acr", "--config", "{d}"], "config file"),
+    ("train-acr config not utf-8", ["train-acr", "--config", "{d}/latin1.yaml"], "is not UTF-8 text (byte 0xe9"),
+    ("train-acr config not yaml", ["train-acr", "--config", "{d}/broken.yaml"], "is not valid YAML"),
+    ("train-acr config a list", ["train-acr", "--config", "{d}/list.yaml"], "holds a list, not a mapping"),
+    ("train-acr output dir a file", ["train-acr", "--cpu-demo", "--set", "output_dir={d}/afile"],
+     "output_dir {d}/afile is a file, not a directory"),
+    ("bench data a folder", ["bench", "--suite", "mt-eval-recollection", "--data", "{d}", "--out", "{d}/o"],
+     "is a directory; pass the path of the benchmark's data file"),
+    ("serve cache dir under a file", ["serve", "--cache-dir", "{d}/afile/x"], "which is a file"),
+    ("judge a file", ["judge", "{d}/afile"], "is a file; pass the --out folder"),
 ]
 
 
@@ -70,7 +91,7 @@ def test_bad_command_line_input_is_one_named_error_line(files, monkeypatch, caps
     before = sorted(p.name for p in files.iterdir())
     code = main([a.format(d=files) for a in argv])
     err = capsys.readouterr().err
-    assert code == 1 and fragment in err, err
+    assert code == 1 and fragment.format(d=files) in err, err
     assert "Traceback" not in err and err.splitlines()[-1].startswith(f"rhea {argv[0]}: error: ")
     assert sorted(p.name for p in files.iterdir()) == before  # nothing written
 

@@ -174,3 +174,52 @@ def test_a_client_that_disconnects_cancels_its_queued_request_over_http(model):
         server.should_exit = True
         thread.join(timeout=10)
         engine.close()
+
+
+def test_a_huge_request_being_prepared_lets_small_ones_through_and_keeps_its_plan(model):
+    """The huge request's past replies are compressed a slice at a time; a small request arriving
+    meanwhile is answered before the huge one, which is sent back to the queue and later answered
+    with the plan it gets when alone (the turns kept were fixed when the worker first took it)."""
+    def slow_engine():
+        engine = Engine(model, model_id="tiny", policy="reply-soft-compress", max_tokens=2, max_batch=1,
+                        limits=RequestLimits(max_compressions=12))
+        inner = engine.compress.compress
+
+        def slow(texts):  # a compression that takes as long as the embedded model's under load
+            time.sleep(0.1)
+            return inner(texts)
+
+        engine.compress.compress = slow
+        engine.PREPARE_SLICE_S, engine.YIELD_MIN_PENDING = 0.05, 2  # twelve compressions count as huge here
+        return engine
+
+    huge_messages = history(20, seed=30)
+    alone = slow_engine()
+    try:
+        expected = alone.submit(request(huge_messages)).result(timeout=300)
+        assert alone.requeued == 0 and alone.compress.computed == 12
+    finally:
+        alone.close()
+    engine = slow_engine()
+    try:
+        order = []
+        huge = engine.submit(request(huge_messages))
+        huge.add_done_callback(lambda f: order.append("huge"))
+        deadline = time.monotonic() + 60
+        while engine.compress.computed == 0 and time.monotonic() < deadline:  # the huge one is being prepared
+            time.sleep(0.01)
+        small = engine.submit(request(history(1, seed=99)))
+        small.add_done_callback(lambda f: order.append("small"))
+        small_answer = small.result(timeout=300)
+        answer = huge.result(timeout=300)
+        assert order == ["small", "huge"] and engine.requeued >= 1
+        assert small_answer.completion_tokens <= 2
+        # the same turns kept and the same reply as alone, although the cache gained latents meanwhile
+        assert [(d.turn, d.tier) for d in answer.plan.decisions.turns] == \
+            [(d.turn, d.tier) for d in expected.plan.decisions.turns]
+        assert answer.text == expected.text and answer.prompt_tokens == expected.prompt_tokens
+        (bounded,) = [r for r in answer.plan.decisions.records if r.get("event") == "bounded_work"]
+        assert bounded["dropped_oldest_turns"] == 8
+        assert engine.compress.computed == 12 + 1  # its twelve replies and the small one's, each once
+    finally:
+        engine.close()

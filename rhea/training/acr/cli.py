@@ -41,6 +41,9 @@ def _cmd_train_acr(args) -> int:
         data[key] = yaml.safe_load(value)
     config = TGSEConfig.from_dict(data)
     tasks, teacher = load_tasks(args, config), teacher_from_spec(args.teacher)  # bad input fails before the model loads
+    from rhea.storage import check_writable_directory
+
+    check_writable_directory(config.output_dir, "output_dir")  # a run never trains for hours, then fails to save
     if args.fresh:
         clear_output(config)
     import torch

@@ -153,21 +153,35 @@ class TGSEConfig:
 
     @classmethod
     def from_yaml(cls, path: str) -> "TGSEConfig":
-        import yaml
-
-        try:
-            with open(path, encoding="utf-8") as f:
-                return cls.from_dict(yaml.safe_load(f) or {})
-        except FileNotFoundError as e:
-            raise ACRConfigError(f"config file {path} not found") from e
+        return cls.from_dict(_read_yaml(path))
 
     @staticmethod
     def keys_in_yaml(path: str) -> set[str]:
         """The keys a YAML config sets (read after `from_yaml` has validated it)."""
-        import yaml
-
-        with open(path, encoding="utf-8") as f:
-            return set(yaml.safe_load(f) or {})
+        return set(_read_yaml(path))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _read_yaml(path: str) -> dict:
+    """The mapping a TGSE YAML config holds, or an `ACRConfigError` saying why there is none: no file, a
+    directory, not UTF-8, not YAML, or YAML that is not a mapping of keys."""
+    import yaml
+
+    from rhea.storage import read_text_file
+
+    text = read_text_file(path, ACRConfigError, "config file")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ACRConfigError(f"config file {path} is not valid YAML{where} "
+                             f"({getattr(e, 'problem', None) or type(e).__name__}); write one 'key: value' per line") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ACRConfigError(f"config file {path} holds a {type(data).__name__}, not a mapping; write one "
+                             "'key: value' per line (keys: `rhea train-acr --help`)")
+    return data
