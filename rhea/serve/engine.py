@@ -466,7 +466,9 @@ class Engine:
             for text in dict.fromkeys([request.query] + [turn_text(t) for t in turns]):
                 if self.embedder_cache.vectors.get(text) is None:
                     work.append(lambda text=text: self.embedder_cache.encode([text]))
-        if self.compress is not None and getattr(policy, "needs_latents", False):
+        every = getattr(policy, "compresses_every_reply", getattr(policy, "needs_latents", False))
+        keeps = self.latents.directory is not None or self.latents.memory.max_entries > 0
+        if self.compress is not None and every and keeps:  # a lazy policy compresses what its plan shows
             seen: set[str] = set()
             for turn in turns:
                 if turn.assistant not in seen and self.latents.get(turn.assistant) is None:

@@ -11,7 +11,7 @@ _FACT = re.compile(r"\bthe ([a-z]+) is (?:actually |now )?([a-z]+)", re.IGNORECA
 
 def tiny_controller(**kwargs) -> ACRController:
     tok = tiny_tokenizer()
-    return ACRController(tiny_llama(len(tok)), tok, lora_r=4, lora_alpha=8, **kwargs)
+    return ACRController(tiny_llama(len(tok), max_positions=4096), tok, lora_r=4, lora_alpha=8, **kwargs)  # TGSE prompts run past 512
 
 
 class FirstFactSolver:
