@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVER_LOG = Path(tempfile.gettempdir()) / "rhea_serve_load.server.log"  # the servers' output, for a failed run
 WORDS = ["ORCHID", "GRANITE", "PELICAN", "SAFFRON", "TUNDRA", "COBALT", "MAGNOLIA", "QUARTZ", "WALRUS", "EMBER",
          "FJORD", "JASPER", "LANTERN", "NEBULA", "OSPREY", "PRAIRIE"]
+MAX_CONVERSATIONS = 64  # each code word also carries its conversation's number, so they stay distinct
 QUESTIONS = ["What is the capital of France?", "Name a primary colour.", "What is two plus two?",
              "Say hello in one word.", "What do bees make?", "Name a planet.", "What is ice made of?"]
 
@@ -366,9 +367,9 @@ def main() -> int:
                         help="seconds between sending the huge request and starting the small conversations")
     parser.add_argument("--out", default="benchmarks/results/serve_load")
     args = parser.parse_args()
-    if not (1 <= args.conversations <= len(WORDS) and 1 <= args.turns <= 20 and 1 <= args.max_tokens <= 256
+    if not (1 <= args.conversations <= MAX_CONVERSATIONS and 1 <= args.turns <= 20 and 1 <= args.max_tokens <= 256
             and 1 <= args.repeats <= 5):
-        parser.error(f"--conversations 1..{len(WORDS)}, --turns 1..20, --max-tokens 1..256 and --repeats 1..5 keep "
+        parser.error(f"--conversations 1..{MAX_CONVERSATIONS}, --turns 1..20, --max-tokens 1..256 and --repeats 1..5 keep "
                      "the test bounded")
     if not 0 <= args.huge_turns <= 100_000 or not 0 <= args.huge_lead <= 60:
         parser.error("--huge-turns 0..100000 and --huge-lead 0..60 seconds keep the test bounded")
