@@ -158,14 +158,25 @@ def test_filler_stating_a_gold_answer_is_left_out(tmp_path):
         assert not any("K01" in ep.history[i]["assistant"] for i in ep.meta["filler_turns"])
 
 
-def test_filler_dates_follow_the_evidence(tmp_path):
-    ep = _suite(tmp_path, history_tokens=400).generate(seed=0)[0]
-    by_session = {t["meta"]["session"]: t["meta"].get("date") for t in ep.history}
-    evidence = [s for s in sorted(by_session) if s not in ep.meta["filler_sessions"]]
-    for s in ep.meta["filler_sessions"]:
-        before = [by_session[e] for e in evidence if e < s and by_session[e]]
-        after = [by_session[e] for e in evidence if e > s and by_session[e]]
-        assert by_session[s] == (before[-1] if before else after[0])
+@pytest.mark.parametrize("undated_first", [False, True])
+def test_filler_dates_follow_the_evidence(tmp_path, undated_first):
+    data = _native(tmp_path)
+    if undated_first:  # each conversation's undated session first: filler before the first dated one takes its date
+        records = json.loads(data.read_text())
+        for r in records:
+            r["sessions"].reverse()
+        data.write_text(json.dumps(records))
+    suite = get_suite("multi-session-qa", path=str(data), n_episodes=1, min_history_turns=8,
+                      haystack=str(_haystack(tmp_path)), history_tokens=400)
+    for seed in range(3):
+        ep = suite.generate(seed=seed)[0]
+        by_session = {t["meta"]["session"]: t["meta"].get("date") for t in ep.history}
+        evidence = [s for s in sorted(by_session) if s not in ep.meta["filler_sessions"]]
+        assert ep.meta["filler_sessions"] and (by_session[evidence[0]] is None) == undated_first
+        for s in ep.meta["filler_sessions"]:
+            before = [by_session[e] for e in evidence if e < s and by_session[e]]
+            after = [by_session[e] for e in evidence if e > s and by_session[e]]
+            assert by_session[s] == (before[-1] if before else after[0])
 
 
 def test_haystack_errors(tmp_path):

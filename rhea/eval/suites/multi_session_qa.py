@@ -212,20 +212,21 @@ class MultiSessionQASuite(Suite):
         rng = random.Random(f"{self.name}:{self._seed}:haystack:{number}")
         order = rng.sample(usable, len(usable))
         gaps = [rng.randrange(len(evidence) + 1) for _ in order]
+        # a filler session before evidence session g takes the date of the last dated one before g, else the next
+        dated = [e[2] for e in evidence]
+        dates = [next((d for d in reversed(dated[:g]) if d), "") or next((d for d in dated[g:] if d), "")
+                 for g in range(len(evidence) + 1)]
         chosen = 0
         while True:
             placed = [[] for _ in range(len(evidence) + 1)]
             for chat, gap in zip(order[:chosen], gaps):
                 placed[gap].append(chat)
-            sessions, date = [], ""
+            sessions = []
             for gap, fillers in enumerate(placed):
-                if gap < len(evidence):  # a filler session takes the date of the evidence session before it, else after
-                    date = date or evidence[gap][2]
                 for chat in fillers:
-                    sessions.extend((chat, filler, date, True) for filler in chat.sessions)
+                    sessions.extend((chat, filler, dates[gap], True) for filler in chat.sessions)
                 if gap < len(evidence):
                     sessions.append(evidence[gap])
-                    date = evidence[gap][2] or date
             reached = self._history_tokens(sessions)
             if reached >= self.history_tokens:
                 return sessions
