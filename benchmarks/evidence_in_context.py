@@ -23,6 +23,14 @@ Per policy, with 95% bootstrap intervals over questions:
 
     python benchmarks/evidence_in_context.py --data /work/shared/data/dialogue_corpora/memochat_topiocqa_test_question.jsonl \\
         --model smollm2-135m --episodes 4 --questions 10 --out benchmarks/results/evidence_in_context_topiocqa_smollm2.json
+
+With ``--haystack CHATS --history-tokens N`` the histories are padded with filler chats to N tokens (the suite's
+haystack option: LongMemEval's construction)::
+
+    python benchmarks/evidence_in_context.py --data /work/shared/data/dialogue_corpora/memochat_topiocqa_test_question.jsonl \\
+        --haystack /work/shared/data/dialogue_corpora/ultrachat_200k_sample20.json --history-tokens 20000 \\
+        --model smollm2-135m --policies rhea,bm25,recent-k --episodes 4 --questions 10 \\
+        --out benchmarks/results/evidence_in_context_topiocqa_haystack_20k_smollm2.json
 """
 from __future__ import annotations
 
@@ -75,6 +83,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--episodes", type=int, default=4)
     p.add_argument("--questions", type=int, default=10, help="questions per episode")
     p.add_argument("--min-history-turns", type=int, default=None, help="default: the suite's (300)")
+    p.add_argument("--haystack", default=None, metavar="PATH",
+                   help="filler chats (UltraChat / ShareGPT) placed between the evidence sessions until the history "
+                        "holds --history-tokens tokens (the suite's haystack option)")
+    p.add_argument("--history-tokens", type=int, default=None,
+                   help="with --haystack: the content tokens each history reaches, counted by the model's tokenizer")
     p.add_argument("--max-new-tokens", type=int, default=32, help="reserved in the window, as the suite's run does")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
@@ -107,6 +120,15 @@ def session_stated(plan, conversation, turn: int) -> bool | None:
             session_of(conversation[first - 1]) == session_of(conversation[turn]):
         first -= 1
     return opens(first, False)
+
+
+def history_summary(episode) -> dict:
+    """The episode's history in numbers: turns, sessions, and with a haystack its tokens and filler."""
+    meta = episode.meta
+    out = {k: meta[k] for k in ("history_turns", "sessions", "history_tokens") if k in meta}
+    if "filler_turns" in meta:
+        out.update(filler_turns=len(meta["filler_turns"]), filler_sessions=len(meta["filler_sessions"]))
+    return out
 
 
 def plan_episode(model, policy: str, episode, *, max_new_tokens: int, kwargs: dict) -> tuple[dict, list[dict]]:
@@ -180,13 +202,21 @@ def main(argv=None) -> dict:
     from rhea.modeling.loading import load_rhea_model
 
     suite_kwargs = {} if args.min_history_turns is None else {"min_history_turns": args.min_history_turns}
+    if args.haystack is not None or args.history_tokens is not None:
+        suite_kwargs.update(haystack=args.haystack, history_tokens=args.history_tokens)
+    # every file is read (and a bad one refused) before the model loads; the histories need its tokenizer
     suite = MultiSessionQASuite(data=MultiSessionQASuite.load(args.data), n_episodes=args.episodes, **suite_kwargs)
-    episodes = suite.generate(n_turns=args.questions, seed=args.seed)
     model = load_rhea_model(args.model)
+    suite.tokenizer = model.tokenizer
+    episodes = suite.generate(n_turns=args.questions, seed=args.seed)
     options = dict(args.option)
     out = {"benchmark": "evidence_in_context", "command": " ".join(sys.argv), "model": args.model,
            "data": Path(args.data).name, "episodes": args.episodes, "questions_per_episode": args.questions,
-           "seed": args.seed, "threads": args.threads, "options": options, "complete": False, "policies": {}}
+           "seed": args.seed, "threads": args.threads, "options": options,
+           **({"haystack": Path(args.haystack).name, "history_tokens_target": args.history_tokens}
+              if args.haystack else {}),
+           "histories": [history_summary(e) for e in episodes],
+           "complete": False, "policies": {}}
     for policy in args.policies.split(","):
         accepted = inspect.signature(policy_class(policy).__init__).parameters
         kwargs = {k: v for k, v in options.items() if k in accepted}

@@ -192,7 +192,8 @@ def _cmd_bench(args) -> int:
     suite_options = {"instruction-retention": {"n_instructions": args.n_instructions, "n_revoke": args.n_revoke,
                                                "schedule": args.schedule},
                      "state-tracking": {"n_keys": args.n_keys, "n_probes": args.n_probes},
-                     "multi-session-qa": {"min_history_turns": args.min_history_turns},
+                     "multi-session-qa": {"min_history_turns": args.min_history_turns, "haystack": args.haystack,
+                                          "history_tokens": args.history_tokens},
                      "long-mt-bench-plus": {"conversations_per_episode": args.conversations_per_episode}}
     suite_kwargs_of: dict[str, dict] = {}
     for suite, options in suite_options.items():
@@ -234,6 +235,8 @@ def _cmd_bench(args) -> int:
     from rhea.modeling.loading import load_rhea_model, resolve_dtype
 
     model = load_rhea_model(args.model, device=args.device, dtype=resolve_dtype(args.dtype))
+    if kwargs_of.get("multi-session-qa", {}).get("history_tokens") is not None:
+        kwargs_of["multi-session-qa"]["tokenizer"] = model.tokenizer  # --history-tokens counts the model's tokens
     if args.judge_local and judged:
         # the judge runs the plain base model (adapters disabled); the same model when it is the one benched
         # K episodes' replies of a turn are rated in one batch
@@ -376,6 +379,16 @@ def register(sub) -> None:
     bench.add_argument("--min-history-turns", type=int_at_least(0, "history turns per episode"), default=None,
                        help="multi-session-qa: concatenate conversations until an episode's history holds this many "
                             "turns (default 300 with --data; 0: one conversation per episode)")
+    bench.add_argument("--haystack", default=None, metavar="PATH",
+                       help="multi-session-qa: a chat file (UltraChat 'messages' or ShareGPT 'conversations', JSON "
+                            "list or JSON lines) whose chats are placed between the evidence sessions, LongMemEval-"
+                            "style, until the history holds --history-tokens tokens (the model's tokenizer); "
+                            "seeded, each chat at most once per episode (reused across episodes), chats stating "
+                            "the gold answer of a question asked left out. Too few chats for the target: an error "
+                            "saying how many tokens they reached")
+    bench.add_argument("--history-tokens", type=int_at_least(1, "history tokens per episode"), default=None,
+                       help="multi-session-qa, with --haystack: the content tokens an episode's history reaches "
+                            "(e.g. 20000)")
     bench.add_argument("--conversations-per-episode", type=int_at_least(1, "conversations per episode"), default=None,
                        help="long-mt-bench-plus: MT-Bench+ conversations concatenated into one session (default 5, "
                             "as SeCom builds Long-MT-Bench+)")

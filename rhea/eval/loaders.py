@@ -14,6 +14,8 @@ Formats:
 - PI-LLM vocabulary JSON: ``{category: [values]}``.
 - bAbI task files: ``"<n> <sentence>"`` lines, questions as
   ``"<n> <question>\\t<answer>\\t<supporting ids>"``; ``n`` restarts at 1 per story.
+- Chats to pad multi-session histories with (UltraChat ``messages``, ShareGPT ``conversations``):
+  `load_filler_chats`.
 
 >>> import tempfile, os
 >>> path = os.path.join(tempfile.mkdtemp(), "q.jsonl")
@@ -401,7 +403,7 @@ def _records(path: Path, text: str) -> list[tuple[int | None, dict]]:
 _TOPIOCQA_LINE = __import__("re").compile(r"^\(line (\d+)\) (user|bot): (.*)$")
 _TOPIOCQA_QUESTION = 'In session {session} we talked about {topic}. When I asked "{user}", what did you answer?'
 #: Answers a question about an earlier turn cannot be told apart by (any turn could have said them).
-_UNINFORMATIVE = {"yes", "no", "yes.", "no.", "i don't know.", "unknown", ""}
+UNINFORMATIVE_ANSWERS = frozenset({"yes", "no", "yes.", "no.", "i don't know.", "unknown", ""})
 
 
 def load_memochat_topiocqa(path: str | Path) -> list[MultiSessionConversation]:
@@ -444,7 +446,7 @@ def load_memochat_topiocqa(path: str | Path) -> list[MultiSessionConversation]:
             turns.append(SessionTurn(turn_id, text, reply if reply_role == "bot" else ""))
             topic = next((t.get("topic") for t in topics if isinstance(t, dict)
                           and int(t.get("start", 0)) <= number <= int(t.get("end", -1))), None)
-            if topic and reply_role == "bot" and reply.strip().lower() not in _UNINFORMATIVE:
+            if topic and reply_role == "bot" and reply.strip().lower() not in UNINFORMATIVE_ANSWERS:
                 questions.append(SessionQuestion(
                     _TOPIOCQA_QUESTION.format(session="{session}", topic=topic, user=text.rstrip()),
                     reply, (turn_id,), "turn-recall"))
@@ -510,6 +512,84 @@ def load_convlab_unified(path: str | Path) -> list[MultiSessionConversation]:
         if turns:
             out.append(MultiSessionConversation(conv_id, (Session(tuple(turns)),), tuple(questions),
                                                 str(dialogue.get("dataset") or "convlab")))
+    return out
+
+
+FILLER_FORMATS = ('a JSON list, or JSON lines, of chats: UltraChat {"messages": [{"role": "user"|"assistant"|"system", '
+                  '"content": str}], "prompt_id"?}, ShareGPT {"conversations": [{"from": "human"|"gpt"|"system", '
+                  '"value": str}], "id"?}, or UltraChat\'s first release {"id", "data": [user, assistant, ...]}')
+_USER_ROLES, _REPLY_ROLES = {"user", "human"}, {"assistant", "gpt", "bot", "chatgpt", "model"}
+
+
+def load_filler_chats(path: str | Path) -> list[MultiSessionConversation]:
+    """Chats to pad multi-session histories with ("haystack" sessions, as LongMemEval builds its histories):
+    each chat of `FILLER_FORMATS` becomes a one-session conversation with no questions, a user message and
+    the reply after it making a turn (system messages are left out; a user message with no reply after it
+    gets an empty one; turns whose user text is blank are left out, and so are chats with no turn left).
+
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "chats.json")
+    >>> _ = open(path, "w").write('[{"prompt_id": "p1", "messages": [{"role": "user", "content": "Hi"}, '
+    ...                           '{"role": "assistant", "content": "Hello!"}]}]')
+    >>> [(t.user, t.assistant) for t in load_filler_chats(path)[0].sessions[0].turns]
+    [('Hi', 'Hello!')]
+    """
+    path, text = _open_text(path)
+    if not text.strip():
+        raise _fail(path, None, "the file is empty", FILLER_FORMATS)
+    if text.lstrip().startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise _fail(path, None, f"invalid JSON ({err.msg})", FILLER_FORMATS) from None
+        records = [(None, r) for r in data]
+    else:
+        records = list(read_jsonl(path))
+    out, seen = [], set()
+    for number, (line, record) in enumerate(records):
+        if not isinstance(record, dict):
+            raise _fail(path, line, f"chat {number} is a {type(record).__name__}", FILLER_FORMATS)
+        messages = _chat_messages(path, line, number, record)
+        turns: list[list[str]] = []
+        for role, content in messages:
+            if role in _USER_ROLES:
+                turns.append([content, ""])
+            elif role in _REPLY_ROLES and turns and not turns[-1][1]:
+                turns[-1][1] = content
+        kept = [(u, a) for u, a in turns if u.strip()]
+        if not kept:
+            continue
+        chat_id = str(record.get("prompt_id") or record.get("id") or f"chat-{number}")
+        if chat_id in seen:
+            chat_id = f"{chat_id}#{number}"
+        seen.add(chat_id)
+        out.append(MultiSessionConversation(
+            chat_id, (Session(tuple(SessionTurn(f"{chat_id}:{i}", u, a) for i, (u, a) in enumerate(kept))),), (),
+            "sharegpt" if "conversations" in record else "ultrachat"))
+    if not out:
+        raise _fail(path, None, "no chat with a user message", FILLER_FORMATS)
+    return out
+
+
+def _chat_messages(path: Path, line: int | None, number: int, record: dict) -> list[tuple[str, str]]:
+    """``(role, text)`` of each message of one chat record in any of `FILLER_FORMATS`."""
+    if isinstance(record.get("messages"), list):
+        key, role_key, text_key = "messages", "role", "content"
+    elif isinstance(record.get("conversations"), list):
+        key, role_key, text_key = "conversations", "from", "value"
+    elif isinstance(record.get("data"), list):
+        if not all(isinstance(m, str) for m in record["data"]):
+            raise _fail(path, line, f"chat {number}: 'data' holds a non-string", FILLER_FORMATS)
+        return [("user" if i % 2 == 0 else "assistant", m) for i, m in enumerate(record["data"])]
+    else:
+        raise _fail(path, line, f"chat {number} has no 'messages', 'conversations' or 'data' list (keys: "
+                    f"{sorted(record)[:6]})", FILLER_FORMATS)
+    out = []
+    for m in record[key]:
+        if not isinstance(m, dict) or not isinstance(m.get(role_key), str) or not isinstance(m.get(text_key), str):
+            raise _fail(path, line, f"chat {number}: a {key!r} item without string {role_key!r} and {text_key!r}",
+                        FILLER_FORMATS)
+        out.append((m[role_key].strip().lower(), m[text_key]))
     return out
 
 

@@ -10,6 +10,22 @@ turn by turn (`ContextPolicy.catch_up`); then each question is asked on its own 
 `ChatSession.ask`): every question sees the same history, and the policy's state (a kept plan, its
 memories) carries on from question to question. Episodes use disjoint conversations.
 
+Haystack (``haystack=`` a chat file or loaded chats, ``history_tokens=`` N; ``rhea bench --haystack PATH
+--history-tokens N``): LongMemEval's construction, the evidence sessions among filler sessions. Chats read by
+`rhea.eval.loaders.load_filler_chats` (UltraChat, ShareGPT) are placed between the episode's evidence sessions
+(the evidence keeps its order; each chat goes before a seeded evidence session or after the last) until the
+history holds N content tokens, counted as a plan's ledger counts the full history (user and reply text of
+each turn plus one session header per session) with `tokenizer` (the bench model's in ``rhea bench``; None:
+rhea's words-and-punctuation approximation). Chats come in a seeded order per episode (same seed, same
+histories), each at most once per episode and again in other episodes; a chat that states the gold answer of a
+question the episode asks is left out (yes / no answers aside), so only the evidence turns hold what a
+question asks. Filler sessions are numbered with the others and take the date of the evidence session before
+them (of the first one after, when none is before; no date when the evidence has none). When the usable chats
+run out short of N, generating raises `SuiteConfigError` saying how many tokens they reached.
+`min_history_turns` still counts the evidence conversations' turns; the episode meta names the filler
+(``filler_turns``: history indices, ``filler_sessions``, ``filler_chats``) and the history's
+``history_tokens``.
+
 Scores per question, against the gold answer: SQuAD token F1 (``f1``), whether the reply contains the
 normalised gold answer (``contains``), and, from the plan, whether the evidence turns were in the context
 (``evidence_in_context``: raw, latent or recalled; ``evidence_raw``: as text; over the questions that got
@@ -27,6 +43,12 @@ A real run on the embedded model (four policies, 20 questions over 300+ turns of
     rhea bench --suite multi-session-qa --data ../shared/data/dialogue_corpora/memochat_topiocqa_test_question.jsonl \\
         --policies vanilla,bm25,recent-k,rhea --episodes 1 --turns 20 --max-new-tokens 32 --out runs/msqa
 
+The same questions over 20k-token histories, TopiOCQA among UltraChat chats::
+
+    rhea bench --suite multi-session-qa --data ../shared/data/dialogue_corpora/memochat_topiocqa_test_question.jsonl \\
+        --haystack ../shared/data/dialogue_corpora/ultrachat_200k_sample20.json --history-tokens 20000 \\
+        --policies bm25,recent-k,rhea --episodes 1 --turns 20 --max-new-tokens 32 --out runs/msqa-haystack
+
 >>> suite = MultiSessionQASuite(n_episodes=1)
 >>> ep = suite.generate(seed=0)[0]
 >>> ep.turns[0].kind, ep.history[0]["meta"]["session"]
@@ -37,8 +59,10 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter, defaultdict
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Sequence
 
+from rhea.context.conversation import Turn, session_header
 from rhea.eval import loaders
 from rhea.eval.loaders import MultiSessionConversation, Session, SessionQuestion, SessionTurn
 from rhea.eval.suites.base import Suite, SuiteConfigError, SuiteTurn, mean, normalize_answer, require_int
@@ -101,7 +125,9 @@ class MultiSessionQASuite(Suite):
     score_fields = ("f1",)
 
     def __init__(self, *, data: Sequence[MultiSessionConversation] | None = None, n_episodes: int = 1,
-                 min_history_turns: int | None = None):
+                 min_history_turns: int | None = None,
+                 haystack: str | Path | Sequence[MultiSessionConversation] | None = None,
+                 history_tokens: int | None = None, tokenizer: Any = None):
         super().__init__(data=list(data) if data is not None else builtin_data(), n_episodes=n_episodes)
         if not self.data:
             raise SuiteConfigError("data has no conversations; pass at least one (see rhea.eval.loaders."
@@ -110,6 +136,22 @@ class MultiSessionQASuite(Suite):
             min_history_turns = DEFAULT_HISTORY_TURNS if data is not None else 0
         require_int("min_history_turns", min_history_turns, 0)
         self.min_history_turns = min_history_turns
+        if (haystack is None) != (history_tokens is None):
+            given, missing = (("haystack", "history_tokens") if history_tokens is None
+                              else ("history_tokens", "haystack"))
+            raise SuiteConfigError(f"{given} needs {missing}: pad the history with filler chats (haystack, e.g. "
+                                   "--haystack ultrachat.json) up to a token count (history_tokens, e.g. "
+                                   "--history-tokens 20000); pass both or neither")
+        if history_tokens is not None:
+            require_int("history_tokens", history_tokens, 1)
+        if isinstance(haystack, (str, Path)):
+            haystack = loaders.load_filler_chats(haystack)
+        self.haystack = list(haystack) if haystack is not None else None
+        if self.haystack is not None and not self.haystack:
+            raise SuiteConfigError("haystack has no chats; pass at least one (see rhea.eval.loaders.load_filler_chats)")
+        self.history_tokens = history_tokens
+        self.tokenizer = tokenizer
+        self._filler_texts: list[str] | None = None
 
     load = staticmethod(loaders.load_multi_session)
 
@@ -132,27 +174,93 @@ class MultiSessionQASuite(Suite):
             "min_history_turns, or pass more data")
 
     def generate(self, n_turns: int | None = None, seed: int = 0):
+        self._seed, self._episode_number = seed, 0
         self._groups_left = self._groups(random.Random(f"{self.name}:{seed}:groups"))
         return super().generate(n_turns, seed)
 
+    def _count(self, text: str) -> int:
+        from rhea.policies.assemble import count_tokens
+
+        return count_tokens(text, self.tokenizer)
+
+    def _history_tokens(self, sessions: Sequence[tuple[MultiSessionConversation, Session, str, bool]]) -> int:
+        """The content tokens of a history of `sessions` (``(conversation, session, date, filler)``), numbered from 1,
+        counted as a plan's ledger counts the full history: each turn's user and reply text, and one session
+        header per session."""
+        total = 0
+        for number, (_, session, date, _) in enumerate(sessions, start=1):
+            header = session_header(Turn(".", "", {"session": number, **({"date": date} if date else {})}))
+            total += self._count(header + " ") + sum(self._count(t.user) + self._count(t.assistant)
+                                                     for t in session.turns)
+        return total
+
+    def _with_filler(self, group: Sequence[MultiSessionConversation], number: int, answers: Sequence[str]
+                     ) -> list[tuple[MultiSessionConversation, Session, str, bool]]:
+        """The evidence sessions of `group` in order with filler chats of the haystack placed between them (each
+        before a seeded evidence session, or after the last) until the history holds `history_tokens`: chats in a
+        seeded order, each at most once, leaving out those that state one of `answers` (the gold answers of the
+        questions asked; as whole words after `normalize_answer`, yes / no and the like aside)."""
+        evidence = [(conv, session, session.date, False) for conv in group for session in conv.sessions]
+        if self.haystack is None:
+            return evidence
+        if self._filler_texts is None:  # each chat's text, normalised once as answers are
+            self._filler_texts = [normalize_answer(" ".join(f"{t.user} {t.assistant}" for s in f.sessions
+                                                            for t in s.turns)) for f in self.haystack]
+        answers = {normalize_answer(a) for a in answers} - {normalize_answer(u) for u in loaders.UNINFORMATIVE_ANSWERS}
+        stated = re.compile("|".join(rf"(?<!\w){re.escape(a)}(?!\w)" for a in sorted(answers))) if answers else None
+        usable = [f for f, text in zip(self.haystack, self._filler_texts) if stated is None or not stated.search(text)]
+        rng = random.Random(f"{self.name}:{self._seed}:haystack:{number}")
+        order = rng.sample(usable, len(usable))
+        gaps = [rng.randrange(len(evidence) + 1) for _ in order]
+        # a filler session before evidence session g takes the date of the last dated one before g, else the next
+        dated = [e[2] for e in evidence]
+        dates = [next((d for d in reversed(dated[:g]) if d), "") or next((d for d in dated[g:] if d), "")
+                 for g in range(len(evidence) + 1)]
+        chosen = 0
+        while True:
+            placed = [[] for _ in range(len(evidence) + 1)]
+            for chat, gap in zip(order[:chosen], gaps):
+                placed[gap].append(chat)
+            sessions = []
+            for gap, fillers in enumerate(placed):
+                for chat in fillers:
+                    sessions.extend((chat, filler, dates[gap], True) for filler in chat.sessions)
+                if gap < len(evidence):
+                    sessions.append(evidence[gap])
+            reached = self._history_tokens(sessions)
+            if reached >= self.history_tokens:
+                return sessions
+            if chosen == len(order):
+                raise SuiteConfigError(
+                    f"episode {number}: the haystack's {len(usable)} usable chats (of {len(self.haystack)}; a chat "
+                    f"stating the gold answer of a question asked is left out) bring its history to {reached} "
+                    f"tokens, short of history_tokens={self.history_tokens}; each chat is used at most once per "
+                    "episode, so lower --history-tokens or pass a haystack file with more chats")
+            chosen += 1
+
     def _episode(self, n_turns: int | None, rng: random.Random):
         group = self._groups_left.pop(0)
-        history, position, questions = [], {}, []
-        session_number = 0
-        for conv in group:
-            for session in conv.sessions:
-                session_number += 1
-                meta = {"session": session_number, **({"date": session.date} if session.date else {})}
-                for turn in session.turns:
-                    position[(conv.id, turn.id)] = (len(history), session_number)
-                    history.append({"user": turn.user, "assistant": turn.assistant, "meta": dict(meta)})
-            questions.extend((conv, q) for q in conv.questions)
+        number, self._episode_number = self._episode_number, self._episode_number + 1
+        questions = [(conv, q) for conv in group for q in conv.questions]
         if not questions:
             raise SuiteConfigError(f"conversations {[c.id for c in group]} hold no questions; pass data with questions")
         if n_turns is not None and n_turns > len(questions):
             raise SuiteConfigError(f"n_turns={n_turns} asks more questions than the episode's {len(questions)} "
                                    f"({len(group)} conversations); lower --turns or raise --min-history-turns")
         chosen = rng.sample(questions, n_turns if n_turns is not None else len(questions))
+        history, position, filler_turns, filler_sessions = [], {}, [], []
+        sessions = self._with_filler(group, number, [q.answer for _, q in chosen])
+        for session_number, (conv, session, date, filler) in enumerate(sessions, start=1):
+            meta = {"session": session_number, **({"date": date} if date else {})}
+            if filler:
+                filler_sessions.append(session_number)
+            for turn in session.turns:
+                if filler:
+                    filler_turns.append(len(history))
+                else:
+                    position[(conv.id, turn.id)] = (len(history), session_number)
+                history.append({"user": turn.user, "assistant": turn.assistant, "meta": dict(meta)})
+        session_number = len(sessions)
         turns = []
         for conv, q in chosen:
             evidence = [position[(conv.id, e)][0] for e in q.evidence]
@@ -162,6 +270,10 @@ class MultiSessionQASuite(Suite):
                                          "conversation": conv.id, "session": session}))
         meta = {"conversations": [c.id for c in group], "history_turns": len(history), "sessions": session_number,
                 "sources": sorted({c.source for c in group}), "history": history}
+        if self.haystack is not None:
+            meta.update({"history_tokens": self._history_tokens(sessions), "history_tokens_target": self.history_tokens,
+                         "filler_chats": list(dict.fromkeys(c.id for c, _, _, filler in sessions if filler)),
+                         "filler_sessions": filler_sessions, "filler_turns": filler_turns})
         return turns, meta
 
     def score_turn(self, turn: SuiteTurn, reply: str, *, history=()) -> dict:
