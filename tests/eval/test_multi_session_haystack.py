@@ -10,21 +10,7 @@ from rhea.eval.loaders import BenchmarkFileError, DataFormatError, load_filler_c
 from rhea.eval.suites import SuiteConfigError, get_suite
 from rhea.policies import assemble_plan
 from rhea.policies.assemble import count_tokens
-
-
-def _native(tmp_path, n=2):
-    records = []
-    for c in range(n):
-        records.append({"id": f"c{c}", "sessions": [
-            {"date": f"2023-0{c + 1}-08", "turns": [{"id": f"c{c}t{i}", "user": f"Fact {c}-{i}: the code is K{c}{i}.",
-                                                       "assistant": "Noted."} for i in range(3)]},
-            {"turns": [{"id": f"c{c}u{i}", "user": f"Small talk {i}.", "assistant": "Sure."} for i in range(2)]}],
-            "questions": [{"question": f"What was code {c}-1?", "answer": f"K{c}1", "evidence": [f"c{c}t1"]},
-                          {"question": "When did session {session} happen?", "answer": f"2023-0{c + 1}-08",
-                           "evidence": [f"c{c}t0"]}]})
-    path = tmp_path / "ms.json"
-    path.write_text(json.dumps(records))
-    return path
+from tests.eval.test_multi_session_qa import _native  # the project-format conversations both files test on
 
 
 def _chats(n=12, answer_in=None):
