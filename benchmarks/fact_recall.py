@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     # a committed run is stored gzipped: unpacked before this run appends rows to it and rewrites its summary
     rows_path = unpack_stored(out.with_name(out.name + ".rows.jsonl"))
-    unpack_stored(out.with_suffix(".json"))
+    unpack_stored(out.with_name(out.name + ".json"))
     rows = read_rows(rows_path)
     for key, value, flag, default in (("question_form", args.question_form, "--question-form", "item"),
                                       ("mode", args.mode, "--mode", "generate")):
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                        [json.loads(line) for line in read_stored_text(versus_path).splitlines() if line.strip()])
         if not versus_rows:
             raise RheaConfigError(f"--versus {args.versus!r}: {versus_path} has no rows; name a run's output stem")
-    meta_path = out.with_suffix(".json")
+    meta_path = out.with_name(out.name + ".json")
     seconds = 0.0
 
     if not args.summarise_only:
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
               **({"versus": {"run": args.versus, **compare_runs(versus_rows, used)}} if versus_rows else {}),
               "rows": [{**r, "accepted": list(by_id[r["id"]].answers)} for r in used if r["id"] in by_id]}
     meta_path.write_text(json.dumps(result, indent=2))
-    plot(summary, f"fact recall, {result['model']}, {result['n_items']} held-apart items", out.with_suffix(".png"))
+    plot(summary, f"fact recall, {result['model']}, {result['n_items']} held-apart items", out.with_name(out.name + ".png"))
     acc = summary["accuracy"]
     for c in acc:
         a = acc[c]

@@ -1,6 +1,6 @@
 """Instruction recognizer: leave-one-source-out precision/recall, per source, + operating point.
 
-Scores the packaged labelled set (`rhea/data/recognizer_labelled.jsonl`, built by
+Scores the packaged labelled set (`rhea/data/recognizer_labelled.jsonl.gz`, built by
 `scripts/build_recognizer_set.py`) the way the rhea policy decides, stage 2 trained WITHOUT
 the source being scored (leave-one-source-out, LOSO), each message read at its turn in its
 conversation (a first message's bare constraints are standing), the threshold calibrated on

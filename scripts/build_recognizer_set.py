@@ -1,6 +1,6 @@
-"""Build the instruction-recognizer labelled set `rhea/data/recognizer_labelled.jsonl`.
+"""Build the instruction-recognizer labelled set `rhea/data/recognizer_labelled.jsonl.gz`.
 
-    python scripts/build_recognizer_set.py /work/shared/data [--out rhea/data/recognizer_labelled.jsonl]
+    python scripts/build_recognizer_set.py /work/shared/data [--out rhea/data/recognizer_labelled.jsonl.gz]
 
 Every row is {"text", "label", "kind", "category", "source", "id", "turn"}: label 1 = the user
 message sets (kind "add") or cancels (kind "revoke") a rule for ALL later replies, 0 = it does
@@ -69,7 +69,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_OUT = HERE.parent / "rhea" / "data" / "recognizer_labelled.jsonl"
+DEFAULT_OUT = HERE.parent / "rhea" / "data" / "recognizer_labelled.jsonl.gz"
 MAX_CHARS = 4000  # longer user turns (pasted articles) are skipped, counted in the summary
 
 MT_BENCH_GLOBAL = {f"{q}_0" for q in range(91, 100)}
@@ -273,7 +273,13 @@ def main(argv=None) -> None:
     if missing:
         sys.exit(f"{data} is not the shared data folder: missing {missing}")
     rows, skipped = build(data)
-    Path(args.out).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    if args.out.endswith(".gz"):
+        import gzip
+
+        Path(args.out).write_bytes(gzip.compress(text.encode("utf-8"), mtime=0))
+    else:
+        Path(args.out).write_text(text, encoding="utf-8")
     per = {}
     for r in rows:
         p = per.setdefault(r["source"], [0, 0])

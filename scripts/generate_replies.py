@@ -18,12 +18,13 @@ prompt itself is not stored (it stays in shared/data). Resumable: rows already i
 skipped, so the same command continues an interrupted run. Sampling is seeded per prompt.
 
     nice -n 10 python scripts/generate_replies.py --model smollm2-135m --data /work/shared/data \\
-        --out data/self_replies/smollm2-135m.jsonl
+        --out data/self_replies/smollm2-135m.jsonl.gz
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
+import gzip
 import json
 import sys
 import time
@@ -82,14 +83,19 @@ def load_prompts(data_dir: str | Path) -> list[tuple[str, str]]:
 def done_sources(path: Path) -> set[str]:
     if not path.is_file():
         return set()
-    return {json.loads(line)["source"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
+    return {json.loads(line)["source"] for line in _text(path).splitlines() if line.strip()}
+
+
+def _text(path: Path) -> str:
+    """A JSONL file's text, plain or gzipped (``.gz``: appended to as gzip members, read back as one)."""
+    return gzip.decompress(path.read_bytes()).decode("utf-8") if path.name.endswith(".gz") else path.read_text(encoding="utf-8")
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2-135m", help="zoo name or local model directory")
     p.add_argument("--data", required=True, help="data directory in the shared/data layout")
-    p.add_argument("--out", required=True, help="JSONL file to append to (resumed if it exists)")
+    p.add_argument("--out", required=True, help="JSONL file to append to (resumed if it exists; gzipped when it ends in .gz)")
     p.add_argument("--max-new-tokens", type=int, default=192)
     p.add_argument("--temperature", type=float, default=0.7, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=0.9)
@@ -152,7 +158,7 @@ def main(argv=None) -> int:
             reply = tok.decode(ids, skip_special_tokens=True).strip()
             if reply:
                 rows.append({"source": source, "reply": reply, "model": args.model, "settings": settings})
-        with open(out, "a", encoding="utf-8") as f:
+        with (gzip.open(out, "at", encoding="utf-8") if str(out).endswith(".gz") else open(out, "a", encoding="utf-8")) as f:
             f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
         written += len(rows)
         print(f"[replies] {b + len(chunk)}/{len(rendered)} ({written} written, "

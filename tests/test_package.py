@@ -96,3 +96,12 @@ def test_every_package_lists_what_it_exports_and_each_name_resolves(package):
     assert unresolved == [], f"{package}.__all__ names what it does not define: {unresolved}"
     missing = sorted(_reexported(package) - set(module.__all__))
     assert missing == [], f"{package} re-exports {missing} without listing them in __all__"
+
+
+def test_the_readme_stays_a_front_page():
+    """README.md says what rhea is, how to install and use it and what it measured; the detail lives in docs/."""
+    readme = REPO / "README.md"
+    if not readme.is_file():
+        pytest.skip("no README.md here (an installed package)")
+    lines = readme.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines; move detail into docs/ to keep it at most 150"

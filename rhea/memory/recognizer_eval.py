@@ -1,6 +1,6 @@
 """Evaluating the instruction recognizer: precision/recall, leave-one-source-out, calibration.
 
-The labelled set (`rhea/data/recognizer_labelled.jsonl`) records each row's source (MT-Bench,
+The labelled set (`rhea/data/recognizer_labelled.jsonl.gz`) records each row's source (MT-Bench,
 MT-Eval, IFEval, UltraChat, MultiWOZ, SGD, TopiOCQA, hand-written). Leave-one-source-out
 (LOSO) trains stage 2 on every other source and scores the held-out one, so its numbers
 predict transfer to conversations the model never saw, not fit. `benchmarks/recognizer.py`

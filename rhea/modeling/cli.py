@@ -16,7 +16,8 @@ def _cmd_shrink(args) -> int:
     from rhea.modeling.shrink import shrink_model
 
     report = shrink_model(args.directory, args.out, compress_rank=args.compress_rank,
-                          generate_rank=args.generate_rank, dtype=args.dtype, base_model=args.base_model)
+                          generate_rank=args.generate_rank, dtype=args.dtype, base_model=args.base_model,
+                          tokenizer_copy=not args.no_tokenizer_copy)
     for name, info in report["adapters"].items():
         line = f"{name}: rank {info['rank_before']} -> {info['rank_after']}"
         if "energy_kept_min" in info:
@@ -49,5 +50,7 @@ def register(sub) -> None:
     shrink.add_argument("--dtype", default="float16", choices=["float32", "float16", "bfloat16"],
                         help="storage dtype of the written weights (default float16)")
     shrink.add_argument("--base-model", default=None, help="override the base model recorded in rhea_config.json")
+    shrink.add_argument("--no-tokenizer-copy", action="store_true", help="store the tokenizer as what it changes in "
+                        "the base model's (tokenizer_changes.json), as the shipped adapters do, not as a full copy")
     shrink.add_argument("--json", action="store_true", help="also print the report as JSON")
     shrink.set_defaults(func=_cmd_shrink)

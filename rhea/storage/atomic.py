@@ -277,11 +277,21 @@ def check_writable_directory(path: str | os.PathLike, what: str) -> Path:
 
 
 def read_text_file(path: str | os.PathLike, error: type[Exception], what: str = "file") -> str:
-    """The UTF-8 text of `path`, or `error` (a named error class) saying what is wrong: missing, a
-    directory, unreadable, or not UTF-8."""
+    """The UTF-8 text of `path` (decompressed when its name ends in ``.gz``), or `error` (a named error class)
+    saying what is wrong: missing, a directory, unreadable, not gzip, or not UTF-8."""
     path = Path(path)
     try:
-        return path.read_bytes().decode("utf-8")
+        data = path.read_bytes()
+        if path.name.endswith(".gz"):
+            import gzip
+            import zlib
+
+            try:
+                data = gzip.decompress(data)
+            except (OSError, EOFError, zlib.error) as e:
+                raise error(f"{what} {path} is not a readable gzip file ({e}); pass the file as written, or "
+                            "decompress it and pass the plain file") from None
+        return data.decode("utf-8")
     except FileNotFoundError:
         raise error(f"{what} {path} does not exist; pass the path of an existing file") from None
     except IsADirectoryError:

@@ -71,7 +71,8 @@ def _replies_of(name: str, record: dict) -> list[str]:
 
 
 def load_self_replies(path: str | os.PathLike) -> list[TextChunk]:
-    """The model's own replies written by ``scripts/generate_replies.py`` (``source`` = ``self:<source>``).
+    """The model's own replies written by ``scripts/generate_replies.py`` (``source`` = ``self:<source>``), from a
+    JSONL file, plain or gzipped (``.jsonl.gz``).
 
     Raises `TrainingDataError` for a missing file, a malformed row, or a file with no reply.
     """
@@ -79,7 +80,9 @@ def load_self_replies(path: str | os.PathLike) -> list[TextChunk]:
     if not p.is_file():
         raise TrainingDataError(f"self-replies file {p} does not exist; write it with scripts/generate_replies.py")
     out = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+    from rhea.storage import read_text_file
+
+    for n, line in enumerate(read_text_file(p, TrainingDataError, "self-replies file").splitlines(), 1):
         if not line.strip():
             continue
         try:

@@ -232,7 +232,7 @@ def launch_config(nq: int, d: int, nk: int = 8, batch: int = 1, turns: int = 1, 
     SPLIT_MAX_ROWS_PER_SM (turn, latent) rows per SM and d >= SPLIT_MIN_D: SPLIT_ROWS-row
     tiles, and d cut into chunks of at least SPLIT_MIN_CHUNK columns until there are about
     4 programs per SM (`allow_split=False`: never). No num_stages (Triton's default, 3).
-    Set from the H100 sweep (benchmarks/results/turn_scores_tiles_h100.json, bf16): the rules
+    Set from the H100 sweep (benchmarks/results/turn_scores_tiles_h100.json.gz, bf16): the rules
     before it were 2-35% off that sweep's best at the 8 shapes of docs/guides/kernels.md.
     """
     block_j = min(32, max(1, triton.next_power_of_2(nk)))
