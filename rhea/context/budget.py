@@ -460,8 +460,11 @@ def fit_prompt(messages: list[dict], budget_or_room: "TokenBudget | int | None",
     message is cut in its middle (`cut_text`). Every text is counted once (`count_text_tokens`); the
     result is rendered once to check it (``count(messages)``, default `prompt_length`), a second time
     only if the counts fell short. A prompt that fits comes back as is (the same list); one that was
-    cut appends ``{"event": "inner_budget", "call", "tokens_before", "tokens_after", "room", "cut"}``
-    to `record` (a list, e.g. the turn's decisions). ``budget_or_room=None`` or no tokenizer (no known
+    cut appends ``{"event": "inner_budget", "call", "tokens_before", "tokens_after", "room", "cut",
+    "dropped", "dropped_tokens", "dropped_messages"}`` to `record` (a list, e.g. the turn's decisions):
+    ``cut`` lists each message cut (position, role, tokens cut), ``dropped_messages`` the first and last
+    position of the messages dropped (``tokens_before`` is estimated from the texts' counts when the
+    prompt is over twice the room). ``budget_or_room=None`` or no tokenizer (no known
     window): `messages` unchanged. A room that not even the kept messages cut down can fit is a
     `ContextWindowError`, raised before the model is called.
 
@@ -494,6 +497,8 @@ def fit_prompt(messages: list[dict], budget_or_room: "TokenBudget | int | None",
     last = max(first, len(out) - keep_last)
     middle = list(range(first, last))  # oldest first
     cuts: list[dict] = []
+    dropped: list[int] = []  # oldest first, so one span of positions
+    dropped_tokens = 0
 
     def cut(i: int, keep: int) -> int:
         text, removed = cut_text(out[i]["content"], keep, tokenizer)
@@ -515,7 +520,8 @@ def fit_prompt(messages: list[dict], budget_or_room: "TokenBudget | int | None",
                     continue
             middle.pop(0)
             alive[i] = False
-            cuts.append({"message": i, "role": out[i].get("role"), "dropped_tokens": sizes[i]})
+            dropped.append(i)
+            dropped_tokens += sizes[i]
             excess -= sizes[i] + per_message
         while excess > 0:  # nothing left between the kept messages: cut the longest of them
             kept = [i for i in range(len(out)) if alive[i] and i not in middle and isinstance(out[i].get("content"), str)]
@@ -536,7 +542,8 @@ def fit_prompt(messages: list[dict], budget_or_room: "TokenBudget | int | None",
                                  "window leaves for it; lower the call's max_new_tokens")
     if record is not None:
         record.append({"event": INNER_EVENT, "call": call, "tokens_before": before, "tokens_after": n, "room": room,
-                       "cut": cuts})
+                       "cut": cuts, "dropped": len(dropped), "dropped_tokens": dropped_tokens,
+                       "dropped_messages": [dropped[0], dropped[-1]] if dropped else []})
     return [m for m, a in zip(out, alive) if a]
 
 
