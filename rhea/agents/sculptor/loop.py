@@ -6,9 +6,9 @@ Each round the generator sees
 
 where the trail holds the model's earlier replies in this run and one tool message per
 call, fitted to the generator's window (`rhea.context.budget.fit_inner`): the oldest history
-messages give way first, each cut recorded in `SculptorLoop.budget_records`. A reply with no tool call is the final answer. When `max_tool_calls` calls have been
-spent, the loop asks once more for an answer without tools and records that the budget
-ran out.
+messages give way first, each cut recorded in `SculptorLoop.budget_records`. A reply with no
+tool call is the final answer. When `max_tool_calls` calls have been spent, the loop asks once
+more for an answer without tools and records that the budget ran out.
 
 Tools reach the generator two ways. By default their schemas are described in the system
 prompt, so any `TextGenerator` works and calls are parsed from its text (Hermes, Llama,
