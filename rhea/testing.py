@@ -83,7 +83,8 @@ class WindowedGenerator:
     """A `TextGenerator` test double with a context window: it refuses (`AssertionError`) any prompt
     that, rendered with its tokenizer's chat template, leaves less than ``max_new_tokens`` of the
     window, so a test that runs an agent through it proves the agent's inner prompts fit. Replies
-    cycle through `replies`; `longest` is the longest prompt it was given, `calls` the calls.
+    cycle through `replies`; `longest` is the longest prompt it was given (in tokens), `last` the
+    last prompt, `calls` the calls.
 
     >>> gen = WindowedGenerator(["ok"], window=64)
     >>> gen.generate([{"role": "user", "content": "hi"}], max_new_tokens=8), gen.calls
@@ -99,6 +100,7 @@ class WindowedGenerator:
         self.window = int(window)
         self.tokenizer = tokenizer if tokenizer is not None else tiny_tokenizer()
         self.calls = self.longest = 0
+        self.last = None  # the last prompt given
 
     def count_prompt_tokens(self, messages) -> int:
         from rhea.backends.chat_template import apply_chat_template
@@ -111,7 +113,7 @@ class WindowedGenerator:
         if n + max_new_tokens > self.window:
             raise AssertionError(f"a prompt of {n} tokens with max_new_tokens={max_new_tokens} overruns the "
                                  f"{self.window}-token window")
-        self.longest = max(self.longest, n)
+        self.longest, self.last = max(self.longest, n), messages
         reply = self.replies[self.calls % len(self.replies)]
         self.calls += 1
         return reply

@@ -77,7 +77,24 @@ def test_acr_router_prompt_fits_with_a_long_history():
     decision = Router(gen).route(turns, record=record)
     assert decision.valid and decision.selected_operator == "none"
     (rec,) = record
-    assert rec["call"] == "acr.router" and rec["room"] == 1024 - 96 and rec["cut"]
+    assert rec["call"] == "acr.router" and rec["room"] == 1024 - 96 and rec["tokens_after"] <= rec["room"]
+    assert rec["turns_dropped"] == 29 and rec["cut"]  # the oldest turns went whole; the newest one is cut to fit
+
+
+def test_acr_refactorer_keeps_the_newest_turns_that_fit():
+    from rhea.agents.acr.refactorer import Refactorer
+
+    gen = WindowedGenerator(["<summary>ok</summary>"], window=2048)
+    turns = [HistoryTurn(i, words(100, i), words(100, 50 + i)) for i in range(40)]
+    record = []
+    assert Refactorer(gen).refactor("fact_rectify", turns, record=record).context == "ok"
+    (rec,) = record
+    assert 0 < rec["turns_dropped"] < 40 and rec["cut"] == [] and rec["tokens_after"] <= rec["room"] == 2048 - 256
+    assert "[turn 40]" in gen_prompt(gen) and "[turn 1]" not in gen_prompt(gen)
+
+
+def gen_prompt(gen) -> str:
+    return gen.last[-1]["content"]
 
 
 def test_context_agent_summary_and_decisions_fit():
