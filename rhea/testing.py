@@ -77,3 +77,43 @@ def save_tiny_base(directory) -> str:
     tiny_llama(len(tok)).save_pretrained(directory)
     tok.save_pretrained(directory)
     return str(directory)
+
+
+class WindowedGenerator:
+    """A `TextGenerator` test double with a context window: it refuses (`AssertionError`) any prompt
+    that, rendered with its tokenizer's chat template, leaves less than ``max_new_tokens`` of the
+    window, so a test that runs an agent through it proves the agent's inner prompts fit. Replies
+    cycle through `replies`; `longest` is the longest prompt it was given (in tokens), `last` the
+    last prompt, `calls` the calls.
+
+    >>> gen = WindowedGenerator(["ok"], window=64)
+    >>> gen.generate([{"role": "user", "content": "hi"}], max_new_tokens=8), gen.calls
+    ('ok', 1)
+    >>> gen.generate([{"role": "user", "content": "the cat " * 40}], max_new_tokens=8)
+    Traceback (most recent call last):
+    ...
+    AssertionError: a prompt of 85 tokens with max_new_tokens=8 overruns the 64-token window
+    """
+
+    def __init__(self, replies, *, window: int = 512, tokenizer=None):
+        self.replies = [replies] if isinstance(replies, str) else list(replies)
+        self.window = int(window)
+        self.tokenizer = tokenizer if tokenizer is not None else tiny_tokenizer()
+        self.calls = self.longest = 0
+        self.last = None  # the last prompt given
+
+    def count_prompt_tokens(self, messages) -> int:
+        from rhea.backends.chat_template import apply_chat_template
+
+        text = apply_chat_template(self.tokenizer, [{"role": m["role"], "content": m["content"]} for m in messages])
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None, **kwargs) -> str:
+        n = self.count_prompt_tokens(messages)
+        if n + max_new_tokens > self.window:
+            raise AssertionError(f"a prompt of {n} tokens with max_new_tokens={max_new_tokens} overruns the "
+                                 f"{self.window}-token window")
+        self.longest, self.last = max(self.longest, n), messages
+        reply = self.replies[self.calls % len(self.replies)]
+        self.calls += 1
+        return reply

@@ -372,3 +372,190 @@ def budget_of(model: Any, max_new_tokens: int, tokenizer=None) -> TokenBudget | 
     if window is None:
         return None
     return measure_budget(tokenizer if tokenizer is not None else model.tokenizer, int(window), max_new_tokens)
+
+
+def even_cap(lengths: list[int], total: int) -> int:
+    """The largest per-text cap so that ``sum(min(n, cap)) <= total`` (water-filling: short texts stay whole).
+
+    >>> even_cap([10, 50, 200], 120)
+    60
+    """
+    rest, left = sorted(lengths), len(lengths)
+    for n in rest:
+        share = total // left
+        if n > share:
+            return max(1, share)
+        total -= n
+        left -= 1
+    return max(rest, default=1)
+
+
+#: an inner prompt's kept message (system, the last ones) is not cut below this many tokens
+MIN_PROMPT_TOKENS = 8
+INNER_EVENT = "inner_budget"
+_FRAMES: "weakref.WeakKeyDictionary[Any, tuple[int, int]]" = weakref.WeakKeyDictionary()
+
+
+def _frame(tokenizer) -> tuple[int, int]:
+    """(template overhead, per-message tokens) of `tokenizer`'s chat template, measured once."""
+    try:
+        frame = _FRAMES.get(tokenizer)
+    except TypeError:
+        frame = None
+    if frame is None:
+        b = measure_budget(tokenizer, 1 << 30, 1)
+        frame = (b.template_overhead, b.per_message)
+        try:
+            _FRAMES[tokenizer] = frame
+        except TypeError:
+            pass
+    return frame
+
+
+def prompt_length(messages: list[dict], tokenizer) -> int:
+    """Tokens of `messages` rendered with `tokenizer`'s chat template and the generation prompt, as
+    `rhea.backends.llm.HFGenerator` feeds a prompt to its model."""
+    from rhea.backends.chat_template import apply_chat_template
+
+    text = apply_chat_template(tokenizer, [{"role": m["role"], "content": m["content"]} for m in messages])
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _window_of(obj: Any) -> int | None:
+    for name in ("window", "max_context"):
+        w = getattr(obj, name, None)
+        if isinstance(w, int) and not isinstance(w, bool):
+            return w
+    return None
+
+
+def prompt_room_of(generator: Any, max_new_tokens: int) -> int | None:
+    """The most prompt tokens `generator` (a `TextGenerator`, or a model) takes with a reply of
+    `max_new_tokens`: its ``prompt_room(max_new_tokens)`` (`HFGenerator`), else its ``window`` or its
+    model's ``max_context`` less `max_new_tokens`; None when no window is known (a remote endpoint,
+    a test double), and then nothing is fitted.
+
+    >>> class Gen: window = 512
+    >>> prompt_room_of(Gen(), 64), prompt_room_of(object(), 64)
+    (448, None)
+    """
+    room_of = getattr(generator, "prompt_room", None)
+    if callable(room_of):
+        room = room_of(max_new_tokens)
+        return None if room is None else int(room)
+    w = _window_of(generator)
+    if w is None:
+        w = _window_of(getattr(generator, "model", None))
+    return None if w is None else w - int(max_new_tokens)
+
+
+def fit_prompt(messages: list[dict], budget_or_room: "TokenBudget | int | None", tokenizer, *, keep_last: int = 1,
+               record: list | None = None, call: str = "inner", count=None) -> list[dict]:
+    """`messages` (an inner model call's chat prompt) cut to fit `budget_or_room` tokens as rendered with
+    `tokenizer`'s chat template (a `TokenBudget`: its ``prompt_tokens``).
+
+    The system message (first, when it is one) and the last `keep_last` messages are kept; the messages
+    between them give way oldest first: the oldest is cut around `CUT_MARKER` when at least
+    `MIN_KEPT_TOKENS` of it can stay, else dropped. When nothing is left between them, the longest kept
+    message is cut in its middle (`cut_text`). Every text is counted once (`count_text_tokens`); the
+    result is rendered once to check it (``count(messages)``, default `prompt_length`), a second time
+    only if the counts fell short. A prompt that fits comes back as is (the same list); one that was
+    cut appends ``{"event": "inner_budget", "call", "tokens_before", "tokens_after", "room", "cut",
+    "dropped", "dropped_tokens", "dropped_messages"}`` to `record` (a list, e.g. the turn's decisions):
+    ``cut`` lists each message cut (position, role, tokens cut), ``dropped_messages`` the first and last
+    position of the messages dropped (``tokens_before`` is estimated from the texts' counts when the
+    prompt is over twice the room). ``budget_or_room=None`` or no tokenizer (no known
+    window): `messages` unchanged. A room that not even the kept messages cut down can fit is a
+    `ContextWindowError`, raised before the model is called.
+
+    >>> from rhea.testing import tiny_tokenizer
+    >>> tok, log = tiny_tokenizer(), []
+    >>> msgs = [{"role": "system", "content": "be brief ."}] + [{"role": "user", "content": "the cat " * 40}] * 3 + [
+    ...     {"role": "user", "content": "and the dog ?"}]
+    >>> out = fit_prompt(msgs, 120, tok, record=log, call="demo")
+    >>> prompt_length(out, tok) <= 120, out[0] == msgs[0], out[-1] == msgs[-1], log[0]["event"], log[0]["call"]
+    (True, True, True, 'inner_budget', 'demo')
+    """
+    room = budget_or_room.prompt_tokens if isinstance(budget_or_room, TokenBudget) else budget_or_room
+    if room is None or tokenizer is None or not messages:
+        return messages
+    if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
+        raise RheaConfigError(f"keep_last={keep_last!r} must be an int >= 0")
+    room = int(room)
+    count = count if count is not None else (lambda ms: prompt_length(ms, tokenizer))
+    overhead, per_message = _frame(tokenizer)
+    sizes = [count_text_tokens(m["content"], tokenizer) if isinstance(m.get("content"), str) else 0 for m in messages]
+    estimate = overhead + sum(sizes) + per_message * (len(messages) - 1)
+    # a prompt far over the room (a long history sent whole) is not rendered whole: its estimate decides
+    n = estimate if estimate > 2 * room else int(count(messages))
+    if n <= room:
+        return messages
+    before = n
+    out = [dict(m) for m in messages]
+    alive = [True] * len(out)
+    first = 1 if out[0].get("role") == "system" and len(out) > 1 else 0
+    last = max(first, len(out) - keep_last)
+    middle = list(range(first, last))  # oldest first
+    cuts: list[dict] = []
+    dropped: list[int] = []  # oldest first, so one span of positions
+    dropped_tokens = 0
+
+    def cut(i: int, keep: int) -> int:
+        text, removed = cut_text(out[i]["content"], keep, tokenizer)
+        if removed:
+            out[i]["content"] = text
+            sizes[i] = count_text_tokens(text, tokenizer)
+            cuts.append({"message": i, "role": out[i].get("role"), "tokens_cut": removed})
+        return removed
+
+    margin = 0
+    for _ in range(8):
+        excess = n - room + margin
+        while excess > 0 and middle:
+            i = middle[0]
+            if isinstance(out[i].get("content"), str) and sizes[i] - excess >= MIN_KEPT_TOKENS:
+                removed = cut(i, sizes[i] - excess)
+                if removed:
+                    excess -= removed
+                    continue
+            middle.pop(0)
+            alive[i] = False
+            dropped.append(i)
+            dropped_tokens += sizes[i]
+            excess -= sizes[i] + per_message
+        while excess > 0:  # nothing left between the kept messages: cut the longest of them
+            kept = [i for i in range(len(out)) if alive[i] and i not in middle and isinstance(out[i].get("content"), str)]
+            i = max(kept, key=lambda j: sizes[j], default=None)
+            removed = 0 if i is None or sizes[i] <= MIN_PROMPT_TOKENS else cut(i, max(MIN_PROMPT_TOKENS, sizes[i] - excess))
+            if not removed:
+                raise ContextWindowError(
+                    f"the {call} prompt does not fit the {room} tokens the inner model's window leaves for it, even "
+                    "with its history dropped and its kept messages cut; use a model with a longer window or lower "
+                    "the call's max_new_tokens")
+            excess -= removed
+        n = int(count([m for m, a in zip(out, alive) if a]))
+        if n <= room:
+            break
+        margin = margin * 2 + 4  # token counts of pieces need not add up to the render's: take more next round
+    else:
+        raise ContextWindowError(f"the {call} prompt could not be fitted to the {room} tokens the inner model's "
+                                 "window leaves for it; lower the call's max_new_tokens")
+    if record is not None:
+        record.append({"event": INNER_EVENT, "call": call, "tokens_before": before, "tokens_after": n, "room": room,
+                       "cut": cuts, "dropped": len(dropped), "dropped_tokens": dropped_tokens,
+                       "dropped_messages": [dropped[0], dropped[-1]] if dropped else []})
+    return [m for m, a in zip(out, alive) if a]
+
+
+def fit_inner(generator: Any, messages: list[dict], max_new_tokens: int, *, call: str, record: list | None = None,
+              keep_last: int = 1, tokenizer: Any = None) -> list[dict]:
+    """`messages` fitted (`fit_prompt`) to what `generator`'s window leaves for a reply of `max_new_tokens`
+    (`prompt_room_of`), counted with the generator's own ``count_prompt_tokens`` when it has one;
+    unchanged for a generator with no known window or no tokenizer."""
+    room = prompt_room_of(generator, max_new_tokens)
+    if room is None:
+        return messages
+    tok = getattr(generator, "tokenizer", None) or tokenizer
+    own = getattr(generator, "count_prompt_tokens", None)
+    return fit_prompt(messages, room, tok, keep_last=keep_last, record=record, call=call,
+                      count=own if callable(own) else None)

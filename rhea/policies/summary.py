@@ -41,7 +41,7 @@ def fitted_summarizer_messages(generator: TextGenerator, summary: str, turns: li
     A window too small for even the prompt's frame is a `ContextWindowError`, before any model work."""
     import dataclasses
 
-    from rhea.context.budget import count_text_tokens, cut_text
+    from rhea.context.budget import count_text_tokens, cut_text, even_cap
     from rhea.errors import ContextWindowError
 
     messages = summarizer_messages(summary, turns)
@@ -64,7 +64,7 @@ def fitted_summarizer_messages(generator: TextGenerator, summary: str, turns: li
                 f"the summarizer's prompt for {len(turns)} turns needs {frame} tokens of frame, more than the "
                 f"{room} the model's window leaves with max_summary_tokens={max_new_tokens}; lower every= (fold "
                 "fewer turns at a time) or max_summary_tokens")
-        cap = _even_cap(lengths, avail)
+        cap = even_cap(lengths, avail)
         cut = [cut_text(x, cap, tokenizer)[0] if n > cap else x for x, n in zip(texts, lengths)]
         fitted = [dataclasses.replace(t, user=cut[1 + 2 * i], assistant=cut[2 + 2 * i]) for i, t in enumerate(turns)]
         messages = summarizer_messages(cut[0], fitted)
@@ -74,18 +74,6 @@ def fitted_summarizer_messages(generator: TextGenerator, summary: str, turns: li
         frame += over
     raise ContextWindowError(f"the summarizer's prompt could not be fitted to {room} tokens; lower every= or "
                              "max_summary_tokens")
-
-
-def _even_cap(lengths: list[int], total: int) -> int:
-    """The largest per-text cap so that sum(min(n, cap)) <= total (water-filling: short texts stay whole)."""
-    rest, left = sorted(lengths), len(lengths)
-    for n in rest:
-        share = total // left
-        if n > share:
-            return max(1, share)
-        total -= n
-        left -= 1
-    return max(rest, default=1)
 
 
 @register_policy("summary")

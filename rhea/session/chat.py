@@ -287,7 +287,9 @@ class ChatSession:
 
         The plan fits the model's window less `max_new_tokens` (default: the session's): the policy
         plans within `policy.token_budget`, and `rhea.context.fit_plan` cuts or drops past turns it
-        still has to, lowest priority first, each with its reason recorded. A message that alone cannot
+        still has to, lowest priority first, each with its reason recorded (a plan the policy answered
+        while planning too). The agents fit their own inner prompts to their generators' windows
+        (`rhea.context.budget.fit_prompt`, ``inner_budget`` records). A message that alone cannot
         fit raises `ContextWindowError` before the policy or the model does any work.
 
         With `end_turn`, lets a caller generate the reply itself, e.g. several sessions' turns
@@ -302,8 +304,8 @@ class ChatSession:
         t0 = time.perf_counter()
         plan = self.policy.build(self.conversation, text)
         answered = self.policy.planned_answer(plan)
-        if answered is None:
-            plan = fit_plan(plan, budget, self.tokenizer)
+        # a plan answered while planning (Sculptor) is fitted too: the context it records is one the window holds
+        plan = fit_plan(plan, budget, self.tokenizer)
         t_plan = time.perf_counter() - t0
         return StagedTurn(text, plan, t_plan, work_before, self.policy.counters(), answered)
 

@@ -8,12 +8,12 @@ import pytest
 from rhea.backends.embedding import HashingEmbedder
 from rhea.context import (ContextPlan, ContextWindowError, Conversation, TokenBudget, Turn, TurnDecision, check_message,
                           fit_plan, measure_budget, render)
-from rhea.context.budget import CUT_MARKER, cut_text
+from rhea.context.budget import CUT_MARKER, cut_text, even_cap, fit_inner, fit_prompt, prompt_length, prompt_room_of
 from rhea.errors import ContextOverflowError, RheaConfigError, RheaError
 from rhea.policies import assemble_plan
 from rhea.session import ChatSession
 from rhea.session.generation import Generation, generate_from_plan
-from rhea.testing import _WORDS, tiny_rhea, tiny_tokenizer
+from rhea.testing import _WORDS, WindowedGenerator, tiny_rhea, tiny_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,75 @@ def test_a_plan_that_fits_is_returned_as_is_with_the_budget_recorded():
     assert fit_plan(plan, None, tok) is plan
 
 
+# ---------------------------------------------------------------- inner prompts (fit_prompt)
+def _chat(n_history: int, size: int = 60) -> list[dict]:
+    out = [{"role": "system", "content": "be brief ."}]
+    for i in range(n_history):
+        out += [{"role": "user", "content": f"turn {i} . " + words(size, 10 + i)},
+                {"role": "assistant", "content": words(size, 200 + i)}]
+    return out + [{"role": "user", "content": "what now ?"}]
+
+
+def test_fit_prompt_keeps_system_and_last_user_and_drops_the_oldest_first():
+    tok, log = tiny_tokenizer(), []
+    msgs = _chat(6)
+    out = fit_prompt(msgs, 300, tok, record=log, call="test.call")
+    assert prompt_length(out, tok) <= 300 < prompt_length(msgs, tok)
+    assert out[0] == msgs[0] and out[-1] == msgs[-1]
+    assert out[-2] == msgs[-2]  # the newest history stays whole
+    kept_turns = [m["content"].split(" . ")[0] for m in out if m["role"] == "user" and m["content"].startswith("turn")]
+    assert kept_turns == sorted(kept_turns) and "turn 0" not in kept_turns and "turn 5" in kept_turns
+    (rec,) = log
+    assert rec["event"] == "inner_budget" and rec["call"] == "test.call" and rec["room"] == 300
+    assert rec["tokens_before"] > 300 >= rec["tokens_after"] == prompt_length(out, tok)
+    assert rec["dropped"] >= 1 and rec["dropped_messages"][0] == 1 and rec["dropped_tokens"] > 0  # oldest first
+    assert msgs == _chat(6)  # the caller's messages are not changed
+
+
+def test_fit_prompt_cuts_one_huge_message_in_its_middle_with_the_marker():
+    tok, log = tiny_tokenizer(), []
+    msgs = [{"role": "system", "content": "be brief ."}, {"role": "user", "content": "paris " + words(900, 3) + " json"}]
+    out = fit_prompt(msgs, 200, tok, record=log)
+    assert len(out) == 2 and out[0] == msgs[0] and prompt_length(out, tok) <= 200
+    assert out[1]["content"].startswith("paris") and out[1]["content"].endswith("json")
+    assert CUT_MARKER.format(n=log[0]["cut"][0]["tokens_cut"]) in out[1]["content"]
+
+
+def test_fit_prompt_is_a_no_op_that_fits_or_without_a_window():
+    tok, log = tiny_tokenizer(), []
+    msgs = _chat(1)
+    assert fit_prompt(msgs, 10_000, tok, record=log) is msgs and log == []
+    big = _chat(20)
+    assert fit_prompt(big, None, tok, record=log) is big and log == []
+    assert fit_inner(Repeat("x"), big, 16, call="x", record=log) is big and log == []  # a double with no window
+    assert prompt_room_of(Repeat("x"), 16) is None and prompt_room_of(WindowedGenerator("x", window=300), 16) == 284
+    assert fit_prompt(big, measure_budget(tok, 400, 16), tok) != big  # a TokenBudget gives its prompt_tokens
+    with pytest.raises(ContextWindowError, match="inner model's window"):
+        fit_prompt([{"role": "user", "content": words(50, 1)}], 4, tok)
+
+
+def test_fit_prompt_keeps_the_last_messages_asked_for_and_counts_each_text_once():
+    tok = tiny_tokenizer()
+    msgs = _chat(30) + [{"role": "assistant", "content": "a tool call"}, {"role": "tool", "content": "a result"}]
+    renders = []
+
+    def count(ms):
+        renders.append(len(ms))
+        return prompt_length(ms, tok)
+    out = fit_prompt(msgs, 400, tok, keep_last=3, count=count)
+    assert out[-3:] == msgs[-3:] and prompt_length(out, tok) <= 400
+    assert len(renders) <= 2  # far over the room: estimated from cached counts, then one render to check
+
+
+def test_even_cap_is_shared_with_the_rolling_summary():
+    from rhea.policies import summary
+
+    assert even_cap([10, 50, 200], 120) == 60 and not hasattr(summary, "_even_cap")
+
+
 # ---------------------------------------------------------------- every policy, through a session
+ROUTE = json.dumps({"analysis": "x", "drift_detected": True, "selected_operator": "fact_rectify"})
+SEARCH = '<tool_call>{"name": "search_context", "arguments": {"query": "number"}}</tool_call>'
 POLICIES = {
     "vanilla": {},
     "recent-k": {"k": 4},
@@ -139,18 +207,24 @@ POLICIES = {
     "rhea-all-raw": {"scorer": "bm25"},
     "rhea-drop-all": {},
     "reply-soft-compress": {},
-    "context-agent": {"embedder": HashingEmbedder(), "generator": None},
-    "acr": {"controller": Repeat(json.dumps({"analysis": "x", "drift_detected": True,
-                                             "selected_operator": "fact_rectify"})
-                                 + " <summary>" + words(900, 8) + "</summary>")},
+    # the agents' generators are windowed doubles: a prompt over their window raises, so these runs prove
+    # every inner prompt (router, refactorer, votes, queries, topic and branch calls, summaries, tool loop) fits
+    "context-agent": {"embedder": HashingEmbedder(), "generator": WindowedGenerator(["yes", words(20, 9)], window=512)},
+    "acr": {"controller": WindowedGenerator([ROUTE, "<summary>" + words(300, 8) + "</summary>"], window=1024)},
+    "ace": {"llm": WindowedGenerator(["THINK", "RETRIEVE", "number", "it is " + words(10, 4)], window=512),
+            "n_agents": 2, "rounds": 3},
+    "sculptor": {"generator": WindowedGenerator([SEARCH, "the number is 4 ."], window=2048), "max_tool_calls": 2},
 }
+AGENTS = ("context-agent", "acr", "ace", "sculptor")
 
 
 def _kwargs(name):
     kw = dict(POLICIES[name])
-    for key in ("generator", "controller"):
+    for key in ("generator", "controller", "llm"):
         if isinstance(kw.get(key), Repeat):
             kw[key] = Repeat(kw[key].reply)
+        elif isinstance(kw.get(key), WindowedGenerator):
+            kw[key] = WindowedGenerator(kw[key].replies, window=kw[key].window)
     return kw
 
 
@@ -159,15 +233,19 @@ def test_long_turns_on_every_policy_fit_the_window_and_are_answered(model, name)
     chat = ChatSession(model, policy=name, max_new_tokens=8, policy_kwargs=_kwargs(name))
     limit = chat.token_budget.prompt_tokens
     assert (chat.token_budget.window, limit) == (512, 504)
+    inner = []
     for i in range(5):
         staged = chat.begin_turn(f"my number is {i} . " + words(150, i))
         assert render(staged.plan, model.tokenizer).input_ids.shape[1] <= limit
+        inner += [r for r in staged.plan.decisions.records if r.get("event") == "inner_budget"]
         gen = generate_from_plan(model, staged.plan, max_new_tokens=8, adapter=chat._adapter_for(staged.plan))
         assert gen.prompt_tokens + 8 <= 512
         # the reply stored is long (a verbose model): 450 tokens of text
         chat.end_turn(staged, Generation(words(450, 50 + i), gen.prompt_tokens, gen.latent_slots, gen.new_tokens))
     rec = budget_record(chat.last_plan)
     assert rec["window"] == 512 and rec["max_new_tokens"] == 8 and rec["rendered_tokens"] <= limit
+    if name in AGENTS:  # the history outgrew the inner generator's window: its prompts were cut, each recorded
+        assert inner and all(r["tokens_after"] <= r["room"] < r["tokens_before"] for r in inner), name
 
 
 @pytest.mark.slow

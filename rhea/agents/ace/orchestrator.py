@@ -139,6 +139,7 @@ class ACE:
         """MajorVote over the agents' f_decide(M_i, Q); votes and tally go into `record`."""
         messages = prompts.decision_messages(memory)
         if self.vote_mode == "constrained":
+            messages = self.llm.fit("voting", messages, 8)  # room for the labels' own tokens after the prompt
             logprobs, prompt_tokens, label_tokens = label_logprobs(self.llm.llm, messages)
             record.tokens.add("voting", prompt_tokens, label_tokens)
             record.votes = sample_votes(logprobs, self.n_agents, self.vote_temperature, self._rng)

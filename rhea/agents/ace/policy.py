@@ -79,4 +79,4 @@ class AcePolicy(ContextPolicy):
         extra = [f"{THOUGHTS_HEADER}\n{thoughts}"] if thoughts else []
         record = {"event": "ace", "config": ace.config(), **trace.to_dict(), "memory": memory.to_dict()}
         return assemble_plan(self.name, conversation, query, decisions, system_source=self.system_prompt,
-                             extra_system=extra, records=[record], tokenizer=self.tokenizer)
+                             extra_system=extra, records=[record, *ace.llm.budget_records], tokenizer=self.tokenizer)

@@ -97,9 +97,23 @@ class MeteredLLM:
             raise RheaConfigError(f"llm={llm!r} must implement TextGenerator.generate(messages, ...) (see rhea.backends.llm)")
         self.llm = llm
         self.meter = TokenMeter(llm, tokenizer)
+        self.tokenizer = tokenizer
+        #: ``inner_budget`` records of the prompts `fit` cut to the generator's window
+        self.budget_records: list[dict] = []
+
+    def fit(self, role: str, messages: list[dict], max_new_tokens: int) -> list[dict]:
+        """`messages` fitted to what the generator's window leaves for `max_new_tokens`
+        (`rhea.context.budget.fit_inner`); a cut is recorded in `budget_records`."""
+        from rhea.context.budget import fit_inner
+
+        return fit_inner(self.llm, messages, max_new_tokens, call=f"ace.{role}", record=self.budget_records,
+                         tokenizer=self.tokenizer)
 
     def __call__(self, role: str, messages: list[dict], tokens: RoundTokens, *, max_new_tokens: int,
                  temperature: float = 0.0) -> str:
+        return self._call(role, self.fit(role, messages, max_new_tokens), tokens, max_new_tokens, temperature)
+
+    def _call(self, role: str, messages: list[dict], tokens: RoundTokens, max_new_tokens: int, temperature: float) -> str:
         before = self.meter.start()
         reply = self.llm.generate(messages, max_new_tokens=max_new_tokens, temperature=temperature)
         reply = reply if isinstance(reply, str) else ""
@@ -119,10 +133,10 @@ class MeteredLLM:
         >>> llm.sample("voting", [{"role": "user", "content": "Decide."}], tokens, 2, max_new_tokens=4, temperature=0.7)
         ['THINK', 'RETRIEVE']
         """
+        messages = self.fit(role, messages, max_new_tokens)
         many = getattr(self.llm, "generate_many", None)
         if many is None or not temperature or temperature <= 0 or n == 1 or not self.meter.exact:
-            return [self(role, messages, tokens, max_new_tokens=max_new_tokens, temperature=temperature)
-                    for _ in range(n)]
+            return [self._call(role, messages, tokens, max_new_tokens, temperature) for _ in range(n)]
         before = self.meter.start()
         replies = [r if isinstance(r, str) else "" for r in many(messages, n, max_new_tokens=max_new_tokens,
                                                                   temperature=temperature)]

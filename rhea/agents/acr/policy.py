@@ -138,13 +138,15 @@ class ACRPolicy(ContextPolicy):
     def build(self, conversation: Conversation, query: str) -> ContextPlan:
         base_plan = self.base.build(conversation, query)
         turns = plan_history(base_plan, conversation)
-        decision = self.router.route(turns, self.task)
+        fitted: list[dict] = []  # the inner prompts' cuts (inner_budget records)
+        decision = self.router.route(turns, self.task, record=fitted)
         result = self.refactorer.refactor(decision.selected_operator, turns, query, self.task,
                                           previous_context=self.previous_context,
-                                          instructions=base_plan.decisions.instructions)
+                                          instructions=base_plan.decisions.instructions, record=fitted)
         self.operator_counts[decision.selected_operator] = self.operator_counts.get(decision.selected_operator, 0) + 1
         self.fallbacks += int(decision.fallback_reason is not None and bool(turns)) + int(result.fallback_reason is not None)
         plan = self.rewrite(base_plan, conversation, query, decision, result, turns, self.previous_context)
+        plan.decisions.records.extend(fitted)
         refactored = result.as_text(turns)
         if refactored is not None:
             self.previous_context = refactored

@@ -28,7 +28,7 @@ from typing import Any
 
 from rhea.agents.acr import deterministic as det
 from rhea.agents.acr.errors import ACRConfigError, RefactorerOutputError
-from rhea.agents.acr.history import HistoryTurn, format_history, task_description
+from rhea.agents.acr.history import HistoryTurn, fit_history_prompt, format_history, task_description
 from rhea.agents.acr.operators import (ATTENTION_ANCHOR, NOISE_FILTER, NONE, PATH_PRUNE, REFACTORER_SYSTEM, check_operator,
                                        refactor_user_prompt)
 from rhea.backends.llm import TextGenerator
@@ -122,12 +122,14 @@ class Refactorer:
 
     def refactor(self, operator: str, turns: list[HistoryTurn], query: str = "", task: str = "", *,
                  previous_context: str | None = None, instructions: list[str] = (),
-                 use_llm: bool | None = None) -> RefactorResult:
+                 use_llm: bool | None = None, record: list | None = None) -> RefactorResult:
         """Apply `operator`. The LLM version sees `task`, `turns` and `previous_context`; `query`
         and `instructions` are used only by the deterministic versions (noise_filter's relevance
         scores, attention_anchor's constraints). `use_llm` forces (True) or forbids (False) the
         LLM version; by default it is used unless ``deterministic`` is on and the operator has a
-        deterministic version."""
+        deterministic version. The LLM's prompt is fitted to its window
+        (`rhea.agents.acr.history.fit_history_prompt`: the oldest turns give way first); a cut
+        appends its ``inner_budget`` record to `record`."""
         operator = check_operator(operator)
         if operator == NONE:
             return RefactorResult(NONE, "none")
@@ -138,8 +140,13 @@ class Refactorer:
             return self._deterministic(operator, turns, query, task, instructions, "deterministic")
         if self.generator is None:
             raise ACRConfigError(f"operator {operator!r} needs an LLM refactorer; pass a generator to Refactorer")
-        raw = self.generator.generate(refactor_messages(operator, turns, task, previous_context),
-                                      max_new_tokens=self.max_new_tokens, temperature=self.temperature)
+
+        def build(shown: list[HistoryTurn]) -> list[dict]:
+            return refactor_messages(operator, shown, task, previous_context)
+
+        messages = fit_history_prompt(self.generator, build, turns, self.max_new_tokens,
+                                      call=f"acr.refactorer.{operator}", record=record)
+        raw = self.generator.generate(messages, max_new_tokens=self.max_new_tokens, temperature=self.temperature)
         text = parse_summary(raw)
         if text is not None:
             return RefactorResult(operator, "refactorer", context=text, raw=raw)

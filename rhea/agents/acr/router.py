@@ -25,7 +25,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from rhea.agents.acr.errors import RouterOutputError
-from rhea.agents.acr.history import HistoryTurn, format_history, task_description
+from rhea.agents.acr.history import HistoryTurn, fit_history_prompt, format_history, task_description
 from rhea.agents.acr.operators import LEGACY_NAMES, NONE, OPERATORS, canonical_operator, router_system_prompt, router_user_prompt
 from rhea.backends.llm import TextGenerator
 
@@ -123,11 +123,14 @@ class Router:
         self.max_new_tokens = max_new_tokens
         self.temperature = float(temperature)
 
-    def route(self, turns: list[HistoryTurn], task: str = "") -> RouterDecision:
+    def route(self, turns: list[HistoryTurn], task: str = "", *, record: list | None = None) -> RouterDecision:
         """The decision for this history (the current query is never shown); none without a call
-        when there is no history yet."""
+        when there is no history yet. The prompt is fitted to the generator's window
+        (`rhea.agents.acr.history.fit_history_prompt`: the oldest turns give way first); a cut
+        appends its ``inner_budget`` record to `record`."""
         if not turns:
             return RouterDecision("", False, NONE, "no history yet: nothing to refactor", "")
-        raw = self.generator.generate(router_messages(turns, task), max_new_tokens=self.max_new_tokens,
-                                      temperature=self.temperature)
+        messages = fit_history_prompt(self.generator, lambda shown: router_messages(shown, task), turns,
+                                      self.max_new_tokens, call="acr.router", record=record)
+        raw = self.generator.generate(messages, max_new_tokens=self.max_new_tokens, temperature=self.temperature)
         return parse_router_output(raw)

@@ -20,6 +20,7 @@ from rhea.agents.context_agent.transitions import Navigator, NavigatorConfig, Pl
 from rhea.backends.embedding import Embedder
 from rhea.backends.llm import TextGenerator
 from rhea.context import Conversation, ContextPlan, Latent, Turn
+from rhea.context.budget import fit_inner
 from rhea.errors import RheaConfigError
 from rhea.policies import ContextPolicy, register_policy
 from rhea.policies.assemble import SystemSource
@@ -138,8 +139,9 @@ class ContextAgent(ContextPolicy):
     def _summarize(self, node: Node) -> None:
         record = {"event": "summary", "node_id": node.id}
         if self.generator is not None:
-            reply = self.generator.generate(summary_messages(node.user, node.assistant),
-                                            max_new_tokens=self.summary_max_new_tokens, temperature=0.0)
+            messages = fit_inner(self.generator, summary_messages(node.user, node.assistant), self.summary_max_new_tokens,
+                                 call="context_agent.summary", record=self._log)
+            reply = self.generator.generate(messages, max_new_tokens=self.summary_max_new_tokens, temperature=0.0)
             try:
                 node.summary, node.summary_source = parse_summary(reply), "llm"
             except DecisionParseError as exc:

@@ -33,6 +33,7 @@ from rhea.agents.context_agent.parsing import parse_branch_decision, parse_topic
 from rhea.agents.context_agent.prompts import branch_messages, topic_messages, topic_path_messages
 from rhea.agents.context_agent.similarity import top_k_nodes
 from rhea.backends.llm import TextGenerator
+from rhea.context.budget import fit_inner
 from rhea.errors import RheaConfigError
 
 BRANCH_FALLBACKS = ("continue", "embedding")
@@ -125,8 +126,10 @@ class Navigator:
         self.generator = generator
         self.config = config
         self.llm_calls = 0
+        self._records: list[dict] | None = None
 
     def decide(self, forest: Forest, query: str, query_vec: np.ndarray, records: list[dict]) -> Placement:
+        self._records = records  # where `_ask` records the cuts that fit its prompts to the window
         tree_id = self._topic(forest, query, query_vec, records)
         if tree_id is None:
             return Placement(None)
@@ -177,7 +180,8 @@ class Navigator:
         """Ask each leaf path in order; the first yes wins, all no opens a new topic."""
         record["asked"] = []
         for p in paths:
-            reply = self._ask(topic_path_messages(" ".join(self._summaries(p)), query), max_new_tokens=8)
+            reply = self._ask(topic_path_messages(" ".join(self._summaries(p)), query), max_new_tokens=8,
+                              call="context_agent.topic_path")
             asked = {"leaf_id": p["leaf_id"], "raw_reply": reply}
             try:
                 same, asked["source"] = parse_yes_no(reply), "llm"
@@ -196,7 +200,7 @@ class Navigator:
 
     def _topic_batched(self, paths: list[dict], query: str, record: dict) -> str:
         listing = [(i + 1, "current" if p["current"] else "", self._summaries(p)) for i, p in enumerate(paths)]
-        reply = self._ask(topic_messages(listing, query))
+        reply = self._ask(topic_messages(listing, query), call="context_agent.topic")
         record["raw_reply"] = reply
         try:
             number, reason = parse_topic_choice(reply, len(paths))
@@ -241,7 +245,8 @@ class Navigator:
             others = [(b.id, " ; ".join(node_label(tree.node(n)) for n in b.node_ids[-3:]) or f"(empty, forks at {b.fork_node_id})")
                       for b in tree.branches.values() if b.id != tree.active_branch_id]
             reply = self._ask(branch_messages([(n.id, node_label(n)) for n in path],
-                                              [(n.id, n.branch_id, node_label(n), s) for n, s in similar], others, query))
+                                              [(n.id, n.branch_id, node_label(n), s) for n, s in similar], others, query),
+                              call="context_agent.branch")
             record["raw_reply"] = reply
             try:
                 decision = parse_branch_decision(reply)
@@ -275,7 +280,9 @@ class Navigator:
             return {"action": "SWITCH_BRANCH", "target_branch_id": best.branch_id}
         return {"action": "CREATE_BRANCH", "fork_node_id": best.id}
 
-    def _ask(self, messages: list[dict], max_new_tokens: int | None = None) -> str:
+    def _ask(self, messages: list[dict], max_new_tokens: int | None = None, *, call: str = "context_agent") -> str:
+        """One decision call, its prompt fitted to the generator's window (`rhea.context.budget.fit_inner`)."""
         self.llm_calls += 1
-        return self.generator.generate(messages, max_new_tokens=max_new_tokens or self.config.decision_max_new_tokens,
-                                       temperature=0.0)
+        max_new_tokens = max_new_tokens or self.config.decision_max_new_tokens
+        messages = fit_inner(self.generator, messages, max_new_tokens, call=call, record=self._records)
+        return self.generator.generate(messages, max_new_tokens=max_new_tokens, temperature=0.0)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+from rhea.agents.sculptor.schemas import tool_schemas
 from rhea.agents.toolcalls import parse_tool_calls
 from rhea.backends.llm import HFGenerator, OpenAICompatibleGenerator
 from rhea.errors import RheaConfigError
@@ -98,9 +99,26 @@ class _LocalToolGenerator:
     supports_tools = False
     supports_tool_choice = True
 
+    #: prompt tokens kept free for the forced opening of a call (``tool_choice="required"``)
+    PREFILL_TOKENS = 32
+
     @property
     def tokenizer(self):
         return self._tokenizer._tokenizer
+
+    def prompt_room(self, max_new_tokens: int) -> int | None:
+        """The most prompt tokens for a reply of `max_new_tokens` (the model's window, less the room a
+        forced call's opening takes); None when the model declares no window."""
+        room = self.hf.prompt_room(max_new_tokens)
+        return None if room is None else room - self.PREFILL_TOKENS
+
+    def count_prompt_tokens(self, messages) -> int:
+        """Tokens of `messages` as `generate` renders them (with the Sculptor tools, when the template shows them)."""
+        self._tokenizer.tools = tool_schemas() if self.supports_tools else None
+        try:
+            return self.hf.count_prompt_tokens(messages)
+        finally:
+            self._tokenizer.tools = None
 
     def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None, tools=None,
                  tool_choice=None) -> str:

@@ -5,9 +5,10 @@ Each round the generator sees
     [system: unified prompt (+ tool description)] + store.render() + [user: query] + trail
 
 where the trail holds the model's earlier replies in this run and one tool message per
-call. A reply with no tool call is the final answer. When `max_tool_calls` calls have been
-spent, the loop asks once more for an answer without tools and records that the budget
-ran out.
+call, fitted to the generator's window (`rhea.context.budget.fit_inner`): the oldest history
+messages give way first, each cut recorded in `SculptorLoop.budget_records`. A reply with no
+tool call is the final answer. When `max_tool_calls` calls have been spent, the loop asks once
+more for an answer without tools and records that the budget ran out.
 
 Tools reach the generator two ways. By default their schemas are described in the system
 prompt, so any `TextGenerator` works and calls are parsed from its text (Hermes, Llama,
@@ -41,6 +42,7 @@ from rhea.agents.sculptor.prompts import (
 from rhea.agents.sculptor.tools import SculptorToolbox
 from rhea.agents.toolcalls import ParsedToolCalls, parse_tool_calls
 from rhea.backends.llm import TextGenerator
+from rhea.context.budget import fit_inner
 from rhea.errors import RheaConfigError
 
 #: Name recorded for a reply whose tool call could not be read.
@@ -123,6 +125,8 @@ class SculptorLoop:
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.tool_role = tool_role
+        #: ``inner_budget`` records of the prompts cut to the generator's window
+        self.budget_records: list[dict] = []
         self.system_prompt = system_prompt if self.native_tools else (
             f"{system_prompt}\n\n{tool_description(toolbox.schemas())}".strip()
         )
@@ -211,7 +215,10 @@ class SculptorLoop:
             system = f"{system}\n\n{history[0]['content']}"
             history = history[1:]
         head = [{"role": "system", "content": system}, *history, {"role": "user", "content": run.query}]
-        return [*head, *run.trail], [None] * len(head) + list(run.sources)
+        # fitted to the generator's window: the oldest history gives way first, the query and this run's trail stay
+        prompt = fit_inner(self.generator, [*head, *run.trail], self.max_new_tokens, call="sculptor.loop",
+                           record=self.budget_records, keep_last=1 + len(run.trail))
+        return prompt, [None] * (len(prompt) - len(run.trail)) + list(run.sources)
 
     def _generate(self, prompt: list[dict], *, with_tools: bool, required: bool = False) -> str:
         kwargs = {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature}

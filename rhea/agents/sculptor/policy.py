@@ -123,12 +123,14 @@ class SculptorPolicy(ContextPolicy):
     def build(self, conversation: Conversation, query: str) -> ContextPlan:
         history = self._sync(conversation)
         system_text, instructions = resolve_system(self.system_prompt)
-        result = self._loop().run(history, query, system=system_text or None)
+        loop = self._loop()
+        result = loop.run(history, query, system=system_text or None)
         self.last_result = result
         visible = self.store.render()
         messages = ([{"role": "system", "content": system_text}] if system_text.strip() else []) + [
             *visible, {"role": "user", "content": query}]
-        records = [self._call_record(t) for t in result.trace] + [self._answer_record(result)]
+        records = ([self._call_record(t) for t in result.trace] + loop.budget_records + loop.toolbox.budget_records
+                   + [self._answer_record(result)])
         decisions = PlanDecisions(self._turn_decisions(len(conversation)), instructions, records)
         return ContextPlan(messages, decisions, self._ledger(system_text, visible, query), self.name)
 

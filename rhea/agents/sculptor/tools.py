@@ -55,6 +55,8 @@ class SculptorToolbox:
         self.summarizer = summarizer
         self.summary_max_new_tokens = summary_max_new_tokens
         self.preview_chars = preview_chars
+        #: ``inner_budget`` records of the summary prompts cut to the summarizer's window
+        self.budget_records: list[dict] = []
         self._handlers: dict[str, Callable[..., dict]] = {
             "fragment_context": self._fragment_context,
             "summarize_fragment": self._summarize_fragment,
@@ -112,7 +114,8 @@ class SculptorToolbox:
     def _summarize_fragment(self, fragment_id: str, focus: str) -> dict:
         frag = self.store.fragment_info(fragment_id)
         text = self.store.original[frag.message_index]["content"][frag.start:frag.end]
-        summary = summarize_text(self.summarizer, text, focus, max_new_tokens=self.summary_max_new_tokens)
+        summary = summarize_text(self.summarizer, text, focus, max_new_tokens=self.summary_max_new_tokens,
+                                 record=self.budget_records)
         done = self.store.summarize(fragment_id, summary, focus)
         return {"status": "summarized", "fragment_id": done.id, "original_chars": done.chars,
                 "summary_chars": len(done.summary), **self._sizes()}
