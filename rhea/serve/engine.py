@@ -477,10 +477,12 @@ class Engine:
         return work
 
     def _requeue_if_smaller_waiting(self, job: Job) -> bool:
-        """Put `job` back at the end of the queue when a smaller job waits; returns whether it did. Its
+        """Put `job` back at the end of the queue when a smaller job waits, in the queue or in `job`'s own
+        batch (fellows taken with it, not answered yet: they go on without it); returns whether it did. Its
         wait starts anew, so it has its next slice after the smaller ones, or `FAIR_WAIT_S` at the latest."""
         with self._cv:
-            if self._closed or not any(j.request.size < job.request.size for j in self._jobs):
+            fellows = [j for j in self._running if j is not job and not j.future.done()]
+            if self._closed or not any(j.request.size < job.request.size for j in [*self._jobs, *fellows]):
                 return False
             job.enqueued = time.perf_counter()
             self._jobs.append(job)
@@ -496,7 +498,7 @@ class Engine:
             t0 = time.perf_counter()
             batch: list[Job] = []  # the jobs ready to plan (a job sent back to the queue is not among them)
             try:
-                for job in taken:
+                for job in list(taken):  # a job sent back leaves `self._running`, which `taken` is
                     batch.append(job)
                     if not self._prepare(job):
                         batch.pop()

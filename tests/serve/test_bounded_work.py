@@ -223,3 +223,33 @@ def test_a_huge_request_being_prepared_lets_small_ones_through_and_keeps_its_pla
         assert engine.compress.computed == 12 + 1  # its twelve replies and the small one's, each once
     finally:
         engine.close()
+
+
+def test_a_huge_request_taken_first_steps_out_of_its_batch_for_the_small_ones(model):
+    """A huge request that has waited longest goes first and takes a batch of small ones with it; while it is
+    prepared, its smaller fellows are not kept waiting for its whole preparation: it steps out of the batch,
+    they are answered, and it is answered after them."""
+    engine = Engine(model, model_id="tiny", policy="reply-soft-compress", max_tokens=2, max_batch=8,
+                    limits=RequestLimits(max_compressions=12), start=False)
+    inner = engine.compress.compress
+
+    def slow(texts):
+        time.sleep(0.1)
+        return inner(texts)
+
+    engine.compress.compress = slow
+    engine.PREPARE_SLICE_S, engine.YIELD_MIN_PENDING, engine.FAIR_WAIT_S = 0.05, 2, 0.0  # the oldest goes first
+    try:
+        order = []
+        huge = engine.submit(request(history(20, seed=30)))
+        huge.add_done_callback(lambda f: order.append("huge"))
+        smalls = [engine.submit(request(history(1, seed=90 + i))) for i in range(3)]
+        for small in smalls:
+            small.add_done_callback(lambda f: order.append("small"))
+        engine.start()
+        for small in smalls:
+            assert small.result(timeout=300).completion_tokens <= 2
+        huge.result(timeout=300)
+        assert order == ["small"] * 3 + ["huge"] and engine.requeued >= 1
+    finally:
+        engine.close()
