@@ -45,9 +45,11 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from collections import Counter
 from dataclasses import dataclass, field
@@ -237,6 +239,14 @@ def data_file(files: Path, kind: str, ext: str = "jsonl") -> str:
 
 
 # ====================================================================== the CLI, in-process
+class CaseTimeout(BaseException):
+    """A case ran past `CASE_SECONDS`: the input was taken and work began (`silent_accept`)."""
+
+
+#: seconds one CLI case may run; a bad input must be refused long before
+CASE_SECONDS = 20
+
+
 class ModelLoadAttempted(BaseException):
     """Raised by every model loader while a CLI case runs (a BaseException, so no ``except Exception`` hides it)."""
 
@@ -257,14 +267,7 @@ def no_model_load():
                (RheaForCausalLM, "from_base", classmethod(refuse)),
                (transformers.PreTrainedModel, "from_pretrained", classmethod(refuse)),
                (transformers.models.auto.auto_factory._BaseAutoModelClass, "from_pretrained", classmethod(refuse)),
-               (loading, "load_zoo_model", refuse), (loading, "load_base_model", refuse), (zoo, "load_base_model", refuse),
-               (loading, "load_rhea_model", refuse)]
-    try:
-        import rhea.training.trainer as trainer
-
-        patches.append((trainer, "build_model", refuse))
-    except ImportError:
-        pass
+               (loading, "load_zoo_model", refuse), (loading, "load_base_model", refuse), (zoo, "load_base_model", refuse)]
     saved = [(obj, name, obj.__dict__[name] if name in obj.__dict__ else getattr(obj, name)) for obj, name, _ in patches]
     try:
         for obj, name, new in patches:
@@ -299,7 +302,13 @@ def run_cli(argv: list[str], env: Env, *, valid: bool = False, watch: Path | Non
     out, err = io.StringIO(), io.StringIO()
     old_cwd, old_stdin = os.getcwd(), sys.stdin
     argv = [a.replace("{w}", str(work)) for a in argv]
-    code, crash, loaded = None, None, False
+    code, crash, loaded, timed_out = None, None, False, False
+
+    def alarm(signum, frame):
+        raise CaseTimeout()
+
+    old_alarm = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS)
     try:
         os.chdir(work)
         sys.stdin = io.StringIO("")
@@ -312,15 +321,21 @@ def run_cli(argv: list[str], env: Env, *, valid: bool = False, watch: Path | Non
                     err.write(str(e.code) + "\n")
             except ModelLoadAttempted:
                 loaded = True
+            except CaseTimeout:
+                timed_out = True
             except BaseException as e:  # noqa: BLE001 - what the user would see as a traceback
                 crash = e
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old_alarm)
         os.chdir(old_cwd)
         sys.stdin = old_stdin
     after = {k: v for w in watched for k, v in tree(w).items()}
     wrote = sorted(set(after) - set(before)) + sorted(k for k in before if k in after and after[k] != before[k])
     shutil.rmtree(work, ignore_errors=True)
     stderr = err.getvalue()
+    if timed_out:
+        return "silent_accept", f"(still running after {CASE_SECONDS} s: the input was taken)"
     if crash is not None:
         return "traceback", f"{type(crash).__name__}: {first_line(str(crash))}"
     if loaded:
@@ -360,7 +375,7 @@ def cli_cases() -> list[Case]:
     add = cases.append
     # ---- numbers of every command: (command prefix, option, values that are valid)
     numeric = [
-        (["chat"], "--tau-low", {"zero"}), (["chat"], "--tau-high", {"zero"}), (["chat"], "--max-raw", {"zero"}),
+        (["chat"], "--tau-low", {"zero", "negative"}), (["chat"], "--tau-high", {"zero", "negative"}), (["chat"], "--max-raw", {"zero"}),
         (["chat"], "--max-latent", {"zero"}), (["chat"], "--recent-raw", {"zero"}), (["chat"], "--replan-every", set()),
         (["chat"], "--replan-top", {"zero"}), (["chat"], "--max-new-tokens", set()), (["chat"], "--threads", set()),
         (["bench", "--suite", "state-tracking", "--out", "{w}/o"], "--turns", set()),
@@ -377,7 +392,7 @@ def cli_cases() -> list[Case]:
         (["serve"], "--port", set()), (["serve"], "--max-tokens", set()), (["serve"], "--max-queue", set()),
         (["serve"], "--max-batch", set()), (["serve"], "--max-messages", set()), (["serve"], "--max-body-bytes", set()),
         (["serve"], "--cache-bytes", {"zero"}), (["serve"], "--batch-wait-ms", {"zero"}),
-        (["serve"], "--tau-low", {"zero"}), (["serve"], "--max-compressions", {"zero"}),
+        (["serve"], "--tau-low", {"zero", "negative"}), (["serve"], "--max-compressions", {"zero"}),
         (["serve"], "--shutdown-timeout", {"zero"}),
         (["shrink", "{model}", "--out", "{w}/s"], "--compress-rank", set()),
         (["train-acr", "--cpu-demo", "--set", "output_dir={w}/acr"], "--tasks", set()),
@@ -1111,6 +1126,7 @@ def main(argv=None) -> int:
     parser.add_argument("--family", action="append", choices=sorted(FAMILIES), help="only these (repeatable)")
     parser.add_argument("--out", default=str(RESULTS / "hostile_inputs.json"))
     parser.add_argument("--show-bad", action="store_true", help="print every case whose outcome is not good")
+    parser.add_argument("--verbose", action="store_true", help="print each case, its outcome and seconds")
     parser.add_argument("--match", default=None, help="only cases whose name holds this text")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -1125,7 +1141,11 @@ def main(argv=None) -> int:
         env = Env(Path(tmp))
         try:
             for case in cases:
+                t0 = time.perf_counter()
                 rows.append(run_case(case, env))
+                if args.verbose:
+                    print(f"{time.perf_counter() - t0:6.2f}s {rows[-1]['outcome']:16s} {case.family}: {case.name}",
+                          flush=True)
                 if args.show_bad and rows[-1]["outcome"] not in GOOD:
                     r = rows[-1]
                     print(f"[{r['outcome']}] {r['family']}: {r['case']}: {r['message']}", flush=True)

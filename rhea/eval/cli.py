@@ -343,7 +343,7 @@ def parse_policy_option(option: str, policies) -> tuple[str, str, Any]:
 
 def register(sub) -> None:
     from rhea.modeling.loading import (_thread_count, add_device_argument, add_dtype_argument, add_threads_argument,
-                                       int_at_least)
+                                       cosine_threshold, int_at_least)
 
     bench = sub.add_parser(
         "bench", help="run evaluation suites for context policies; write results.json, summary.md and plots",
@@ -356,7 +356,7 @@ def register(sub) -> None:
                             "rhea) or 'all' (every registered policy)")
     bench.add_argument("--turns", type=int_at_least(1, "user turns per episode"), default=None, help="user turns per episode (default: the suite's)")
     bench.add_argument("--episodes", type=int_at_least(1, "episodes per suite"), default=None, help="episodes per suite (default: the suite's)")
-    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--seed", type=int_at_least(-2 ** 63, "seed", 2 ** 63 - 1), default=0)
     bench.add_argument("--model", default="smollm2-135m", help="model-zoo name, Rhea directory, or base model path")
     add_device_argument(bench)
     add_dtype_argument(bench)
@@ -396,8 +396,8 @@ def register(sub) -> None:
                        help="a constructor option of one policy, e.g. rhea-no-im.recent_raw=0 or rhea.scorer=bm25 "
                             "(VALUE is read as JSON, else as text); repeatable. A policy's options are recorded "
                             "in config.json; a new policy may bring its own into a folder of earlier runs")
-    bench.add_argument("--tau-low", type=float, default=None, help="HCR drop threshold for the rhea policies")
-    bench.add_argument("--tau-high", type=float, default=None, help="HCR raw-text threshold for the rhea policies")
+    bench.add_argument("--tau-low", type=cosine_threshold, default=None, help="HCR drop threshold for the rhea policies")
+    bench.add_argument("--tau-high", type=cosine_threshold, default=None, help="HCR raw-text threshold for the rhea policies")
     _add_judge_arguments(bench, int_at_least)
     bench.add_argument("--index", default=None, metavar="PATH",
                        help="also add this run's rows to the results index at PATH (e.g. "

@@ -72,6 +72,10 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise _fail(path, number, f"invalid JSON ({err.msg})", "one JSON object per line") from None
+        except RecursionError:
+            raise _fail(path, number, "JSON nested too deeply to read", "one flat JSON object per line") from None
+        except ValueError as err:  # an integer of more digits than Python converts
+            raise _fail(path, number, f"a value that cannot be read ({err})", "one JSON object per line") from None
         if not isinstance(record, dict):
             raise _fail(path, number, f"got a {type(record).__name__}", "a JSON object")
         yield number, record
