@@ -263,8 +263,9 @@ def no_model_load():
     def refuse(*a, **k):
         raise ModelLoadAttempted()
 
-    patches = [(RheaForCausalLM, "from_pretrained", classmethod(refuse)),
-               (RheaForCausalLM, "from_base", classmethod(refuse)),
+    # RheaForCausalLM.from_pretrained runs: it checks the folder (rhea_config.json, the manifest) before it
+    # loads the base model's weights, which is where the sentinel stops it.
+    patches = [(RheaForCausalLM, "from_base", classmethod(refuse)),
                (transformers.PreTrainedModel, "from_pretrained", classmethod(refuse)),
                (transformers.models.auto.auto_factory._BaseAutoModelClass, "from_pretrained", classmethod(refuse)),
                (loading, "load_zoo_model", refuse), (loading, "load_base_model", refuse), (zoo, "load_base_model", refuse)]
@@ -345,7 +346,7 @@ def run_cli(argv: list[str], env: Env, *, valid: bool = False, watch: Path | Non
     if "Traceback" in stderr:
         return "traceback", first_line(stderr)
     last = first_line(stderr)
-    named = (last.startswith(f"rhea {argv[0]}") and ": error: " in last) or last.startswith("rhea: error:") \
+    named = (argv and last.startswith(f"rhea {argv[0]}") and ": error: " in last) or last.startswith("rhea: error:") \
         or (last.startswith("rhea ") and "error:" in last) or last.startswith("error:")
     if wrote:
         return "wrote_before_error", f"{last} [wrote {Path(wrote[0]).name}]"

@@ -462,6 +462,9 @@ def check_model_path(name_or_path: str) -> None:
     known = ", ".join(sorted(MODEL_ZOO))
     if name in MODEL_ZOO:
         return
+    if not name.strip() or "\x00" in name:
+        raise CheckpointError(f"model={name!r} names no model; pass a model-zoo name ({known}), a model directory or "
+                              "a hub id")
     if os.path.isfile(name):
         raise CheckpointError(f"model path {name} is a file; pass the directory that holds it (with config.json "
                               f"and the weights), or a model-zoo name ({known})")

@@ -27,6 +27,9 @@ def check_args(args) -> dict:
     if not 1 <= args.port <= 65535:
         raise ServeConfigError(f"--port {args.port} must be between 1 and 65535 (0 is not allowed: clients need "
                                "to know the port)")
+    if args.served_model_name is not None and not args.served_model_name.strip():
+        raise ServeConfigError("--served-model-name is empty; pass the id clients send (or leave it out: the zoo name "
+                               "or folder name)")
     if not args.host:
         raise ServeConfigError("--host must be an address to listen on, e.g. 127.0.0.1 or 0.0.0.0")
     for name in ("max_queue", "max_batch", "max_tokens"):

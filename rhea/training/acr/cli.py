@@ -15,10 +15,14 @@ def load_tasks(args, config=None):
 
         try:
             with open(args.tasks_file, encoding="utf-8") as f:
-                return [DriftTask.from_dict(json.loads(line)) for line in f if line.strip()]
+                tasks = [DriftTask.from_dict(json.loads(line)) for line in f if line.strip()]
         except (OSError, KeyError, TypeError, AttributeError, ValueError, RecursionError) as e:  # ValueError: not UTF-8 / JSON
             raise ACRConfigError(f"--tasks-file {args.tasks_file}: cannot read tasks ({type(e).__name__}: {e}); "
                                  "one JSON object per line as written by DriftTask.to_dict()") from e
+        if not tasks:
+            raise ACRConfigError(f"--tasks-file {args.tasks_file} holds no tasks; write one DriftTask.to_dict() object "
+                                 "per line")
+        return tasks
     n = args.tasks
     if n is None:
         n = config.seed_tasks + (config.iterations - 1) * config.tasks_per_iteration if config is not None else 48
