@@ -345,7 +345,7 @@ def default_dtype(name_or_path: str, device=None):
     if zoo is None and config.is_file():
         try:
             zoo = MODEL_ZOO.get(json.loads(config.read_text()).get("base_model") or "")
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             zoo = None  # an unreadable config is reported by the loader itself, with its path
     dtype = getattr(torch, zoo.dtype if zoo else "float32")
     if dtype is torch.bfloat16 and not native_bf16(device):

@@ -185,6 +185,8 @@ class TrainConfig:
 
         d, o, r = self.data, self.optim, self.run
         m = self.model
+        need((isinstance(m.base_model, str) and m.base_model.strip() != "") or (m.base_model is None and m.init_from),
+             f"model.base_model={m.base_model!r} must name a base model: a model-zoo name, a local path or a hub id")
         from rhea.errors import RheaConfigError
         from rhea.modeling.config import RheaConfig
 
@@ -305,7 +307,10 @@ class TrainConfig:
 
             raise TrainConfigError(not_utf8(path, e)) from None
         except yaml.YAMLError as e:
-            raise TrainConfigError(f"{path} is not valid YAML ({e})") from e
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            raise TrainConfigError(f"{path} is not valid YAML{where} ({getattr(e, 'problem', None) or type(e).__name__}); "
+                                   "write sections model/data/optim/run of plain 'key: value' lines") from None
         except RecursionError:
             raise TrainConfigError(f"{path} nests lists or mappings too deeply to read; write the sections "
                                    "model/data/optim/run as plain 'key: value' lines") from None

@@ -53,6 +53,10 @@ def _cmd_train_acr(args) -> int:
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if not (device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+        from rhea.agents.acr.errors import ACRConfigError
+
+        raise ACRConfigError(f"--device {device!r} must be cpu, cuda or cuda:N")
     from rhea.modeling.zoo import native_bf16
 
     bf16 = device == "cuda" and native_bf16(device)  # an older GPU emulates bf16: fp32 there
