@@ -387,6 +387,8 @@ def cli_cases() -> list[Case]:
         (["bench", "--suite", "state-tracking", "--out", "{w}/o"], "--n-probes", set()),
         (["bench", "--suite", "instruction-retention", "--out", "{w}/o"], "--n-instructions", set()),
         (["bench", "--suite", "state-tracking", "--out", "{w}/o"], "--seed", {"zero", "negative"}),
+        (["bench", "--suite", "efficiency", "--policies", "vanilla,rhea", "--out", "{w}/o"], "--tau-high",
+         {"zero", "negative"}),
         (["calibrate", "--model", "{model}", "--out", "{w}/c"], "--n", set()),
         (["calibrate", "--model", "{model}", "--out", "{w}/c"], "--keep", set()),
         (["calibrate", "--model", "{model}", "--out", "{w}/c"], "--drop", set()),

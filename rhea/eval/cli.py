@@ -58,6 +58,8 @@ def _check_thresholds(args, policies: list[str]) -> None:
     for flag, value in given.items():
         if not math.isfinite(value):
             raise BenchError(f"--{flag} {value} must be a finite number (a score threshold, e.g. 0.4)")
+        if not -1.0 <= value <= 1.0:
+            raise BenchError(f"--{flag} {value} must be a cosine threshold from -1 to 1 (e.g. 0.4)")
     takers = [p for p in available_policies() if policy_class(p).thresholds]
     if not any(p in takers for p in policies):
         flags = " and ".join(f"--{f}" for f in given)
@@ -343,7 +345,7 @@ def parse_policy_option(option: str, policies) -> tuple[str, str, Any]:
 
 def register(sub) -> None:
     from rhea.modeling.loading import (_thread_count, add_device_argument, add_dtype_argument, add_threads_argument,
-                                       cosine_threshold, int_at_least)
+                                       int_at_least)
 
     bench = sub.add_parser(
         "bench", help="run evaluation suites for context policies; write results.json, summary.md and plots",
@@ -396,8 +398,8 @@ def register(sub) -> None:
                        help="a constructor option of one policy, e.g. rhea-no-im.recent_raw=0 or rhea.scorer=bm25 "
                             "(VALUE is read as JSON, else as text); repeatable. A policy's options are recorded "
                             "in config.json; a new policy may bring its own into a folder of earlier runs")
-    bench.add_argument("--tau-low", type=cosine_threshold, default=None, help="HCR drop threshold for the rhea policies")
-    bench.add_argument("--tau-high", type=cosine_threshold, default=None, help="HCR raw-text threshold for the rhea policies")
+    bench.add_argument("--tau-low", type=float, default=None, help="HCR drop threshold for the rhea policies")
+    bench.add_argument("--tau-high", type=float, default=None, help="HCR raw-text threshold for the rhea policies")
     _add_judge_arguments(bench, int_at_least)
     bench.add_argument("--index", default=None, metavar="PATH",
                        help="also add this run's rows to the results index at PATH (e.g. "

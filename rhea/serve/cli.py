@@ -49,7 +49,7 @@ def check_args(args) -> dict:
         if getattr(args, name) < 1:
             raise ServeConfigError(f"--{name.replace('_', '-')} {getattr(args, name)} must be >= 1")
     if not 0 <= args.shutdown_timeout <= 86_400:  # also refuses nan
-        raise ServeConfigError(f"--shutdown-timeout {args.shutdown_timeout} must be from 0 to 86400 seconds")
+        raise ServeConfigError(f"--shutdown-timeout {args.shutdown_timeout} must be >= 0 seconds (and at most 86400)")
     for name, most in (("max_queue", MAX_COUNT), ("max_batch", MAX_COUNT), ("max_tokens", MAX_COUNT),
                        ("cache_entries", MAX_COUNT), ("history_entries", MAX_COUNT), ("max_messages", MAX_COUNT),
                        ("max_history_tokens", MAX_COUNT), ("max_compressions", MAX_COUNT),
