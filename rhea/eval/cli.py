@@ -338,8 +338,19 @@ def parse_policy_option(option: str, policies) -> tuple[str, str, Any]:
                          f"{', '.join(params)}")
     try:
         value = json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON (or JSON that cannot be read): the text itself
         value = text
+    param = inspect.signature(cls.__init__).parameters[name]
+    default, annotation = param.default, param.annotation
+    kinds = {k.strip() for k in annotation.split("|")} if isinstance(annotation, str) else set()
+    numeric = (isinstance(default, (int, float)) and not isinstance(default, bool)) or (
+        kinds and kinds <= {"int", "float", "None"} and kinds & {"int", "float"})
+    boolean = isinstance(default, bool) or (kinds and kinds <= {"bool", "None"} and "bool" in kinds)
+    if boolean and not isinstance(value, bool) and not (value is None and "None" in kinds):
+        raise BenchError(f"--policy-option {option!r}: {policy}.{name} is true or false (default {default!r})")
+    if numeric and not (value is None and "None" in kinds) and (
+            isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise BenchError(f"--policy-option {option!r}: {policy}.{name} takes a number (default {default!r})")
     return policy, name, value
 
 
