@@ -38,8 +38,9 @@ def _shape(text: str, n: int, what: str) -> tuple[int, ...]:
         dims = tuple(int(x) for x in text.split(","))
     except ValueError:
         dims = ()
-    if len(dims) != n or min(dims) < 1:
-        raise KernelsCliError(f"--shape {text!r}: expected {n} positive integers separated by commas ({what})")
+    if len(dims) != n or min(dims) < 1 or max(dims) > 2 ** 31 - 1:
+        raise KernelsCliError(f"--shape {text[:60]!r}: expected {n} positive integers (each at most 2**31 - 1) "
+                              f"separated by commas ({what})")
     return dims
 
 

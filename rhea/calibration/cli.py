@@ -132,12 +132,14 @@ def register(sub) -> None:
     add_device_argument(p)
     p.add_argument("--out", default=None, help="save the calibrated model here (required unless --model is a Rhea directory)")
     p.add_argument("--triples", default=None, help="JSONL with reply/query/unrelated per line (default: generated)")
-    p.add_argument("--n", type=int, default=DEFAULT_N_CALIBRATION,
+    from rhea.modeling.loading import int_at_least, number_in
+
+    p.add_argument("--n", type=int_at_least(1, "generated calibration triples", 1_000_000), default=DEFAULT_N_CALIBRATION,
                    help=f"generated calibration triples (default {DEFAULT_N_CALIBRATION}: {TRIPLES_PER_FAMILY} per calibration family)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--keep", type=float, default=0.9, help="target share of needed replies kept (not dropped)")
-    p.add_argument("--drop", type=float, default=0.8, help="target share of unrelated replies dropped")
-    p.add_argument("--raw", type=float, default=0.5, help="share of needed replies above tau_high (raw text)")
+    p.add_argument("--keep", type=number_in(0, 1, "a share"), default=0.9, help="target share of needed replies kept (not dropped)")
+    p.add_argument("--drop", type=number_in(0, 1, "a share"), default=0.8, help="target share of unrelated replies dropped")
+    p.add_argument("--raw", type=number_in(0, 1, "a share"), default=0.5, help="share of needed replies above tau_high (raw text)")
     p.add_argument("--centering", choices=["auto", "fixed", "none"], default="auto",
                    help="subtract the calibration mean latent (fixed), not (none), or pick the better (auto)")
     p.set_defaults(func=_cmd_calibrate)

@@ -283,8 +283,10 @@ def read_triples_jsonl(path: str) -> list[Triple]:
         try:
             rec = json.loads(line)
             out.append(Triple(rec.get("family", ""), rec["reply"], rec["query"], rec["unrelated"], rec.get("unrelated_family", "")))
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise CalibrationDataError(f"{path} line {i + 1}: expected a JSON object with reply, query and unrelated ({e})") from e
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+            reason = "nested too deeply" if isinstance(e, RecursionError) else f"{type(e).__name__}: {e}"
+            raise CalibrationDataError(f"{path} line {i + 1}: expected a JSON object with reply, query and unrelated "
+                                       f"({reason})") from None
     if not out:
         raise CalibrationDataError(f"{path} holds no triples")
     return out

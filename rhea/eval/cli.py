@@ -58,6 +58,8 @@ def _check_thresholds(args, policies: list[str]) -> None:
     for flag, value in given.items():
         if not math.isfinite(value):
             raise BenchError(f"--{flag} {value} must be a finite number (a score threshold, e.g. 0.4)")
+        if not -1.0 <= value <= 1.0:
+            raise BenchError(f"--{flag} {value} must be a cosine threshold from -1 to 1 (e.g. 0.4)")
     takers = [p for p in available_policies() if policy_class(p).thresholds]
     if not any(p in takers for p in policies):
         flags = " and ".join(f"--{f}" for f in given)
@@ -336,8 +338,19 @@ def parse_policy_option(option: str, policies) -> tuple[str, str, Any]:
                          f"{', '.join(params)}")
     try:
         value = json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON (or JSON that cannot be read): the text itself
         value = text
+    param = inspect.signature(cls.__init__).parameters[name]
+    default, annotation = param.default, param.annotation
+    kinds = {k.strip() for k in annotation.split("|")} if isinstance(annotation, str) else set()
+    numeric = (isinstance(default, (int, float)) and not isinstance(default, bool)) or (
+        kinds and kinds <= {"int", "float", "None"} and kinds & {"int", "float"})
+    boolean = isinstance(default, bool) or (kinds and kinds <= {"bool", "None"} and "bool" in kinds)
+    if boolean and not isinstance(value, bool) and not (value is None and "None" in kinds):
+        raise BenchError(f"--policy-option {option!r}: {policy}.{name} is true or false (default {default!r})")
+    if numeric and not (value is None and "None" in kinds) and (
+            isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise BenchError(f"--policy-option {option!r}: {policy}.{name} takes a number (default {default!r})")
     return policy, name, value
 
 
@@ -356,7 +369,7 @@ def register(sub) -> None:
                             "rhea) or 'all' (every registered policy)")
     bench.add_argument("--turns", type=int_at_least(1, "user turns per episode"), default=None, help="user turns per episode (default: the suite's)")
     bench.add_argument("--episodes", type=int_at_least(1, "episodes per suite"), default=None, help="episodes per suite (default: the suite's)")
-    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--seed", type=int_at_least(-2 ** 63, "seed", 2 ** 63 - 1), default=0)
     bench.add_argument("--model", default="smollm2-135m", help="model-zoo name, Rhea directory, or base model path")
     add_device_argument(bench)
     add_dtype_argument(bench)

@@ -63,8 +63,9 @@ def read_run(out: str | Path) -> dict:
                          "long-horizon` run (the folder holding results.json or results.json.gz)")
     try:
         results = read_results(path)
-    except (json.JSONDecodeError, EOFError, OSError) as e:
-        raise BenchError(f"{path} is not valid JSON ({e}); restore it from git or rerun the benchmark") from None
+    except (ValueError, EOFError, OSError, RecursionError) as e:  # ValueError: not UTF-8, not JSON, a huge integer
+        reason = "it nests too deeply" if isinstance(e, RecursionError) else e
+        raise BenchError(f"{path} is not valid JSON ({reason}); restore it from git or rerun the benchmark") from None
     if not isinstance(results, dict) or results.get("format") != RESULTS_FORMAT:
         raise BenchError(f"{path} is not a `rhea bench` results file (format {RESULTS_FORMAT!r} expected)")
     suite = results.get("config", {}).get("suite")

@@ -46,6 +46,19 @@ def _fail(path: Path, line: int | None, problem: str, expected: str) -> DataForm
     return DataFormatError(f"{where}: {problem}; expected {expected}")
 
 
+def _loads(text: str):
+    """`json.loads`, with the inputs it cannot read (nesting too deep for the parser, an integer of more digits
+    than Python converts) raised as the `json.JSONDecodeError` every reader here turns into a named error."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply to read", text[:1], 0) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as e:
+        raise json.JSONDecodeError(f"a value that cannot be read: {e}", text[:1], 0) from None
+
+
 def _open_text(path: str | Path) -> tuple[Path, str]:
     path = Path(path)
     if path.is_dir():
@@ -69,7 +82,7 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = _loads(line)
         except json.JSONDecodeError as err:
             raise _fail(path, number, f"invalid JSON ({err.msg})", "one JSON object per line") from None
         if not isinstance(record, dict):
@@ -131,7 +144,7 @@ def _h4_records(path: Path) -> list[tuple[None, dict]]:
     _, text = _open_text(path)
     expected = 'a JSON list of {"prompt_id", "category", "prompt": [..], "reference": [..]}'
     try:
-        data = json.loads(text)
+        data = _loads(text)
     except json.JSONDecodeError as err:
         raise _fail(path, None, f"invalid JSON ({err.msg})", expected) from None
     if not isinstance(data, list):
@@ -221,7 +234,7 @@ def load_pi_llm_vocabulary(path: str | Path) -> dict[str, list[str]]:
     path, text = _open_text(path)
     expected = "a JSON object mapping each category to a list of at least 2 strings"
     try:
-        data = json.loads(text)
+        data = _loads(text)
     except json.JSONDecodeError as err:
         raise _fail(path, None, f"invalid JSON ({err.msg})", expected) from None
     if not isinstance(data, dict) or not data:
@@ -382,7 +395,7 @@ def _first_record(path: Path, text: str) -> dict:
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
-            data = json.loads(text)
+            data = _loads(text)
         except json.JSONDecodeError as err:
             raise _fail(path, None, f"invalid JSON ({err.msg})", "a JSON list or JSON lines") from None
         return data[0] if data and isinstance(data[0], dict) else {}
@@ -393,7 +406,7 @@ def _first_record(path: Path, text: str) -> dict:
 
 def _records(path: Path, text: str) -> list[tuple[int | None, dict]]:
     if text.lstrip().startswith("["):
-        data = json.loads(text)
+        data = _loads(text)
         if not all(isinstance(r, dict) for r in data):
             raise _fail(path, None, "a list item is not an object", "a JSON list of objects")
         return [(None, r) for r in data]
@@ -474,7 +487,7 @@ def load_convlab_unified(path: str | Path) -> list[MultiSessionConversation]:
     path, text = _open_text(path)
     expected = 'a JSON list of {"dialogue_id", "turns": [{"speaker": "user"|"system", "utterance", "state"?}]}'
     try:
-        data = json.loads(text)
+        data = _loads(text)
     except json.JSONDecodeError as err:
         raise _fail(path, None, f"invalid JSON ({err.msg})", expected) from None
     if not isinstance(data, list) or not data:
@@ -539,7 +552,7 @@ def load_filler_chats(path: str | Path) -> list[MultiSessionConversation]:
         raise _fail(path, None, "the file is empty", FILLER_FORMATS)
     if text.lstrip().startswith("["):
         try:
-            data = json.loads(text)
+            data = _loads(text)
         except json.JSONDecodeError as err:
             raise _fail(path, None, f"invalid JSON ({err.msg})", FILLER_FORMATS) from None
         records = [(None, r) for r in data]
@@ -613,7 +626,7 @@ def load_mt_bench_plus(path: str | Path) -> list[MTBenchPlusConversation]:
     path, text = _open_text(path)
     expected = 'a JSON list of {"id", "type", "conversations": [{"from": "human"|"chatbot", "value", "turn-info"}]}'
     try:
-        data = json.loads(text)
+        data = _loads(text)
     except json.JSONDecodeError as err:
         raise _fail(path, None, f"invalid JSON ({err.msg})", expected) from None
     if not isinstance(data, list) or not data:

@@ -236,15 +236,34 @@ class RheaConfig:
         self.validate()
 
     def validate(self) -> None:
+        try:
+            self._validate()
+        except TypeError as e:  # a field of a type no check expected (e.g. null where a number goes)
+            raise RheaConfigError(f"a RheaConfig field has the wrong type ({e}); compare rhea_config.json with the "
+                                  "field types of rhea.modeling.RheaConfig") from None
+
+    def _validate(self) -> None:
         def need(cond: bool, msg: str) -> None:
             if not cond:
                 raise RheaConfigError(msg)
 
+        def number(v) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+        def optional_int(v) -> bool:
+            return v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1)
+
         need(isinstance(self.n_mem, int) and not isinstance(self.n_mem, bool) and 1 <= self.n_mem <= 512,
              f"n_mem={self.n_mem!r} must be an int in [1, 512]")
         need(isinstance(self.lora_r, int) and self.lora_r >= 1, f"lora_r={self.lora_r!r} must be an int >= 1")
-        need(self.lora_alpha > 0, f"lora_alpha={self.lora_alpha!r} must be > 0")
-        need(0.0 <= self.lora_dropout < 1.0, f"lora_dropout={self.lora_dropout!r} must be in [0, 1)")
+        need(number(self.lora_alpha) and self.lora_alpha > 0, f"lora_alpha={self.lora_alpha!r} must be a number > 0")
+        need(number(self.lora_dropout) and 0.0 <= self.lora_dropout < 1.0,
+             f"lora_dropout={self.lora_dropout!r} must be a number in [0, 1)")
+        need(self.base_model is None or (isinstance(self.base_model, str) and self.base_model.strip() != ""),
+             f"base_model={self.base_model!r} must be a model-zoo name, a path or a hub id (a non-empty string), or null")
+        for name in ("base_hidden_size", "base_vocab_size"):
+            need(optional_int(getattr(self, name)), f"{name}={getattr(self, name)!r} must be null or an int >= 1")
+        need(isinstance(self.extra, dict), f"extra={self.extra!r} must be a JSON object")
         need(isinstance(self.target_modules, (str, list)) and len(self.target_modules) > 0,
              f"target_modules={self.target_modules!r} must be 'all-linear' or a non-empty list of module names")
         for name in ("tau_low", "tau_high"):
@@ -357,8 +376,14 @@ class RheaConfig:
         try:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
-        except json.JSONDecodeError as e:
-            raise RheaConfigError(f"{path} is not valid JSON ({e}); re-save the model or restore the file") from e
+        except UnicodeDecodeError as e:
+            raise RheaConfigError(f"{path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                                  "re-save the model or restore the file") from None
+        except RecursionError:
+            raise RheaConfigError(f"{path} nests objects or arrays too deeply to read; re-save the model or restore "
+                                  "the file") from None
+        except ValueError as e:  # invalid JSON, or an integer of more digits than Python converts
+            raise RheaConfigError(f"{path} is not valid JSON ({e}); re-save the model or restore the file") from None
         if not isinstance(data, dict):
             raise RheaConfigError(f"{path} must hold a JSON object, got {type(data).__name__}")
         return cls.from_dict(data)

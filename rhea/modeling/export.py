@@ -92,6 +92,8 @@ def check_export_out(out: str | Path) -> Path:
     write (`OutputNotEmptyError` when it holds files); nothing is written."""
     from rhea.storage import OutputNotEmptyError, StorageError, check_writable_directory
 
+    if not str(out).strip():
+        raise StorageError("--out is empty; pass the path of a new (or empty) directory to write into")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise StorageError(f"--out {out} is a file, not a directory; pass the path of a new (or empty) directory to "

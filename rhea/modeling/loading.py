@@ -129,7 +129,11 @@ def resolve_dtype(name: str | None) -> torch.dtype | None:
     return getattr(torch, name)
 
 
-def int_at_least(minimum: int, meaning: str):
+#: the largest count a command-line option takes (what torch and the C libraries below it hold in an int32)
+MAX_COUNT = 2 ** 31 - 1
+
+
+def int_at_least(minimum: int, meaning: str, maximum: int = MAX_COUNT):
     """An argparse ``type=`` that takes an int >= `minimum`, so a count like ``--turns 0`` is a usage
     error before any model loads; `meaning` says what the number counts.
 
@@ -149,10 +153,43 @@ def int_at_least(minimum: int, meaning: str):
             n = None
         if n is None or n < minimum:
             raise argparse.ArgumentTypeError(f"{value!r} must be an int >= {minimum} ({meaning})")
+        if n > maximum:
+            raise argparse.ArgumentTypeError(f"{value[:20]}{'...' if len(value) > 20 else ''} is too large: pass an "
+                                             f"int from {minimum} to {maximum:,} ({meaning})")
         return n
 
     parse.__name__ = f"int >= {minimum}"
     return parse
+
+
+def number_in(low: float, high: float, meaning: str):
+    """An argparse ``type=`` that takes a finite number in [`low`, `high`] (no nan, no inf).
+
+    >>> number_in(-1, 1, "cosine threshold")("0.5")
+    0.5
+    >>> number_in(-1, 1, "cosine threshold")("nan")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: 'nan' must be a number from -1 to 1 (cosine threshold)
+    """
+    import argparse
+    import math
+
+    def parse(value: str) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            x = math.nan
+        if not math.isfinite(x) or not low <= x <= high:
+            raise argparse.ArgumentTypeError(f"{value[:40]!r} must be a number from {low} to {high} ({meaning})")
+        return x
+
+    parse.__name__ = f"number in [{low}, {high}]"
+    return parse
+
+
+#: ``--tau-low`` / ``--tau-high``: cosine thresholds
+cosine_threshold = number_in(-1, 1, "a cosine threshold")
 
 
 _thread_count = int_at_least(1, "torch CPU threads")

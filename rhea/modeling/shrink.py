@@ -23,6 +23,13 @@ STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16"
 def _check_rank(name: str, rank) -> None:
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):
         raise RheaConfigError(f"{name}={rank!r}: a LoRA rank must be an int >= 1 (or None to keep the adapter's rank)")
+    if rank is not None and rank > MAX_RANK:
+        raise RheaConfigError(f"{name}={str(rank)[:20]}...: a LoRA rank is at most {MAX_RANK} (and a shrink lowers it: "
+                              "pass a rank below the adapter's)")
+
+
+#: the largest LoRA rank `shrink_model` takes (a shrink lowers ranks; the models rhea trains use 4 to 64)
+MAX_RANK = 65_536
 
 
 def storage_dtype(name: str) -> torch.dtype:

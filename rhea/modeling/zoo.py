@@ -345,7 +345,7 @@ def default_dtype(name_or_path: str, device=None):
     if zoo is None and config.is_file():
         try:
             zoo = MODEL_ZOO.get(json.loads(config.read_text()).get("base_model") or "")
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             zoo = None  # an unreadable config is reported by the loader itself, with its path
     dtype = getattr(torch, zoo.dtype if zoo else "float32")
     if dtype is torch.bfloat16 and not native_bf16(device):
@@ -462,6 +462,9 @@ def check_model_path(name_or_path: str) -> None:
     known = ", ".join(sorted(MODEL_ZOO))
     if name in MODEL_ZOO:
         return
+    if not name.strip() or "\x00" in name:
+        raise CheckpointError(f"model={name!r} names no model; pass a model-zoo name ({known}), a model directory or "
+                              "a hub id")
     if os.path.isfile(name):
         raise CheckpointError(f"model path {name} is a file; pass the directory that holds it (with config.json "
                               f"and the weights), or a model-zoo name ({known})")

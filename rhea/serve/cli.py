@@ -20,12 +20,16 @@ def served_name(model: str) -> str:
 
 def check_args(args) -> dict:
     """Every check that needs no model, so a typo fails in a second; returns the policy kwargs."""
+    from rhea.modeling.loading import MAX_COUNT
     from rhea.modeling.zoo import check_model_path
     from rhea.policies import policy_class
 
     if not 1 <= args.port <= 65535:
         raise ServeConfigError(f"--port {args.port} must be between 1 and 65535 (0 is not allowed: clients need "
                                "to know the port)")
+    if args.served_model_name is not None and not args.served_model_name.strip():
+        raise ServeConfigError("--served-model-name is empty; pass the id clients send (or leave it out: the zoo name "
+                               "or folder name)")
     if not args.host:
         raise ServeConfigError("--host must be an address to listen on, e.g. 127.0.0.1 or 0.0.0.0")
     for name in ("max_queue", "max_batch", "max_tokens"):
@@ -44,8 +48,16 @@ def check_args(args) -> dict:
     for name in ("max_messages", "max_body_bytes", "max_history_tokens", "max_compressions"):
         if getattr(args, name) < 1:
             raise ServeConfigError(f"--{name.replace('_', '-')} {getattr(args, name)} must be >= 1")
-    if args.shutdown_timeout < 0:
-        raise ServeConfigError(f"--shutdown-timeout {args.shutdown_timeout} must be >= 0 seconds")
+    if not 0 <= args.shutdown_timeout <= 86_400:  # also refuses nan
+        raise ServeConfigError(f"--shutdown-timeout {args.shutdown_timeout} must be >= 0 seconds (and at most 86400)")
+    for name, most in (("max_queue", MAX_COUNT), ("max_batch", MAX_COUNT), ("max_tokens", MAX_COUNT),
+                       ("cache_entries", MAX_COUNT), ("history_entries", MAX_COUNT), ("max_messages", MAX_COUNT),
+                       ("max_history_tokens", MAX_COUNT), ("max_compressions", MAX_COUNT),
+                       ("max_body_bytes", 2 ** 40), ("cache_bytes", 2 ** 60), ("cache_dir_bytes", 2 ** 60)):
+        value = getattr(args, name)
+        if value is not None and value > most:
+            raise ServeConfigError(f"--{name.replace('_', '-')} {str(value)[:20]}{'...' if len(str(value)) > 20 else ''}"
+                                   f" is too large; pass at most {most:,}")
     # ----
     check_model_path(args.model)
     cls = policy_class(args.policy)  # raises the registry's named error for an unknown policy
@@ -161,6 +173,8 @@ def _server_class():
 
 
 def register(sub) -> None:
+    from rhea.modeling.loading import cosine_threshold
+
     from rhea.constants import DEFAULT_POLICY
     from rhea.modeling.loading import add_device_argument, add_threads_argument
 
@@ -188,8 +202,8 @@ def register(sub) -> None:
     p.add_argument("--cache-dir-bytes", type=int, default=None,
                    help="bytes of latent files kept in --cache-dir (least recently used removed first; default: "
                         "no bound)")
-    p.add_argument("--tau-low", type=float, default=None)
-    p.add_argument("--tau-high", type=float, default=None)
+    p.add_argument("--tau-low", type=cosine_threshold, default=None)
+    p.add_argument("--tau-high", type=cosine_threshold, default=None)
     p.add_argument("--scorer", choices=["latent", "bm25", "dense", "fused"], default=None)
     p.add_argument("--latent-tier", choices=["auto", "on", "off"], default=None)
     access = p.add_argument_group("access control (docs/serving.md, 'Access control')")

@@ -185,7 +185,9 @@ def parse_request(raw: bytes, served_model: str) -> ChatRequest:
         raise ModelNotFoundError(model, served_model)
     system, conversation, query = conversation_from_messages(body.get("messages"))
     n = body.get("n", 1)
-    if n != 1:
+    if n is None:
+        n = 1
+    if n != 1 or type(n) is not int:
         raise _bad(f"n={n!r}: this server returns one choice per request (n=1)", "n")
     for name in ("tools", "functions", "response_format", "logprobs"):
         if body.get(name) not in (None, False, [], {"type": "text"}):
@@ -203,7 +205,8 @@ def parse_request(raw: bytes, served_model: str) -> ChatRequest:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise _bad(f"stream={stream!r} must be true or false", "stream")
-    options = body.get("stream_options") or {}
+    options = body.get("stream_options")
+    options = {} if options is None else options
     if not isinstance(options, dict):
         raise _bad("stream_options must be an object", "stream_options")
     ext = body.get("rhea", False)
@@ -214,8 +217,8 @@ def parse_request(raw: bytes, served_model: str) -> ChatRequest:
     else:
         raise _bad(f'rhea={ext!r} must be true, false or {{"trace": true}}', "rhea")
     seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise _bad(f"seed={seed!r} must be an integer", "seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not -2 ** 63 <= seed < 2 ** 64):
+        raise _bad(f"seed={seed!r} must be an integer from -2**63 to 2**64 - 1", "seed")
     return ChatRequest(model=model, system=system, conversation=conversation, query=query, max_tokens=max_tokens,
                        temperature=_number(body, "temperature", 0.0, 2.0, 0.0), top_p=_number(body, "top_p", 0.0, 1.0, 1.0, above=True),
                        stop=stop, stream=stream, include_usage=bool(options.get("include_usage", False)),

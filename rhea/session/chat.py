@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -467,7 +468,10 @@ class ChatSession:
             _verify_manifest(path, raw)
         try:
             payload = json.loads(raw[SESSION_JSON].decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        except RecursionError:
+            raise SessionError(f"{path}/{SESSION_JSON} nests objects or arrays too deeply to read; the session is "
+                               "corrupted, restore it from a copy or start a new one") from None
+        except ValueError as e:  # not UTF-8, not JSON, or an integer of more digits than Python converts
             raise SessionError(f"{path}/{SESSION_JSON} is not valid JSON ({e}); the session is corrupted, "
                                "restore it from a copy or start a new one") from None
         _check_payload(path, payload)
@@ -476,6 +480,10 @@ class ChatSession:
         except Exception as e:  # safetensors raises its own SafetensorError on a damaged header
             raise SessionError(f"{path}/{SESSION_TENSORS} is not a valid safetensors file ({type(e).__name__}: "
                                f"{e}); the session is corrupted, restore it from a copy") from None
+        bad_latents = [name for name, t in tensors.items() if t.is_floating_point() and not bool(t.isfinite().all())]
+        if bad_latents:
+            raise SessionError(f"{path}/{SESSION_TENSORS} holds non-finite values (NaN or inf) in {bad_latents[0]}; the "
+                               "session is corrupted, restore it from a copy")
         saved = payload["model"]
         width = saved.get("latent_width", saved["hidden_size"])  # sessions saved before latent_width
         if (saved["hidden_size"], saved["n_mem"], width) != (model.hidden_size, model.n_mem, model.latent_width):
@@ -504,6 +512,8 @@ class ChatSession:
 SESSION_FORMAT = "rhea-session/1"
 SESSION_MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "rhea-manifest/1"
+_NUMERIC_GENERATION = ("temperature", "top_p", "top_k", "min_p", "typical_p", "repetition_penalty", "num_beams",
+                       "length_penalty", "no_repeat_ngram_size")
 _RECORD_FIELDS = {f.name: f for f in TurnRecord.__dataclass_fields__.values()}
 
 
@@ -515,9 +525,10 @@ def _verify_manifest(path: Path, raw: dict[str, bytes]) -> None:
         manifest = json.loads((path / SESSION_MANIFEST).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return  # saved before manifests were written: nothing recorded to check against
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SessionError(f"{path}/{SESSION_MANIFEST} cannot be read ({e}); the session is corrupted, restore it "
-                           "from a copy (or load with verify=False to skip the digest check)") from None
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: not UTF-8, not JSON, a huge integer
+        reason = "it nests too deeply" if isinstance(e, RecursionError) else str(e)
+        raise SessionError(f"{path}/{SESSION_MANIFEST} cannot be read ({reason}); the session is corrupted, restore "
+                           "it from a copy (or load with verify=False to skip the digest check)") from None
     files = manifest.get("files") if isinstance(manifest, dict) else None
     if not isinstance(files, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise SessionError(f"{path}/{SESSION_MANIFEST} is not a rhea manifest ({MANIFEST_FORMAT!r} with a 'files' "
@@ -573,6 +584,18 @@ def _check_payload(path: Path, payload: Any) -> None:
         raise bad(f"policy.name must be a policy name, got {policy.get('name')!r}")
     if not isinstance(policy.get("config", {}), dict) or not isinstance(policy.get("state", {}), dict):
         raise bad("policy.config and policy.state must be JSON objects")
+    from transformers import GenerationConfig
+
+    defaults = GenerationConfig()
+    for key, value in payload["generation_kwargs"].items():
+        if not hasattr(defaults, key):
+            raise bad(f"generation_kwargs.{key} is not a generation option (transformers.GenerationConfig has none "
+                      "of that name)")
+        if key in _NUMERIC_GENERATION and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                           or not math.isfinite(value) or value < 0):
+            raise bad(f"generation_kwargs.{key}={value!r} must be a number >= 0")
+        if key == "do_sample" and not isinstance(value, bool):
+            raise bad(f"generation_kwargs.do_sample={value!r} must be true or false")
     turns = payload["conversation"].get("turns")
     if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
         raise bad("conversation.turns must be a list of turn objects")

@@ -37,7 +37,7 @@ def retrieval_mode_line(model: str) -> str | None:
 def register(sub) -> None:
     from rhea.constants import DEFAULT_POLICY
     from rhea.modeling.config import REPLAN_HIDDEN
-    from rhea.modeling.loading import add_device_argument, add_threads_argument, int_at_least
+    from rhea.modeling.loading import add_device_argument, add_threads_argument, cosine_threshold, int_at_least
 
     chat = sub.add_parser("chat", help="chat with a model under a context policy (or --demo)")
     chat.add_argument("--demo", action="store_true", help="run the scripted demo conversation and exit")
@@ -45,8 +45,8 @@ def register(sub) -> None:
     add_device_argument(chat)
     chat.add_argument("--policy", default=DEFAULT_POLICY,
                       help=f"context policy: any registered name (default {DEFAULT_POLICY}; `rhea bench --policies all` runs them all)")
-    chat.add_argument("--tau-low", type=float, default=None, help="HCR drop threshold (default: the model's config)")
-    chat.add_argument("--tau-high", type=float, default=None, help="HCR raw-text threshold (default: the model's config)")
+    chat.add_argument("--tau-low", type=cosine_threshold, default=None, help="HCR drop threshold (default: the model's config)")
+    chat.add_argument("--tau-high", type=cosine_threshold, default=None, help="HCR raw-text threshold (default: the model's config)")
     chat.add_argument("--scorer", choices=["latent", "bm25", "dense", "fused"], default=None,
                       help="how the rhea policy ranks past turns (default: the model's config)")
     chat.add_argument("--tier-mode", choices=["threshold", "budget"], default=None,

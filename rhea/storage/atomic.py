@@ -253,6 +253,8 @@ def check_writable_directory(path: str | os.PathLike, what: str) -> Path:
 
     Meant to run before a model loads, so a run never computes for minutes and then fails to save.
     """
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path).strip() or "\x00" in os.fspath(path):
+        raise StorageError(f"the {what} {path!r} names no directory; pass the path of a directory to write into")
     path = Path(path)
     probe = path
     while not probe.exists():

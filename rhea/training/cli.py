@@ -26,7 +26,7 @@ def _cmd_train(args) -> int:
                                    f"{sorted(data)}); {hint}")
         data[section][name] = yaml.safe_load(value)
         config = TrainConfig.from_dict(data)
-    if args.model:
+    if args.model is not None:  # an empty --model is refused by the config check, not ignored
         data = config.to_dict()
         data["model"]["base_model"] = args.model
         config = TrainConfig.from_dict(data)

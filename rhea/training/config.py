@@ -184,6 +184,21 @@ class TrainConfig:
                 raise TrainConfigError(msg)
 
         d, o, r = self.data, self.optim, self.run
+        m = self.model
+        need((isinstance(m.base_model, str) and m.base_model.strip() != "") or (m.base_model is None and m.init_from),
+             f"model.base_model={m.base_model!r} must name a base model: a model-zoo name, a local path or a hub id")
+        from rhea.errors import RheaConfigError
+        from rhea.modeling.config import RheaConfig
+
+        try:  # the adapters' settings, as the RheaConfig the run builds will check them, before any model loads
+            RheaConfig(n_mem=m.n_mem, lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
+                       target_modules=m.target_modules, latent_injection=m.latent_injection)
+        except RheaConfigError as e:
+            raise TrainConfigError(f"model.{e}") from None
+        for name in ("grad_accum", "epochs", "max_steps", "save_every"):
+            v = getattr(o, name, None) if hasattr(o, name) else getattr(r, name, None)
+            need(not isinstance(v, int) or v <= 2 ** 31 - 1,
+                 f"{name}={str(v)[:20]}... is too large; pass at most {2 ** 31 - 1:,}")
         need(d.kind in ("conversations", "trajectories"), f"data.kind={d.kind!r} must be 'conversations' or 'trajectories'")
         need(0 <= d.tier_raw <= 1 and 0 <= d.tier_drop <= 1 and d.tier_raw + d.tier_drop <= 1,
              f"data.tier_raw={d.tier_raw} and data.tier_drop={d.tier_drop} must be in [0, 1] with sum <= 1")
@@ -292,7 +307,15 @@ class TrainConfig:
 
             raise TrainConfigError(not_utf8(path, e)) from None
         except yaml.YAMLError as e:
-            raise TrainConfigError(f"{path} is not valid YAML ({e})") from e
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            raise TrainConfigError(f"{path} is not valid YAML{where} ({getattr(e, 'problem', None) or type(e).__name__}); "
+                                   "write sections model/data/optim/run of plain 'key: value' lines") from None
+        except RecursionError:
+            raise TrainConfigError(f"{path} nests lists or mappings too deeply to read; write the sections "
+                                   "model/data/optim/run as plain 'key: value' lines") from None
+        except ValueError as e:  # an integer of more digits than Python converts
+            raise TrainConfigError(f"{path} holds a value that cannot be read ({e}); use numbers of ordinary size") from None
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:

@@ -93,6 +93,10 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[str, dict]]:
                 yield where, json.loads(line)
             except json.JSONDecodeError as e:
                 raise TrainingDataError(f"{where} is not valid JSON ({e})") from e
+            except RecursionError:
+                raise TrainingDataError(f"{where} nests JSON too deeply to read; write one flat record per line") from None
+            except ValueError as e:  # an integer of more digits than Python converts
+                raise TrainingDataError(f"{where} holds a value that cannot be read ({e})") from None
 
 
 def iter_records(path: str | os.PathLike) -> Iterator[tuple[str, dict]]:

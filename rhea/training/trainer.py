@@ -143,8 +143,16 @@ def preflight(config: TrainConfig, *, needs_data: bool = True) -> None:
             compressor_stage.preflight(config)
         return
     path = config.data.path
-    if not needs_data or path is None or not os.path.isfile(path):
-        return  # a missing path or a datasets directory is reported by the loader that reads it
+    if not needs_data or path is None:
+        return
+    if not os.path.exists(path):
+        raise TrainConfigError(f"data.path {path} does not exist; pass a JSONL file of conversations or a `datasets` "
+                               "directory (saved with save_to_disk)")
+    if os.path.isdir(path):
+        if not any(os.path.isfile(os.path.join(path, n)) for n in ("dataset_info.json", "state.json", "dataset_dict.json")):
+            raise TrainConfigError(f"data.path {path} is a directory without a saved `datasets` dataset (no "
+                                   "dataset_info.json or dataset_dict.json); pass a JSONL file or a save_to_disk directory")
+        return
     try:
         with open(path, "rb") as f:
             for lineno, raw in enumerate(f, 1):
@@ -154,6 +162,20 @@ def preflight(config: TrainConfig, *, needs_data: bool = True) -> None:
                     raise TrainConfigError("data.path " + not_utf8(f"{path}:{lineno}", e)) from None
     except PermissionError:
         raise TrainConfigError(f"data.path {path} cannot be read: permission denied") from None
+    from rhea.training.errors import TrainingDataError
+    from rhea.training.formats import _iter_jsonl
+
+    records = 0
+    try:
+        for where, record in _iter_jsonl(Path(path)):
+            if not isinstance(record, dict):
+                raise TrainConfigError(f"data.path {where} holds a JSON {type(record).__name__}, not an object; write one "
+                                       "conversation object per line")
+            records += 1
+    except TrainingDataError as e:
+        raise TrainConfigError(f"data.path {e}") from None
+    if not records:
+        raise TrainConfigError(f"data.path {path} holds no records; write one conversation per line")
 
 
 def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:

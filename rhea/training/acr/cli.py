@@ -15,10 +15,14 @@ def load_tasks(args, config=None):
 
         try:
             with open(args.tasks_file, encoding="utf-8") as f:
-                return [DriftTask.from_dict(json.loads(line)) for line in f if line.strip()]
-        except (OSError, KeyError, json.JSONDecodeError) as e:
+                tasks = [DriftTask.from_dict(json.loads(line)) for line in f if line.strip()]
+        except (OSError, KeyError, TypeError, AttributeError, ValueError, RecursionError) as e:  # ValueError: not UTF-8 / JSON
             raise ACRConfigError(f"--tasks-file {args.tasks_file}: cannot read tasks ({type(e).__name__}: {e}); "
                                  "one JSON object per line as written by DriftTask.to_dict()") from e
+        if not tasks:
+            raise ACRConfigError(f"--tasks-file {args.tasks_file} holds no tasks; write one DriftTask.to_dict() object "
+                                 "per line")
+        return tasks
     n = args.tasks
     if n is None:
         n = config.seed_tasks + (config.iterations - 1) * config.tasks_per_iteration if config is not None else 48
@@ -49,6 +53,10 @@ def _cmd_train_acr(args) -> int:
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if not (device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+        from rhea.agents.acr.errors import ACRConfigError
+
+        raise ACRConfigError(f"--device {device!r} must be cpu, cuda or cuda:N")
     from rhea.modeling.zoo import native_bf16
 
     bf16 = device == "cuda" and native_bf16(device)  # an older GPU emulates bf16: fp32 there
@@ -77,13 +85,15 @@ def register(sub) -> None:
     cmd.add_argument("--config", help="YAML file of TGSE keys")
     cmd.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one key (repeatable)")
     cmd.add_argument("--teacher", default="rules", help="'rules' (offline RuleTeacher) or 'http://host:port/v1#model'")
-    cmd.add_argument("--tasks", type=int, default=None, help="number of generated drift QA tasks (default: what the "
+    from rhea.modeling.loading import int_at_least
+
+    cmd.add_argument("--tasks", type=int_at_least(1, "generated drift QA tasks", 10_000_000), default=None, help="number of generated drift QA tasks (default: what the "
                      "config draws, seed_tasks + (iterations - 1) * tasks_per_iteration: 3800 for the paper's setting)")
     cmd.add_argument("--cpu-demo", action="store_true", help="start from TGSEConfig.cpu_demo() (12 seed tasks, r8, "
                      "greedy, ...) instead of the paper's defaults; --config and --set apply on top")
     cmd.add_argument("--task-seed", type=int, default=0, help="seed of the generated tasks")
     cmd.add_argument("--tasks-file", help="JSONL of tasks (DriftTask.to_dict per line) instead of generated ones")
-    cmd.add_argument("--max-iterations", type=int, help="run at most this many iterations now (resume later)")
+    cmd.add_argument("--max-iterations", type=int_at_least(1, "iterations to run now"), help="run at most this many iterations now (resume later)")
     cmd.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available; bf16 on cuda)")
     cmd.add_argument("--fresh", action="store_true", help="delete output_dir first instead of resuming")
     cmd.set_defaults(func=_cmd_train_acr)

@@ -100,9 +100,23 @@ class TGSEConfig:
         return cls(**{**small, **overrides})
 
     def __post_init__(self) -> None:
+        try:
+            self._validate()
+        except TypeError as e:  # a key of the wrong type (a word where a number goes, null, ...)
+            raise ACRConfigError(f"a TGSE key has the wrong type ({e}); `rhea train-acr --help` lists each key with "
+                                 "its default, whose type it takes") from None
+
+    def _validate(self) -> None:
         def need(ok: bool, msg: str) -> None:
             if not ok:
                 raise ACRConfigError(msg)
+
+        need(isinstance(self.output_dir, str) and self.output_dir.strip() != "",
+             f"output_dir={self.output_dir!r} must be the path of a directory (a non-empty string)")
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            need(not isinstance(v, int) or abs(v) <= 2 ** 31 - 1,
+                 f"{f.name}={str(v)[:20]}... is too large; pass at most {2 ** 31 - 1:,}")
 
         for name in ("iterations", "seed_tasks", "tasks_per_iteration", "max_train_instances", "epochs", "patience", "batch_size",
                      "lora_r", "lora_alpha", "max_length", "router_max_new_tokens", "refactor_max_new_tokens",
@@ -174,6 +188,12 @@ def _read_yaml(path: str) -> dict:
     text = read_text_file(path, ACRConfigError, "config file")
     try:
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise ACRConfigError(f"config file {path} nests lists or mappings too deeply to read; write one 'key: value' "
+                             "per line") from None
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise ACRConfigError(f"config file {path} holds a value that cannot be read ({e}); use numbers of ordinary "
+                             "size") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
