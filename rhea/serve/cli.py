@@ -127,10 +127,13 @@ def _cmd_serve(args) -> int:
     # answered 503 shutting_down); uvicorn gives the connections a little longer, to send those answers
     config = uvicorn.Config(create_app(engine, access_policy(args)), host=args.host, port=args.port,
                             log_level=args.log_level, timeout_graceful_shutdown=args.shutdown_timeout + SEND_GRACE_S)
+    server = _server_class()(config, engine, args.shutdown_timeout)
     try:
-        _server_class()(config, engine, args.shutdown_timeout).run()
+        server.run()
     finally:
-        engine.close(timeout=SEND_GRACE_S)  # the worker stops at its next token or slice; no cache write is cut
+        # the worker stops at its next token or slice; a cache file it leaves half-written is a *.tmp sibling,
+        # never a broken entry (removed at the next start). What is left of the exit budget bounds the wait.
+        engine.close(timeout=server.time_left())
     return 0
 
 
@@ -151,10 +154,23 @@ def _server_class():
         def __init__(self, config, engine, drain_s: float):
             super().__init__(config)
             self.engine, self.drain_s, self._timer = engine, drain_s, None
+            self._signalled: float | None = None
+
+        def time_left(self) -> float:
+            """Seconds left of the exit budget (`drain_s` + `SEND_GRACE_S` from the first signal; the
+            whole grace when no signal came), at least 0.1."""
+            import time
+
+            if self._signalled is None:
+                return SEND_GRACE_S
+            return max(0.1, self.drain_s + SEND_GRACE_S - (time.monotonic() - self._signalled))
 
         def handle_exit(self, sig, frame) -> None:
             import threading
+            import time
 
+            if self._signalled is None:
+                self._signalled = time.monotonic()
             if self._timer is None:
                 self._timer = threading.Timer(self.drain_s, self.engine.close, kwargs={"timeout": 0})
                 self._timer.daemon = True
@@ -167,7 +183,7 @@ def _server_class():
             # write is cut short
             import asyncio
 
-            await asyncio.get_running_loop().run_in_executor(None, lambda: self.engine.close(timeout=SEND_GRACE_S))
+            await asyncio.get_running_loop().run_in_executor(None, lambda: self.engine.close(timeout=self.time_left()))
 
     return DrainingServer
 

@@ -85,6 +85,24 @@ class StopFilter:
         return out
 
 
+def _settle(future: concurrent.futures.Future, value) -> None:
+    """Resolve `future` with `value` unless it is already resolved (a job answered 503 by `Engine.close`)."""
+    if not future.done():
+        try:
+            future.set_result(value)
+        except concurrent.futures.InvalidStateError:
+            pass
+
+
+def _fail(future: concurrent.futures.Future, error: BaseException) -> None:
+    """Fail `future` with `error` unless it is already resolved."""
+    if not future.done():
+        try:
+            future.set_exception(error)
+        except concurrent.futures.InvalidStateError:
+            pass
+
+
 @dataclass
 class Job:
     request: ChatRequest
@@ -297,13 +315,16 @@ class Engine:
         with self._cv:
             self._closed = True
             waiting, self._jobs = list(self._jobs), deque()
-            for job in self._running:
+            running = list(self._running)
+            for job in running:
                 job.cancelled.set()
             self._cv.notify_all()
+        for job in running:  # answered now, not when the worker next looks (a long prefill cannot be stopped)
+            _fail(job.future, self._stopped("while it ran"))
         for job in waiting:
             job.cancelled.set()
             if not job.future.done():
-                job.future.set_exception(APIError("the server is shutting down", status=503, type="server_error",
+                _fail(job.future, APIError("the server is shutting down", status=503, type="server_error",
                                                   code="shutting_down"))
         if self._thread is not None:
             self._thread.join(timeout=timeout)
@@ -326,7 +347,7 @@ class Engine:
             job.cancelled.set()
             if job in self._jobs:
                 self._jobs.remove(job)
-                job.future.set_exception(RequestCancelled("the client disconnected before the request was answered"))
+                _fail(job.future, RequestCancelled("the client disconnected before the request was answered"))
             self.cancelled += 1
         return True
 
@@ -445,7 +466,7 @@ class Engine:
                 if len(job.pending) >= self.YIELD_MIN_PENDING and self._requeue_if_smaller_waiting(job):
                     return False
         except RheaError as e:
-            job.future.set_exception(e)
+            _fail(job.future, e)
             return False
         return True
 
@@ -510,7 +531,7 @@ class Engine:
                 log.exception("worker failed on a batch of %d", len(batch))
                 for job in batch:
                     if not job.future.done():
-                        job.future.set_exception(e)
+                        _fail(job.future, e)
             with self._cv:
                 self._running = []
             if batch:
@@ -639,7 +660,7 @@ class Engine:
             if staged.answered is None:
                 self._check_fits(staged.plan, max_new)
         except RheaError as e:
-            job.future.set_exception(e)
+            _fail(job.future, e)
             return
         filt = StopFilter(request.stop)
         if job.on_event is not None:
@@ -667,7 +688,7 @@ class Engine:
                                      prefix_cache=cache, stopping_criteria=StoppingCriteriaList([_StopWhenCancelled(job)]),
                                      **self._gen_kwargs(request))
             if job.cancelled.is_set():
-                job.future.set_exception(self._stopped("while the reply was generated"))
+                _fail(job.future, self._stopped("while the reply was generated"))
                 return
             answer = self._answer(job, staged, gen.text, gen.new_tokens, gen.prompt_tokens,
                                   {**gen.timings, "batch_rows": 1.0}, filt)
@@ -676,7 +697,7 @@ class Engine:
             if rest:
                 job.on_event("text", rest)
         self.served += 1
-        job.future.set_result(answer)
+        _settle(job.future, answer)
 
     def _batch(self, jobs: list[Job]) -> None:
         from rhea.session.batch import generate_batch
@@ -691,12 +712,12 @@ class Engine:
                 staged = self.rebuild(job.request, job.bounded)
                 if staged.answered is not None:
                     n_new = len(self.model.tokenizer(staged.answered, add_special_tokens=False)["input_ids"])
-                    job.future.set_result(self._answer(job, staged, staged.answered, n_new,
+                    _settle(job.future, self._answer(job, staged, staged.answered, n_new,
                                                        staged.plan.ledger.text_tokens, {}))
                     continue
                 self._check_fits(staged.plan, max_new)
             except RheaError as e:
-                job.future.set_exception(e)
+                _fail(job.future, e)
                 continue
             # the plan is self-contained (messages + latents); the conversation is the request's own
             groups.setdefault(self.session._adapter_for(staged.plan), []).append((job, staged))
@@ -711,7 +732,7 @@ class Engine:
             for (job, staged), gen in zip(rows, gens):
                 answer = self._answer(job, staged, gen.text, gen.new_tokens, gen.prompt_tokens, dict(gen.timings))
                 self.served += 1
-                job.future.set_result(answer)
+                _settle(job.future, answer)
 
 
 __all__ = ["Answer", "Engine", "RequestCancelled", "RequestLimits", "StopFilter", "rhea_usage"]
