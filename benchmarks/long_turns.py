@@ -232,4 +232,4 @@ if __name__ == "__main__":
         sys.exit(main())
     except RheaConfigError as e:
         print(f"long_turns: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(1)

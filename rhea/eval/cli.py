@@ -44,6 +44,18 @@ def _suites(value: str) -> list[str]:
     return names
 
 
+def _check_anchor_bias(args) -> None:
+    """--anchor-bias: a finite number >= 0, checked before the model loads."""
+    import math
+
+    from rhea.eval.runner import BenchError
+
+    beta = args.anchor_bias
+    if beta is not None and not (math.isfinite(beta) and 0.0 <= beta <= 100.0):
+        raise BenchError(f"--anchor-bias {beta} must be a number from 0 to 100 (the bias added to the instruction "
+                         "block's attention logits, e.g. 1.0; 0 is plain attention)")
+
+
 def _check_thresholds(args, policies: list[str]) -> None:
     """--tau-low/--tau-high: finite, for a policy that reads them, and ordered (a missing one is
     the model's own value), checked before the model loads and before --out is written."""
@@ -187,6 +199,7 @@ def _cmd_bench(args) -> int:
 
     suites, policies = _suites(args.suite), _policies(args.policies)
     _check_thresholds(args, policies)
+    _check_anchor_bias(args)
     _check_index_arguments(args, suites)
     if args.data and len(suites) != 1:
         raise BenchError("--data names one suite's data file; run one --suite at a time with it")
@@ -237,6 +250,8 @@ def _cmd_bench(args) -> int:
     from rhea.modeling.loading import load_rhea_model, resolve_dtype
 
     model = load_rhea_model(args.model, device=args.device, dtype=resolve_dtype(args.dtype))
+    if args.anchor_bias is not None:
+        model.set_anchor_bias(args.anchor_bias)
     if kwargs_of.get("multi-session-qa", {}).get("history_tokens") is not None:
         kwargs_of["multi-session-qa"]["tokenizer"] = model.tokenizer  # --history-tokens counts the model's tokens
     if args.judge_local and judged:
@@ -411,6 +426,10 @@ def register(sub) -> None:
                             "in config.json; a new policy may bring its own into a folder of earlier runs")
     bench.add_argument("--tau-low", type=float, default=None, help="HCR drop threshold for the rhea policies")
     bench.add_argument("--tau-high", type=float, default=None, help="HCR raw-text threshold for the rhea policies")
+    bench.add_argument("--anchor-bias", type=float, default=None, metavar="BETA",
+                       help="the prefix-anchored attention's bias: BETA >= 0 is added to the instruction block's "
+                            "attention logits in every layer (the model's config.anchor_bias; 0 is plain causal "
+                            "attention). Recorded in config.json and the index rows' options")
     _add_judge_arguments(bench, int_at_least)
     bench.add_argument("--index", default=None, metavar="PATH",
                        help="also add this run's rows to the results index at PATH (e.g. "

@@ -365,9 +365,11 @@ def rows_from_results(results: Mapping[str, Any], *, run_id: str | None = None, 
         stats = statistics(results)
     directory = Path(adapters) if adapters is not None else None
     options = config.get("policy_kwargs") or {}
+    model_options = {"anchor_bias": config["anchor_bias"]} if config.get("anchor_bias") else {}
     return rows_from_statistics(
         stats, run_id=run_id or default_run_id(config), suite=config["suite"], model=str(config["model"]),
-        date=date, turns=config.get("n_turns"), options={p: options.get(p, {}) for p in results["policies"]},
+        date=date, turns=config.get("n_turns"),
+        options={p: {**options.get(p, {}), **model_options} for p in results["policies"]},
         adapters=adapters_name(directory) if directory is not None else None,
         adapters_sha256=adapters_sha256(directory) if directory is not None else None,
         dtype=config.get("dtype") or environment.get("dtype"), device=environment.get("device"),

@@ -127,6 +127,9 @@ def run_suite(
               "policy_kwargs": policy_kwargs,
               "model": model_name or getattr(model.config, "base_model", None) or type(model).__name__,
               "adapters_trained": bool(getattr(model, "adapters_trained", False)),
+              # the prefix-anchored attention's bias, when on (a resume under another is refused)
+              **({"anchor_bias": float(model.config.anchor_bias)}
+                 if float(getattr(getattr(model, "config", None), "anchor_bias", 0.0) or 0.0) > 0 else {}),
               # what the replies were decoded in: a resume in another dtype is refused (`check_config`)
               **({"dtype": machine.dtype_name(model.dtype)}
                  if str(getattr(model, "dtype", "")).startswith("torch.") else {}),

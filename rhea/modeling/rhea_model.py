@@ -617,9 +617,20 @@ class RheaForCausalLM(nn.Module):
             from rhea_kernels.hf import register_anchored_attention
         except ImportError as e:  # pragma: no cover - rhea_kernels ships with rhea
             raise RheaConfigError(f"anchor_bias={self.config.anchor_bias} needs rhea_kernels.hf ({e})") from e
-        name = register_anchored_attention()
-        self.base_model.set_attn_implementation(name)
+        if not self.anchor_attention_registered:
+            self._plain_attention = getattr(self.base_model.config, "_attn_implementation", None) or "sdpa"
+        self.base_model.set_attn_implementation(register_anchored_attention())
         self.anchor_attention_registered = True
+
+    def set_anchor_bias(self, beta: float) -> None:
+        """Set ``config.anchor_bias`` to `beta` and the attention to match (0: the backbone's own back)."""
+        self.config.anchor_bias = float(beta)
+        self.config.validate()
+        if beta > 0:
+            self._apply_anchor_config()
+        elif self.anchor_attention_registered:
+            self.base_model.set_attn_implementation(self._plain_attention)
+            self.anchor_attention_registered = False
 
     def _anchor_kwargs(self, prefix_len, attention_mask, batch: int) -> dict:
         if not self.anchor_attention_registered:

@@ -386,3 +386,30 @@ def test_bench_dtype_flag_is_checked_before_loading(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--suite", "efficiency", "--out", "x", "--dtype", "float8"])
     assert "--dtype" in capsys.readouterr().err
+
+
+def test_cli_anchor_bias_switches_the_attention_and_is_recorded(tmp_path, monkeypatch):
+    import rhea.modeling.loading as loading
+    from rhea.testing import tiny_rhea
+
+    own = tiny_rhea()  # its attention is switched: not the module's shared model
+    before = own.base_model.config._attn_implementation
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name, **kw: own)
+    out = tmp_path / "out"
+    assert main(["bench", "--suite", "instruction-retention", "--policies", "vanilla,rhea", "--turns", "4",
+                 "--episodes", "1", "--max-new-tokens", "2", "--model", "tiny", "--out", str(out), "--quiet",
+                 "--anchor-bias", "1.5"]) == 0
+    assert own.config.anchor_bias == 1.5 and own.base_model.config._attn_implementation == "rhea_anchored"
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["config"]["anchor_bias"] == 1.5
+    rows = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+    assert rows and all(r["options"].get("anchor_bias") == 1.5 for r in rows)
+    own.set_anchor_bias(0.0)  # back to the backbone's own attention
+    assert own.base_model.config._attn_implementation == before and not own.anchor_attention_registered
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "1e9"])
+def test_cli_bad_anchor_bias_fails_before_loading_a_model(tmp_path, capsys, value):
+    code = main(["bench", "--suite", "efficiency", "--anchor-bias", value, "--out", str(tmp_path / "o"),
+                 "--model", str(tmp_path / "missing")])
+    assert code == 1 and "--anchor-bias" in capsys.readouterr().err and not (tmp_path / "o").exists()
