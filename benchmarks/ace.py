@@ -25,6 +25,7 @@ import json
 import random
 import time
 from pathlib import Path
+from rhea.storage import output_file
 
 PAPER_TABLES = Path(__file__).parent / "paper_tables.json"
 
@@ -131,7 +132,7 @@ def previous_questions(args, items) -> list:
     """Per-question records of an earlier run with the same settings at --out (resume), else []."""
     from rhea.eval.checkpoint import BenchError, load_resumable
 
-    path = Path(args.out).with_suffix(".json")
+    path = output_file(Path(args.out), ".json")
     saved = None if args.no_resume else load_resumable(path, vars(args), RESUME_KEYS, settings="meta", records="questions")
     if saved is None:
         return []
@@ -199,7 +200,7 @@ def write(args, per_question, seconds):
                        "included); constrained votes score the decision prompt once per round",
                 paper="LLaMA-3.1-8B-Instruct on MultiHop-RAG / HotpotQA / 2WikiQA (benchmarks/paper_tables.json)",
                 paper_tables=paper_ace_tables())
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "table": table, "questions": per_question}, indent=1))
+    output_file(out, ".json").write_text(json.dumps({"meta": meta, "table": table, "questions": per_question}, indent=1))
     try:
         import matplotlib
 
@@ -214,7 +215,7 @@ def write(args, per_question, seconds):
             ax.annotate(row["method"], (row["avg_tokens"], row["accuracy"]), fontsize=7)
         ax.set_xlabel("avg tokens / question"); ax.set_ylabel("accuracy (95% Wilson)")
         ax.set_title(f"ACE on {Path(args.data[0]).stem} ({table[0]['n']} q, {args.model})", fontsize=9)
-        fig.tight_layout(); fig.savefig(out.with_suffix(".png"), dpi=120); plt.close(fig)
+        fig.tight_layout(); fig.savefig(output_file(out, ".png"), dpi=120); plt.close(fig)
     except ImportError:
         print("matplotlib is not installed: wrote the JSON only (pip install matplotlib for the PNG)")
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from rhea.storage import output_file  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -106,8 +107,8 @@ def main(argv=None) -> int:
                            + (f" ({args.judge_max_new_tokens} new tokens)" if args.judge_local else "")),
             "command": "python benchmarks/batched_episodes.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    plot(rows, meta, args.out.with_suffix(".png"))
+    output_file(args.out, ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    plot(rows, meta, output_file(args.out, ".png"))
     return 0
 
 

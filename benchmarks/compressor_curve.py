@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from rhea.storage import output_file
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
     record = {"run_args": run_args, "curve": curve, "loss": [{"step": r["step"], "loss": r["loss"]} for r in log]}
     if others:
         record["compare"] = others
-    out.with_suffix(".json").write_text(json.dumps(record, indent=2))
+    output_file(out, ".json").write_text(json.dumps(record, indent=2))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -163,7 +164,7 @@ def main(argv=None) -> int:
         d.set_title("held-apart chunks, by run", fontsize=9)
         d.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=120)
+    fig.savefig(output_file(out, ".png"), dpi=120)
     print(json.dumps(curve[-1]))
     return 0
 

@@ -36,6 +36,7 @@ import random
 import re
 import time
 from pathlib import Path
+from rhea.storage import output_file
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -335,7 +336,7 @@ def main(argv=None) -> None:
                   f"{extra} score {result.get('met')}/{result.get('goals')} ({result['seconds']} s)", flush=True)
             write(out, args, policies["context-agent"].config(), rows, by_id, list(policies))
     summary = write(out, args, policies["context-agent"].config(), rows, by_id, list(policies))
-    plot(rows, out.with_suffix(".png"), args.model)
+    plot(rows, output_file(out, ".png"), args.model)
     print(json.dumps(summary, indent=1))
 
 

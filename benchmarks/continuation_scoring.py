@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from rhea.storage import output_file  # noqa: E402
 
 FILLER = ("The function reads the file line by line, splits each line on commas, converts the third field to "
           "an integer and adds it to a running total, which it returns after the last line. ")
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
                   rounds=args.rounds, note=args.note, rows=rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    output_file(out, ".json").write_text(json.dumps(result, indent=1))
 
     import matplotlib
 
@@ -100,7 +101,7 @@ def main(argv=None) -> int:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=110)
+    fig.savefig(output_file(out, ".png"), dpi=110)
     return 0
 
 

@@ -56,6 +56,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from rhea.errors import RheaConfigError  # noqa: E402
+from rhea.storage import output_file  # noqa: E402
 
 
 class CostCurveError(RheaConfigError):
@@ -450,7 +451,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.plot is not None:
         result = read_result(args.plot)
-        plot(result, args.plot.with_suffix(".png"))
+        plot(result, output_file(args.plot, ".png"))
         return 0
     if args.merge is not None:
         if args.out is None:

@@ -27,6 +27,7 @@ from rhea.context import Conversation, Latent, Turn, TurnDecision
 from rhea.policies import assemble_plan
 from rhea.session.generation import generate_from_plan
 from rhea.training.synthetic import HELD_OUT_NAMES, recall_dialogue
+from rhea.storage import output_file
 
 CONDITIONS = ("raw", "latent_trained", "latent_untrained", "dropped")
 
@@ -75,7 +76,7 @@ def main() -> None:
               "trained_config_extra": trained.config.extra, "seconds": round(time.perf_counter() - t0, 1), "rows": rows}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    output_file(out, ".json").write_text(json.dumps(result, indent=2))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -91,7 +92,7 @@ def main() -> None:
     ax.set_ylim(0, 100)
     ax.set_title(f"fact recall from turn-0 reply, SmolLM2-135M, n={args.n}")
     fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=120)
+    fig.savefig(output_file(out, ".png"), dpi=120)
     print(json.dumps({"accuracy": accuracy, "on_topic": on_topic}))
 
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from rhea.storage import output_file  # noqa: E402
 
 
 def play(model, policy: str, episodes, k: int, reuse: bool, max_new_tokens: int) -> dict:
@@ -106,8 +107,8 @@ def main(argv=None) -> int:
 
     meta["cpu"] = cpu_name()  # handles a missing /proc/cpuinfo itself
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    plot(rows, meta, args.out.with_suffix(".png"))
+    output_file(args.out, ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    plot(rows, meta, output_file(args.out, ".png"))
     return 0
 
 

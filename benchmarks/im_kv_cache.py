@@ -25,6 +25,7 @@ import json
 import statistics
 import time
 from pathlib import Path
+from rhea.storage import output_file
 
 INSTRUCTIONS = [
     "From now on, keep every answer to one short paragraph and refer to me as Captain.",
@@ -214,8 +215,8 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, ensure_ascii=False))
-    png = plot(result, out.with_suffix(".png"))
-    print(f"wrote {out}" + (f" and {out.with_suffix('.png')}" if png else ""))
+    png = plot(result, output_file(out, ".png"))
+    print(f"wrote {out}" + (f" and {output_file(out, '.png')}" if png else ""))
 
 
 if __name__ == "__main__":

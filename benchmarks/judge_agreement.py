@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from rhea.storage import output_file  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -78,7 +79,7 @@ def main(argv=None) -> int:
     if args.direct:  # recorded only when set, so the explaining runs' rows resume as before
         # the rating is the probability-weighted one (`readout` says so: a likeliest-rating readout is another run)
         settings = {**settings, "max_new_tokens": None, "explain": False, "readout": "expected"}
-    rows_path = args.out.with_suffix(".rows.jsonl")
+    rows_path = output_file(args.out, ".rows.jsonl")
     done = {}
     if rows_path.is_file() and not args.no_resume:
         lines = [json.loads(line) for line in rows_path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -161,7 +162,7 @@ def main(argv=None) -> int:
         "command": "python benchmarks/judge_agreement.py " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
+    output_file(args.out, ".json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
     lines = [f"# Judge agreement: {judge_name}", "",
              f"{len(rows)} MT-Bench questions with GPT-4 reference answers; the judge (FastChat single-v1, no "
              "reference shown) rates the question's reference answer and another question's reference answer"
@@ -179,7 +180,7 @@ def main(argv=None) -> int:
              f"- ties: {summary['ties']}; unparsed ratings: {summary['unparsed_ratings']} of {2 * len(rows)}",
              f"- mean rating, reference: {summary['mean_reference_rating']}; mismatched: "
              f"{summary['mean_mismatched_rating']}", "", f"Reproduce: `{summary['command']}`", ""]
-    args.out.with_suffix(".md").write_text("\n".join(lines))
+    output_file(args.out, ".md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
 

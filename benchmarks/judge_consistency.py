@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from rhea.storage import output_file  # noqa: E402
 
 N_BOOT = 2000
 
@@ -264,7 +265,7 @@ def main(argv=None, judge=None) -> int:
     if len(pairs) < 2:
         ap.error(f"{args.run}: fewer than 2 turns rated for both {policies[0]} and {policies[1]}")
 
-    rows_path = args.out.with_suffix(".rows.jsonl")
+    rows_path = output_file(args.out, ".rows.jsonl")
     if judge is None and (args.judge_local or args.judge_url):
         from rhea.eval.judge import Judge
 
@@ -301,9 +302,9 @@ def main(argv=None, judge=None) -> int:
               "seconds_per_rating": (statistics.fmean(r["seconds"] for r in second.values()) if second else None),
               "summary": summary, "command": command}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    args.out.with_suffix(".md").write_text(report(summary, run_judge, second_judge, command))
-    plot(summary, args.out.with_suffix(".png"), run_judge, second_judge)
+    output_file(args.out, ".json").write_text(json.dumps(result, indent=1))
+    output_file(args.out, ".md").write_text(report(summary, run_judge, second_judge, command))
+    plot(summary, output_file(args.out, ".png"), run_judge, second_judge)
     print(report(summary, run_judge, second_judge, command))
     return 0
 

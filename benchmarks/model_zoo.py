@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import torch
+from rhea.storage import output_file
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TURNS = [
@@ -94,7 +95,7 @@ def main() -> None:
     rows[f"{args.model}/{args.dtype}/{'warm' if row['cache_warm_before_load'] else 'cold'}"] = row
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=2) + "\n")
-    plot({k: v for k, v in rows.items() if k.endswith("/warm")} or rows, out.with_suffix(".png"))
+    plot({k: v for k, v in rows.items() if k.endswith("/warm")} or rows, output_file(out, ".png"))
 
 
 if __name__ == "__main__":

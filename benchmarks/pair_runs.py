@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from rhea.storage import output_file  # noqa: E402
 
 
 def parse_policy(spec: str) -> tuple[str, Path, str]:
@@ -129,14 +130,14 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {"sources": merged["sources"], "baseline": args.baseline, "statistics": stats,
               "command": "python benchmarks/pair_runs.py " + " ".join(sys.argv[1:] if argv is None else argv)}
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    output_file(args.out, ".json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     lines = [f"# {merged['config']['suite']}: runs paired episode by episode", "",
              "| label | run | policy | adapters trained | options | dtype |", "|---|---|---|---|---|---|"]
     lines += [f"| {label} | `{s['run']}` | {s['policy']} | {s['adapters_trained']} | {s['policy_kwargs'] or ''} | "
               f"{s.get('dtype') or 'not recorded'} |" for label, s in merged["sources"].items()]
     lines += ["", statistics_markdown(stats)] + pairs_markdown(stats.get("pairs") or [], stats["metrics"])
     lines += ["", f"Command: `{report['command']}`", ""]
-    args.out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
+    output_file(args.out, ".md").write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
     return 0
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from rhea.storage import output_file
 
 HERE = Path(__file__).resolve().parent
 
@@ -656,8 +657,8 @@ def main(argv: list[str] | None = None) -> int:
     recognizer = read_stored_json(args.recognizer) if stored_path(args.recognizer).is_file() else None
     text = render(results, json.loads(args.paper.read_text()), variants, recognizer, ours_runs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".md").write_text(text)
-    plot(results, args.out.with_suffix(".png"), variants)
+    output_file(args.out, ".md").write_text(text)
+    plot(results, output_file(args.out, ".png"), variants)
     print(text)
     return 0
 

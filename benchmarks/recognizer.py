@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from rhea.storage import output_file
 
 REAL_EXCLUDED = ("rhea_v1", "authored_v2", "authored_v3", "authored_v4")  # hand-written sources: train only in the "real" pooled view
 
@@ -397,8 +398,8 @@ def main(argv=None):
     result["wall_s"] = time.perf_counter() - t0
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(_round(result), indent=1, ensure_ascii=False) + "\n")
-    plot(result, out.with_suffix(".png"))
+    output_file(out, ".json").write_text(json.dumps(_round(result), indent=1, ensure_ascii=False) + "\n")
+    plot(result, output_file(out, ".png"))
     brief = {n: {view: {k: _round(v[view][k]) for k in ("precision", "recall", "tp", "fp", "fn")}
                  for view in ("pooled_real_sources", "pooled_all_sources")} for n, v in result["variants"].items()}
     if "policy_path_loso" in result:

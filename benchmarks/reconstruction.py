@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import torch
+from rhea.storage import output_file
 
 
 def held_apart_texts(tokenizer, data: str, chunk_tokens: int, n: int | None) -> list[str]:
@@ -205,8 +206,8 @@ def main(argv=None) -> int:
         for name, row in report["paired"].items():
             print(json.dumps({"paired": name, **{k: {x: round(y, 4) if isinstance(y, float) else y for x, y in v.items()}
                                                  for k, v in row.items()}}), flush=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    plot(results, out.with_suffix(".png"))
+    output_file(out, ".json").write_text(json.dumps(report, indent=2))
+    plot(results, output_file(out, ".png"))
     if args.write_fidelity:
         from rhea.modeling.card import write_model_card
         from rhea.modeling.config import RheaConfig

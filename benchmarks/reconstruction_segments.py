@@ -29,6 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.reconstruction import inputs_ok  # noqa: E402
+from rhea.storage import output_file  # noqa: E402
 
 LAYOUTS = ("whole", "pieces", "pieces reversed", "control")
 
@@ -154,9 +155,9 @@ def main(argv=None) -> int:
     meta = {"data": args.data, "split": "rhea.training.compressor.split_held_apart (share 0.2, sha256 of the source)",
             "text_tokens": args.text_tokens, "piece_tokens": args.piece_tokens, "n_replies": len(texts),
             "layouts": list(LAYOUTS)}
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
-    plot(results, out.with_suffix(".png"), args.piece_tokens)
-    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
+    output_file(out, ".json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    plot(results, output_file(out, ".png"), args.piece_tokens)
+    print(f"wrote {output_file(out, '.json')} and {output_file(out, '.png')}")
     return 0
 
 

@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rhea.memory.scoring import TierRule, assign_tiers, fuse, hidden_best  # noqa: E402
 from rhea.modeling.config import RheaConfig  # noqa: E402
+from rhea.storage import output_file  # noqa: E402
 
 LATENT_UNITS = 64  # a latent turn's share of the prompt, in characters (16 slots ~ 16 tokens ~ 64 characters)
 
@@ -215,9 +216,9 @@ def main(argv=None) -> None:
                         "dense_floor": rule.dense_floor},
                "sessions": args.sessions, "seed": args.seed, "latent_units": LATENT_UNITS,
                "wall_s": round(time.perf_counter() - t0, 1), "layouts": layouts}
-    out.with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n")
-    plot(summary, out.with_suffix(".png"))
-    print(f"\nwrote {out.with_suffix('.json')} and {out.with_suffix('.png')} ({summary['wall_s']} s)")
+    output_file(out, ".json").write_text(json.dumps(summary, indent=1) + "\n")
+    plot(summary, output_file(out, ".png"))
+    print(f"\nwrote {output_file(out, '.json')} and {output_file(out, '.png')} ({summary['wall_s']} s)")
 
 
 def plot(summary: dict, path: Path) -> None:

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rhea.eval.report import write_outputs  # noqa: E402
 from rhea.eval.report import scores_only  # noqa: E402
 from rhea.eval.suites import Episode, get_suite  # noqa: E402
+from rhea.storage import output_file  # noqa: E402
 
 SUITES = ("instruction-retention", "state-tracking")
 #: Score fields of the old rows that the new scoring replaces (everything else is kept).
@@ -117,8 +118,8 @@ def main(argv=None) -> int:
         report[name] = entry
         if args.in_place:
             write_outputs(new, path.parent)
-    Path(args.out).with_suffix(".json").write_text(json.dumps(report, indent=1))
-    Path(args.out).with_suffix(".md").write_text("\n".join(lines) + "\n")
+    output_file(Path(args.out), ".json").write_text(json.dumps(report, indent=1))
+    output_file(Path(args.out), ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from rhea.memory.scoring import TierRule, assign_tiers, fuse, rank_order
+from rhea.storage import output_file
 
 SKIP_VALUES = {"yes", "no", "dontcare", "none", "free", "any", "true", "false"}
 
@@ -352,8 +353,8 @@ def main(argv=None) -> None:
         summary["versus"] = versus(layouts, Path(args.versus), args.seed)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(summary, indent=2))
-    plot(summary, out.with_suffix(".png"), args)
+    output_file(out, ".json").write_text(json.dumps(summary, indent=2))
+    plot(summary, output_file(out, ".png"), args)
     for layout, lay in layouts.items():
         print_table(layout, lay, args)
     for layout, cmp in summary.get("versus", {}).get("layouts", {}).items():
@@ -361,7 +362,7 @@ def main(argv=None) -> None:
         for sc, c in cmp.items():
             print(f"{sc:>24} {c['this']:.3f} - {c['other']:.3f} = {c['diff']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]"
                   f" p={c['p']:.3g}")
-    print(f"wrote {out.with_suffix('.json')} and .png in {summary['seconds']} s")
+    print(f"wrote {output_file(out, '.json')} and .png in {summary['seconds']} s")
 
 
 def versus(layouts: dict, other_path: Path, seed: int, k: int = 5) -> dict:

@@ -44,6 +44,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from rhea.storage import output_file
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_LOG = Path(tempfile.gettempdir()) / "rhea_serve_load.server.log"  # the servers' output, for a failed run
@@ -307,7 +308,7 @@ def plot_starvation(result: dict, out: Path) -> None:
     fig.suptitle(f"rhea serve on {s['model']}: {s['conversations']} conversations x {s['turns']} turns, with and without "
                  f"one {s['huge_turns']}-turn request in flight, {s['cpu']}")
     fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=110)
+    fig.savefig(output_file(out, ".png"), dpi=110)
 
 
 def plot(result: dict, out: Path) -> None:
@@ -343,7 +344,7 @@ def plot(result: dict, out: Path) -> None:
     fig.suptitle(f"rhea serve on {s['model']}: {s['conversations']} conversations x {s['turns']} turns, "
                  f"{s['max_tokens']} new tokens, {s['repeats']} runs per configuration, {s['cpu']}")
     fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=110)
+    fig.savefig(output_file(out, ".png"), dpi=110)
 
 
 def main() -> int:
@@ -377,7 +378,7 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.huge_turns:
         result = starvation(args)
-        out.with_suffix(".json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
+        output_file(out, ".json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
         plot_starvation(result, out)
         print(f"small p95 with / without the huge request: {result['p95_with_over_without']:.2f}x (target <= 2x: "
               f"{'met' if result['target_met'] else 'NOT met'}); cache dir bytes written {result['cache_dir_bytes_total']}"
@@ -455,7 +456,7 @@ def main() -> int:
                                       "and one differing reply changes that conversation's later prompts"},
         "cache": cache_costs(args.model, args.cache_replies),
     }
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
+    output_file(out, ".json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
     plot(result, out)
     c = result["cache"]
     print(f"throughput batched/one-by-one {result['batched_over_one_by_one_throughput']:.2f}x; identical replies "

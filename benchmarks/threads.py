@@ -29,6 +29,7 @@ if n > 0:
 from rhea import load_default_model
 from rhea.session import ChatSession
 from rhea.session.demo import SCRIPT
+from rhea.storage import output_file
 model, _ = load_default_model()
 chat = ChatSession(model, policy="rhea", max_new_tokens=32)
 load = os.getloadavg()[0]
@@ -72,7 +73,7 @@ def main() -> None:
               "identical_replies": len(replies) == 1, "runs": runs}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    output_file(out, ".json").write_text(json.dumps(result, indent=1))
 
     import matplotlib
 
@@ -89,7 +90,7 @@ def main() -> None:
     ax.set_title(f"rhea chat turn latency, SmolLM2-135M, {os.cpu_count()} cores ({args.repeats} runs each)", fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=110)
+    fig.savefig(output_file(out, ".png"), dpi=110)
     print(json.dumps({"summary": summary, "identical_replies": result["identical_replies"]}, indent=1))
 
 

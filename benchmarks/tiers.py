@@ -29,6 +29,7 @@ import torch
 
 from rhea.calibration.data import DEFAULT_N_CALIBRATION
 from rhea.calibration.fit import share
+from rhea.storage import output_file
 
 PAPER = (0.5, 0.8)
 
@@ -128,8 +129,8 @@ def main() -> None:
                "acceptance": None, "seconds": round(time.perf_counter() - t0, 1), "models": results}
     if args.shipped:
         summary["acceptance"] = {"model": args.shipped, **results[args.shipped].get("own_config", {"error": "not calibrated"})}
-    out.with_suffix(".json").write_text(json.dumps(summary, indent=2))
-    plot(hists, out.with_suffix(".png"))
+    output_file(out, ".json").write_text(json.dumps(summary, indent=2))
+    plot(hists, output_file(out, ".png"))
     for label, r in results.items():
         for mode in ("raw", "centred"):
             m = r[mode]

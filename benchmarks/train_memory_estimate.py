@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from rhea.storage import output_file
 
 # Public Hugging Face config.json values (hidden, layers, kv width = kv_heads × head_dim,
 # intermediate, vocabulary, tied embeddings).
@@ -93,7 +94,7 @@ def main() -> None:
             "adapters": 2, "n_mem": args.n_mem, "max_length": args.max_length, "compress_tokens": args.compress_tokens,
             "batch_size": 1, "precision": "bf16 compute, fp32 trainable master + AdamW", "gradient_checkpointing": True,
             "overhead_gib": OVERHEAD_GIB}
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    output_file(out, ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
     import matplotlib
 
@@ -113,7 +114,7 @@ def main() -> None:
         ax.legend()
     fig.suptitle("Joint Rhea step, estimated memory per GPU (LoRA r=16 all-linear ×2, bf16, grad ckpt, 2k+2k tokens)")
     fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=110)
+    fig.savefig(output_file(out, ".png"), dpi=110)
     for r in rows:
         print(f"{r['model']:13s} {r['strategy']:6s} {r['gpus']} GPU  weights {r['weights_gib']:6.2f}  trainable "
               f"{r['trainable_state_gib']:5.2f}  acts {r['activations_gib']:5.2f}  total {r['total_gib']:6.2f} GiB")

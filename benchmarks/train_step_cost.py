@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import torch
+from rhea.storage import output_file
 
 BASE = {"chunk_tokens": 48, "batch": 4, "bf16": True, "grad_ckpt": False, "train_generate": False}
 VARIANTS = [
@@ -126,7 +127,7 @@ def main(argv=None) -> int:
     meta = {"threads": args.threads, "model": "SmolLM2-135M-Instruct", "lora": "r16 all-linear, latent_injection=projector",
             "cpu": "shared 2-core AMD EPYC (avx512_bf16); wall times include other jobs, CPU seconds do not",
             "torch": torch.__version__}
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    output_file(out, ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -138,7 +139,7 @@ def main(argv=None) -> int:
     ax.set_ylabel("CPU ms per reconstructed token")
     ax.set_title(f"compressor pre-training step cost ({args.threads} thread, SmolLM2-135M)")
     fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=120)
+    fig.savefig(output_file(out, ".png"), dpi=120)
     return 0
 
 

@@ -51,6 +51,7 @@ import torch
 _ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(_ROOT))
 from benchmarks.efficiency_shapes import SHAPES, random_base  # noqa: E402
+from rhea.storage import output_file  # noqa: E402
 
 DEFAULT_DATA = _ROOT / "data" / "chats.jsonl"
 #: the target: the joint step reaches at least this share of plain SFT's throughput (on a GPU)
@@ -539,8 +540,8 @@ def run(args, models: Models | None = None, *, progress: bool = True) -> dict:
               "target_note": f"the target is >= {TARGET_RATIO}x on a GPU with the real model shape"}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    plot(result, out.with_suffix(".png"))
+    output_file(out, ".json").write_text(json.dumps(result, indent=1) + "\n")
+    plot(result, output_file(out, ".png"))
     return result
 
 

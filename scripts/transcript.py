@@ -26,6 +26,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from rhea.storage import output_file
 
 SCRIPT = [
     "Hi! From now on, answer every question in at most three sentences.",
@@ -213,7 +214,7 @@ def main(argv=None) -> int:
     p.add_argument("--rerender", action="store_true", help="with --policy: rewrite the markdown from the JSON beside --out")
     args = p.parse_args(argv)
     if args.rerender:
-        saved = json.loads(Path(args.out).with_suffix(".json").read_text())
+        saved = json.loads(output_file(Path(args.out), ".json").read_text())
         Path(args.out).write_text(transcript_markdown(saved["turns"], saved["meta"]))
         return 0
     if not 1 <= args.turns <= len(SCRIPT):
@@ -244,7 +245,7 @@ def main(argv=None) -> int:
         rows = run(model, args.policy, turns, args.max_new_tokens, log)
         meta.update(policy=args.policy, wall_s=time.time() - started)
         out.write_text(transcript_markdown(rows, meta))
-        out.with_suffix(".json").write_text(json.dumps({"meta": meta, "turns": rows}, indent=1, ensure_ascii=False))
+        output_file(out, ".json").write_text(json.dumps({"meta": meta, "turns": rows}, indent=1, ensure_ascii=False))
     else:
         results = {}
         for policy in args.policies:  # written after every policy, so a cut-short run keeps what it has
@@ -256,8 +257,8 @@ def main(argv=None) -> int:
                             | {"tiers": r["record"]["tiers"], "instructions": len(r["instructions"]),
                                "seconds": sum(r["latency_s"].values())} for r in rows]
                      for name, rows in results.items()}
-            out.with_suffix(".json").write_text(json.dumps({"meta": meta, "policies": table}, indent=1, ensure_ascii=False))
-    log(f"wrote {out} and {out.with_suffix('.json')}")
+            output_file(out, ".json").write_text(json.dumps({"meta": meta, "policies": table}, indent=1, ensure_ascii=False))
+    log(f"wrote {out} and {output_file(out, '.json')}")
     return 0
 
 

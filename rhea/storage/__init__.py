@@ -10,6 +10,7 @@ from rhea.storage.atomic import (
     fsync_directory,
     locked,
     not_utf8,
+    output_file,
     replace_directory,
     read_text_file,
     readable_directory,
@@ -17,4 +18,4 @@ from rhea.storage.atomic import (
 )
 
 __all__ = ["OutputNotEmptyError", "SaveInProgressError", "StorageError", "atomic_write_bytes", "atomic_write_text", "check_writable_directory", "file_digest", "fsync_directory",
-           "locked", "not_utf8", "read_text_file", "readable_directory", "replace_directory", "sha256_bytes"]
+           "locked", "not_utf8", "output_file", "read_text_file", "readable_directory", "replace_directory", "sha256_bytes"]

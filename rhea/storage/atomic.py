@@ -302,3 +302,25 @@ def read_text_file(path: str | os.PathLike, error: type[Exception], what: str = 
         raise error(f"{what} {path} cannot be read: permission denied") from None
     except UnicodeDecodeError as e:
         raise error(not_utf8(path, e)) from None
+
+
+#: what an output stem may already end in (``--out runs/x.json``): that suffix is replaced, not kept
+OUTPUT_SUFFIXES = (".json", ".png", ".md", ".jsonl", ".csv", ".txt", ".html", ".svg", ".pdf")
+
+
+def output_file(stem: str | os.PathLike, suffix: str) -> Path:
+    """The file `stem` + `suffix` that an ``--out STEM`` option names.
+
+    A dot inside the stem stays (``Path.with_suffix`` would cut the stem there, so two runs named
+    after ``qwen2.5-...`` would both write ``qwen2.json``); a stem that already ends in an output
+    suffix has it replaced.
+
+    >>> str(output_file("runs/fact_recall_qwen2.5-coder-1.5b", ".json"))
+    'runs/fact_recall_qwen2.5-coder-1.5b.json'
+    >>> str(output_file("runs/recall.json", ".png")), str(output_file("runs/recall", ".rows.jsonl"))
+    ('runs/recall.png', 'runs/recall.rows.jsonl')
+    """
+    stem = Path(stem)
+    if stem.suffix.lower() in OUTPUT_SUFFIXES:
+        return stem.with_suffix(suffix)
+    return stem.with_name(stem.name + suffix)
