@@ -50,9 +50,17 @@ class EpisodicMemory:
     """
 
     def __init__(self, compress_fn: Callable[[Sequence[str]], torch.Tensor], *, center: torch.Tensor | None = None,
-                 centering: str = "fixed", score_view: Callable[[torch.Tensor], torch.Tensor] | None = None):
+                 centering: str = "fixed", score_view: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 max_bytes: int | None = None):
         if centering not in CENTERING_MODES:
             raise ValueError(f"centering={centering!r} must be one of {CENTERING_MODES}")
+        #: the most bytes of latents `ensure` keeps: past it, the latents shown least recently are let go (they
+        #: are compressed again if a later plan shows them). None: no bound. Entries stored by `extend` (a
+        #: memory that scores every turn needs every one) are not let go.
+        self.max_bytes = max_bytes
+        self.evictions = 0
+        self._shown: dict[int, int] = {}  # turn -> when `ensure` last asked for it
+        self._clock = 0
         self.compress_fn = compress_fn
         self.center = center
         self.centering = centering
@@ -98,14 +106,37 @@ class EpisodicMemory:
         the replies a plan shows as latents): the ones not stored yet, or stored for a reply that has changed
         since, are compressed in one batch; a stored one is never compressed again. Returns the turns
         compressed now."""
-        todo = sorted({i for i in indices if (e := self.get(i)) is None or e.assistant != turns[i].assistant})
+        indices = sorted(set(indices))
+        self._clock += 1
+        self._shown.update((i, self._clock) for i in indices)
+        todo = [i for i in indices if (e := self.get(i)) is None or e.assistant != turns[i].assistant]
         if not todo:
             return []
         self.entries = [e for e in self.entries if e.turn not in set(todo)]
         for i, lat in zip(todo, self._compress([turns[i].assistant for i in todo])):
             self.entries.append(EpisodicEntry(i, turns[i].user, turns[i].assistant, lat))
         self.entries.sort(key=lambda e: e.turn)
+        self._bound(keep=set(indices))
         return todo
+
+    def nbytes(self) -> int:
+        """Bytes of the latents stored now."""
+        return sum(e.latents.element_size() * e.latents.nelement() for e in self.entries)
+
+    def _bound(self, keep: set[int]) -> None:
+        """Let go of the latents shown least recently (never those in `keep`) until `max_bytes` holds them."""
+        if self.max_bytes is None:
+            return
+        total = self.nbytes()
+        if total <= self.max_bytes:
+            return
+        for entry in sorted((e for e in self.entries if e.turn not in keep), key=lambda e: self._shown.get(e.turn, 0)):
+            if total <= self.max_bytes:
+                break
+            total -= entry.latents.element_size() * entry.latents.nelement()
+            self.entries.remove(entry)
+            self._shown.pop(entry.turn, None)
+            self.evictions += 1
 
     def sync(self, turns: Sequence[Turn]) -> None:
         """Catch up with a conversation: compress only the turns not yet stored (one batch)."""

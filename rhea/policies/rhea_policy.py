@@ -39,6 +39,9 @@ from rhea.policies.base import ContextPolicy
 from rhea.policies.registry import register_policy
 
 FIXED_TIERS = (None, *TIERS)
+#: the default bound on the latents a policy stores when it compresses only the replies its plans show: 1 GiB, about
+#: 640 replies of SmolLM2-135M (1.66 MB each under `states` injection) or 390 of Qwen2.5-Coder-1.5B (2.75 MB)
+DEFAULT_LATENT_BYTES = 1 << 30
 
 
 @register_policy("rhea")
@@ -58,6 +61,10 @@ class RheaPolicy(ContextPolicy):
     recorded compressor fidelity meets the target, or ``latent_tier="on"``. A dropped turn's note
     says why (below every floor, or ranked after the turns the budget keeps). Defaults come from
     ``model.config`` (`RheaConfig`); each keyword overrides one.
+
+    ``latent_bytes``: the most bytes of latents kept when replies are compressed only as plans show them (the
+    default, with a text scorer); past it the latents shown least recently are let go and compressed again if a
+    later plan shows them, so a conversation of thousands of turns holds a bounded memory. None: no bound.
 
     ``recognizer``: "default" (rules, then the MiniLM head), "minilm", "ngram", None (rules
     only), "prompt" (rules, then the paper's YES/NO prompt on this policy's own model, adapters
@@ -103,6 +110,7 @@ class RheaPolicy(ContextPolicy):
         replan_top: int | None = None,
         replan_hidden: str | None = None,
         embedder: Any = None,
+        latent_bytes: int | None = DEFAULT_LATENT_BYTES,
     ):
         super().__init__(tokenizer=tokenizer if tokenizer is not None else getattr(model, "tokenizer", None))
         if not hasattr(model, "compress"):
@@ -164,6 +172,17 @@ class RheaPolicy(ContextPolicy):
         self._seen_queries: set[tuple[int, str]] = set()
         self._token_counts: dict[str, int] = {}
         self._admit_compressed: set[int] = set()  # turns `_admit` compressed while planning (lazy latents)
+        if latent_bytes is not None and (isinstance(latent_bytes, bool) or not isinstance(latent_bytes, int)
+                                         or latent_bytes < 1):
+            raise RheaConfigError(f"latent_bytes={latent_bytes!r} must be a whole number of bytes >= 1 (e.g. "
+                                  f"{DEFAULT_LATENT_BYTES}, 1 GiB), or None for no bound")
+        self.latent_bytes = latent_bytes
+        self._bound_latents()
+
+    def _bound_latents(self) -> None:
+        """Bound the stored latents by `latent_bytes` when replies are compressed only as plans show them (a
+        reply let go is compressed again if a later plan shows it); a memory that scores every turn keeps all."""
+        self.episodic.max_bytes = None if self.compresses_every_reply else self.latent_bytes
 
     def config(self) -> dict:
         """Constructor arguments that rebuild this policy (a saved session reloads with them)."""
@@ -174,6 +193,7 @@ class RheaPolicy(ContextPolicy):
                 "rrf_k": self.rrf_k, "dense_floor": r.dense_floor, "dense_high": r.dense_high, "tier_mode": r.mode,
                 "max_raw": r.max_raw, "max_latent": r.max_latent, "recent_raw": r.recent_raw, "latent_tier": self.latent_tier,
                 "replan_every": self.replan_every, "replan_top": self.replan_top, "replan_hidden": self.replan_hidden,
+                **({"latent_bytes": self.latent_bytes} if self.latent_bytes != DEFAULT_LATENT_BYTES else {}),
                 **({"recognizer": self.recognizer_name} if self.recognizer_name not in (None, "default") else {})}
 
     def retrieval_mode(self) -> dict:
@@ -446,6 +466,7 @@ class RheaPolicy(ContextPolicy):
         self.im = InstructionalMemory()
         self.episodic = EpisodicMemory(self.model.compress_replies, center=self.episodic.center, centering=self.episodic.centering,
                                        score_view=self.episodic.score_view)
+        self._bound_latents()
         self._seen_queries.clear()
         self._bm25 = None
         self._plan = None

@@ -251,3 +251,41 @@ def test_a_dropped_turn_says_why(tiny_model):
         else:
             assert "dropped: below every floor (bm25 0: no word shared)" in d.note
     assert any("below every floor" in d.note for d in plan.decisions.turns)
+
+
+def test_latent_bytes_bounds_the_latents_a_long_conversation_keeps(tiny_model):
+    """Plans that show other turns as latents, question after question: past `latent_bytes` the latents shown least
+    recently are let go (never the current plan's), a turn shown again is compressed again, and the tiers chosen
+    are the unbounded policy's."""
+    queries = [f"what about {t.split()[1]} ?" for t in TOPICS]
+    kw = dict(scorer="fused", latent_tier="on", max_raw=2, max_latent=3, replan_every=1)
+    free = _policy(tiny_model, latent_bytes=None, **kw)
+    plans_free = [free.build(CONV, q) for q in queries]
+    one = free.episodic.entries[0].latents
+    bound = 3 * one.element_size() * one.nelement()
+    held = _policy(tiny_model, latent_bytes=bound, **kw)
+    assert held.episodic.max_bytes == bound and held.config()["latent_bytes"] == bound
+    for q, ref in zip(queries, plans_free):
+        plan = held.build(CONV, q)
+        assert [d.tier for d in plan.decisions.turns] == [d.tier for d in ref.decisions.turns]
+        shown = {d.turn for d in plan.decisions.turns if d.tier == "latent"}
+        assert shown <= {e.turn for e in held.episodic.entries}  # what the plan shows is held
+        assert held.episodic.nbytes() <= max(bound, len(shown) * one.element_size() * one.nelement())
+    assert len(free.episodic) > 3 and held.episodic.evictions > 0
+    assert held.episodic.compress_calls >= free.episodic.compress_calls
+    # held again, the first question's latents are compressed anew: the same values
+    first = {d.turn for d in plans_free[0].decisions.turns if d.tier == "latent"}
+    held.build(CONV, queries[0])
+    for turn in first:
+        torch.testing.assert_close(held.episodic.get(turn).latents, free.episodic.get(turn).latents, rtol=1e-5, atol=1e-5)
+
+
+def test_a_memory_that_scores_every_turn_is_not_bounded(tiny_model):
+    policy = _policy(tiny_model, scorer="latent", latent_tier="on", latent_bytes=1)
+    assert policy.compresses_every_reply and policy.episodic.max_bytes is None and len(policy.episodic) == len(CONV)
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, "1GB", True])
+def test_bad_latent_bytes_is_a_named_error(tiny_model, bad):
+    with pytest.raises(RheaConfigError, match="latent_bytes"):
+        get_policy("rhea", model=tiny_model, latent_bytes=bad)
