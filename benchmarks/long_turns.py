@@ -25,7 +25,7 @@ the model's own (its budget is what every plan must fit; recorded in the JSON); 
 generators keep the model's window.
 
 Writes ``<out>.json`` (the summary) and ``<out>.rows.jsonl`` (one row per policy and turn). A
-rerun with the same ``--out`` skips the policies already complete in the rows file.
+rerun with the same ``--out`` skips the policies already complete in the rows file (plain or gzipped).
 """
 from __future__ import annotations
 
@@ -185,7 +185,9 @@ def main(argv=None) -> int:
                              f"choose from {', '.join(available_policies())} or all")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows_path = out.with_name(out.name + ".rows.jsonl")
+    from rhea.eval.report import unpack_stored
+
+    rows_path = unpack_stored(out.with_name(out.name + ".rows.jsonl"))  # a committed run's rows are gzipped
     done: dict[str, list[dict]] = {}
     if rows_path.exists():
         for line in rows_path.read_text(encoding="utf-8").splitlines():
