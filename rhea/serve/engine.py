@@ -85,22 +85,15 @@ class StopFilter:
         return out
 
 
-def _settle(future: concurrent.futures.Future, value) -> None:
-    """Resolve `future` with `value` unless it is already resolved (a job answered 503 by `Engine.close`)."""
-    if not future.done():
-        try:
-            future.set_result(value)
-        except concurrent.futures.InvalidStateError:
-            pass
-
-
-def _fail(future: concurrent.futures.Future, error: BaseException) -> None:
-    """Fail `future` with `error` unless it is already resolved."""
-    if not future.done():
-        try:
-            future.set_exception(error)
-        except concurrent.futures.InvalidStateError:
-            pass
+def _resolve(future: concurrent.futures.Future, value=None, *, error: BaseException | None = None) -> None:
+    """Resolve `future` with `value` (or fail it with `error`) unless it is already resolved (a job answered 503
+    by `Engine.close`)."""
+    if future.done():
+        return
+    try:
+        future.set_result(value) if error is None else future.set_exception(error)
+    except concurrent.futures.InvalidStateError:  # resolved by another thread in between
+        pass
 
 
 @dataclass
@@ -320,11 +313,11 @@ class Engine:
                 job.cancelled.set()
             self._cv.notify_all()
         for job in running:  # answered now, not when the worker next looks (a long prefill cannot be stopped)
-            _fail(job.future, self._stopped("while it ran"))
+            _resolve(job.future, error=self._stopped("while it ran"))
         for job in waiting:
             job.cancelled.set()
             if not job.future.done():
-                _fail(job.future, APIError("the server is shutting down", status=503, type="server_error",
+                _resolve(job.future, error=APIError("the server is shutting down", status=503, type="server_error",
                                                   code="shutting_down"))
         if self._thread is not None:
             self._thread.join(timeout=timeout)
@@ -347,7 +340,7 @@ class Engine:
             job.cancelled.set()
             if job in self._jobs:
                 self._jobs.remove(job)
-                _fail(job.future, RequestCancelled("the client disconnected before the request was answered"))
+                _resolve(job.future, error=RequestCancelled("the client disconnected before the request was answered"))
             self.cancelled += 1
         return True
 
@@ -466,7 +459,7 @@ class Engine:
                 if len(job.pending) >= self.YIELD_MIN_PENDING and self._requeue_if_smaller_waiting(job):
                     return False
         except RheaError as e:
-            _fail(job.future, e)
+            _resolve(job.future, error=e)
             return False
         return True
 
@@ -531,7 +524,7 @@ class Engine:
                 log.exception("worker failed on a batch of %d", len(batch))
                 for job in batch:
                     if not job.future.done():
-                        _fail(job.future, e)
+                        _resolve(job.future, error=e)
             with self._cv:
                 self._running = []
             if batch:
@@ -660,7 +653,7 @@ class Engine:
             if staged.answered is None:
                 self._check_fits(staged.plan, max_new)
         except RheaError as e:
-            _fail(job.future, e)
+            _resolve(job.future, error=e)
             return
         filt = StopFilter(request.stop)
         if job.on_event is not None:
@@ -688,7 +681,7 @@ class Engine:
                                      prefix_cache=cache, stopping_criteria=StoppingCriteriaList([_StopWhenCancelled(job)]),
                                      **self._gen_kwargs(request))
             if job.cancelled.is_set():
-                _fail(job.future, self._stopped("while the reply was generated"))
+                _resolve(job.future, error=self._stopped("while the reply was generated"))
                 return
             answer = self._answer(job, staged, gen.text, gen.new_tokens, gen.prompt_tokens,
                                   {**gen.timings, "batch_rows": 1.0}, filt)
@@ -697,7 +690,7 @@ class Engine:
             if rest:
                 job.on_event("text", rest)
         self.served += 1
-        _settle(job.future, answer)
+        _resolve(job.future, answer)
 
     def _batch(self, jobs: list[Job]) -> None:
         from rhea.session.batch import generate_batch
@@ -712,12 +705,12 @@ class Engine:
                 staged = self.rebuild(job.request, job.bounded)
                 if staged.answered is not None:
                     n_new = len(self.model.tokenizer(staged.answered, add_special_tokens=False)["input_ids"])
-                    _settle(job.future, self._answer(job, staged, staged.answered, n_new,
+                    _resolve(job.future, self._answer(job, staged, staged.answered, n_new,
                                                        staged.plan.ledger.text_tokens, {}))
                     continue
                 self._check_fits(staged.plan, max_new)
             except RheaError as e:
-                _fail(job.future, e)
+                _resolve(job.future, error=e)
                 continue
             # the plan is self-contained (messages + latents); the conversation is the request's own
             groups.setdefault(self.session._adapter_for(staged.plan), []).append((job, staged))
@@ -732,7 +725,7 @@ class Engine:
             for (job, staged), gen in zip(rows, gens):
                 answer = self._answer(job, staged, gen.text, gen.new_tokens, gen.prompt_tokens, dict(gen.timings))
                 self.served += 1
-                _settle(job.future, answer)
+                _resolve(job.future, answer)
 
 
 __all__ = ["Answer", "Engine", "RequestCancelled", "RequestLimits", "StopFilter", "rhea_usage"]
