@@ -114,8 +114,7 @@ def run_policy(model, name: str, texts, args, write_row) -> dict:
     if args.window is not None:
         chat.token_budget = measure_budget(chat.tokenizer, args.window, args.max_new_tokens)
     limit = chat.token_budget.prompt_tokens if chat.token_budget is not None else None
-    summary = {"turns": 0, "answered": 0, "over_window": 0, "peak_rendered_tokens": 0, "budget_recorded": 0,
-               "dropped_turns_last": 0, "prompt_limit": limit, "plan_s": 0.0, "generate_s": 0.0}
+    rows = []
     t_policy = time.perf_counter()
     for i, (user, reply) in enumerate(texts):
         staged = chat.begin_turn(user)
@@ -139,36 +138,26 @@ def run_policy(model, name: str, texts, args, write_row) -> dict:
                "new_tokens": new_tokens, "plan_s": round(staged.t_plan, 4), "generate_s": round(t_gen, 4),
                "bytes_held": chat.bytes_held()}
         write_row(row)
-        summary["turns"] += 1
-        summary["answered"] += row["answered"]
-        summary["over_window"] += limit is not None and n > limit
-        summary["peak_rendered_tokens"] = max(summary["peak_rendered_tokens"], n)
-        summary["budget_recorded"] += row["budget_recorded"]
-        summary["dropped_turns_last"] = row["dropped"] or 0
-        summary["plan_s"] += staged.t_plan
-        summary["generate_s"] += t_gen
-    summary["answered_asked"] = sum(1 for i in range(len(texts)) if i % args.answer_every == 0 or i == len(texts) - 1)
+        rows.append(row)
+    summary = summarize_rows(rows, len(texts))
     summary["seconds"] = round(time.perf_counter() - t_policy, 1)
-    summary["plan_s"], summary["generate_s"] = round(summary["plan_s"], 1), round(summary["generate_s"], 1)
-    summary["bytes_held_last"] = sum(row["bytes_held"].values())
-    summary["ok"] = (summary["over_window"] == 0 and summary["answered"] == summary["answered_asked"]
-                     and summary["budget_recorded"] == summary["turns"] == len(texts))
     return summary
 
 
 def summarize_rows(rows: list[dict], n_turns: int) -> dict:
-    """A policy's summary from its rows (a resumed run's policies done before)."""
+    """A policy's summary from its rows (the run's own, or a resumed run's policies done before)."""
     limit = rows[0]["prompt_limit"]
     over = sum(1 for r in rows if limit is not None and r["rendered_tokens"] > limit)
-    return {"turns": len(rows), "answered": sum(r["answered"] for r in rows),
-            "answered_asked": sum(1 for r in rows if r["new_tokens"] is not None),
+    asked = [r for r in rows if r["answered"]]
+    return {"turns": len(rows), "answered": sum(r["new_tokens"] is not None for r in asked),
+            "answered_asked": len(asked),
             "over_window": over, "peak_rendered_tokens": max(r["rendered_tokens"] for r in rows),
             "budget_recorded": sum(r["budget_recorded"] for r in rows), "prompt_limit": limit,
             "dropped_turns_last": rows[-1]["dropped"] or 0,
             "plan_s": round(sum(r["plan_s"] for r in rows), 1), "generate_s": round(sum(r["generate_s"] for r in rows), 1),
             "bytes_held_last": sum(rows[-1]["bytes_held"].values()),
             "ok": over == 0 and len(rows) == n_turns and all(r["budget_recorded"] for r in rows)
-            and all(r["answered"] for r in rows if r["new_tokens"] is not None), "resumed": True}
+            and all(r["new_tokens"] is not None for r in asked)}
 
 
 def main(argv=None) -> int:
@@ -210,7 +199,7 @@ def main(argv=None) -> int:
               "torch": torch.__version__, "machine": platform.machine(), "policies": {}}
     for name in names:
         if name in complete:
-            result["policies"][name] = summarize_rows(done[name], args.turns)
+            result["policies"][name] = {**summarize_rows(done[name], args.turns), "resumed": True}
             continue
         with open(rows_path, "a", encoding="utf-8") as f:
             def write_row(row, f=f):
