@@ -5,8 +5,9 @@ what they give back in prompt reuse, on real multi-session conversations.
 the session's prefix KV cache reuses little of it (docs/reports/quality.md, "Efficiency with the trained adapters": 22% of the
 prompt on Qwen2.5-Coder-1.5B against vanilla's 97%). With ``replan_every`` k a plan is kept for up to k - 1 more
 queries (newer turns appended raw), and with ``replan_top`` m the query is still scored, and each of its m best turns
-that a fresh plan would show raw but the kept plan hides is recalled raw after the newest turn
-(``replan_hidden="recall"``, the prompt changes at its end) or makes a fresh plan at once (``"replan"``).
+that a fresh plan would show raw but the kept plan hides is recalled raw after the newest turn and stays there
+until the next fresh plan (``replan_hidden="recall"``, the prompt grows at its end) or makes a fresh plan at once
+(``"replan"``).
 
 The questions are `benchmarks/retrieval_recall.py`'s (TopiOCQA topic returns, MultiWOZ / SGD slot carry-overs, each
 needing one earlier turn, inside a history of ``--sessions`` other conversations; both of its layouts). For each
@@ -18,9 +19,9 @@ Reported per (k, m), with 95% bootstrap intervals over questions and the paired 
 * ``needed_kept_raw``: at the question, a needed turn is raw text, in place or recalled (what HCR is for);
 * ``needed_all_dropped``: at the question, every needed turn is dropped (and not recalled);
 * ``fresh_share``: steps of the walk that made a fresh plan;
-* ``reuse_share``: per step, the share of the prompt's history (raw turns by characters, a latent turn as 64, then
-  the recalled copies) before the first turn whose tier changed since the previous step, i.e. what a prefix KV cache
-  can reuse; vanilla's is 1;
+* ``reuse_share``: per step, the share of the prompt's history (raw turns and recalled copies by characters, a latent
+  turn as 64, in the prompt's order) before its first difference from the previous step's prompt and reply, i.e.
+  what a prefix KV cache can reuse; vanilla's is 1;
 * ``raw_turns_per_step`` (recalled copies included) and ``recalled_turns_per_step``: what the prompt carries.
 
 No model runs: the numbers are the plans'. What they cost in seconds on a real model is measured by the efficiency
@@ -64,44 +65,62 @@ def walk(texts: list[str], queries: list[str], scores_at, rule: TierRule, every:
     """One step per query: ``queries[t]`` against ``texts[:t]`` for t = 1..len(queries)-1 (step 0 has no history).
 
     ``scores_at(t)`` gives the fused scores and the components of the query of step t over ``texts[:t]``.
-    Returns, per step, the tiers in place, the turns recalled after the newest, and whether the plan was fresh,
-    following `RheaPolicy._planned` (``hidden``: `RheaConfig.replan_hidden`).
+    Returns, per step, the tiers in place, the turns shown as recalled copies and where (``copies``: ``[turn,
+    after]``, a copy following turn ``after``, the newest turn when it was first recalled, until the next fresh
+    plan), and whether the plan was fresh, following `RheaPolicy._planned` (``hidden``: `RheaConfig.replan_hidden`).
     """
     plan_at, plan_tiers, out = None, None, []
+    copies: dict[int, int] = {}
     for t in range(1, len(queries)):
         score, comps = scores_at(t)
         fresh = assign_tiers(score, comps, rule)
-        kept, recalled = None, []
+        kept = None
         if every > 1 and plan_at is not None and t - plan_at < every:
             kept = plan_tiers + ["raw"] * (t - plan_at)
             missing = hidden_best(kept, fresh, score, top)
             if missing and hidden == "replan":
                 kept = None
             else:
-                recalled = sorted(missing)
+                for turn in missing:
+                    copies.setdefault(turn, t - 1)
         if kept is None:
-            plan_at, plan_tiers = t, list(fresh)
-        out.append({"t": t, "tiers": kept if kept is not None else list(fresh), "recalled": recalled,
-                    "fresh": kept is None})
+            plan_at, plan_tiers, copies = t, list(fresh), {}
+        out.append({"t": t, "tiers": kept if kept is not None else list(fresh), "recalled": sorted(copies),
+                    "copies": sorted([turn, after] for turn, after in copies.items()), "fresh": kept is None})
     return out
 
 
-def reuse_share(prev: list[str] | None, now: list[str], sizes: list[int], prev_recalled: list[int] = (),
-                now_recalled: list[int] = ()) -> float | None:
-    """Share of `now`'s prompt history (its turns in place, then its recalled copies) before the first turn whose
-    tier differs from `prev`'s. The turn added since `prev` counts as reused when nothing before it changed and
-    `prev` recalled nothing: the cache holds the last prompt and reply, and recalled copies sat between them."""
+def prompt_items(tiers: list[str], copies=()) -> list[tuple[int, str]]:
+    """The prompt's history in order, as `rhea.policies.assemble_plan` lays it out: each turn shown in place
+    ``(turn, tier)``, each recalled copy ``(turn, "copy")`` after the turn it follows."""
+    after_of: dict[int, list[int]] = {}
+    for turn, after in sorted(copies):
+        after_of.setdefault(min(after, len(tiers) - 1), []).append(turn)
+    items = []
+    for i, tier in enumerate(tiers):
+        if tier != "drop":
+            items.append((i, tier))
+        items += [(j, "copy") for j in after_of.get(i, ())]
+    return items
+
+
+def reuse_share(prev: list[str] | None, now: list[str], sizes: list[int], prev_copies=(), now_copies=()) -> float | None:
+    """Share of `now`'s prompt history (`prompt_items`: turns in place and recalled copies, by size) that a prefix
+    cache holding `prev`'s prompt and reply reuses: the common prefix of `now`'s items and `prev`'s followed by the
+    turn added since (the last query and its reply, in place)."""
     if prev is None:
         return None
-    unit = lambda i, tier: sizes[i] if tier == "raw" else LATENT_UNITS if tier == "latent" else 0  # noqa: E731
-    total = sum(unit(i, tier) for i, tier in enumerate(now)) + sum(sizes[i] for i in now_recalled)
+    size = lambda item: LATENT_UNITS if item[1] == "latent" else sizes[item[0]]  # noqa: E731
+    items = prompt_items(now, now_copies)
+    total = sum(size(x) for x in items)
     if total == 0:
         return 1.0
+    cached = prompt_items(prev, prev_copies) + [(len(prev), "raw")]
     reused = 0
-    for i, tier in enumerate(now):
-        if (i < len(prev) and prev[i] != tier) or (i >= len(prev) and prev_recalled):
+    for a, b in zip(cached, items):
+        if a != b:
             break
-        reused += unit(i, tier)
+        reused += size(b)
     return reused / total
 
 
@@ -180,7 +199,7 @@ def main(argv=None) -> None:
                 row["kept"].append(any(last[j] == "raw" or j in recalled for j in ep.needed))
                 row["dropped"].append(all(last[j] == "drop" and j not in recalled for j in ep.needed))
                 row["fresh"].append(np.mean([s["fresh"] for s in steps]))
-                shares = [reuse_share(a["tiers"], b["tiers"], sizes, a["recalled"], b["recalled"])
+                shares = [reuse_share(a["tiers"], b["tiers"], sizes, a["copies"], b["copies"])
                           for a, b in zip(steps, steps[1:])]
                 row["reuse"].append(float(np.mean(shares)) if shares else 1.0)
                 row["raw"].append(float(np.mean([s["tiers"].count("raw") + len(s["recalled"]) for s in steps])))

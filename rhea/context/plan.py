@@ -31,15 +31,21 @@ class TurnDecision:
     note: str = ""
     #: every component score behind `score` (e.g. {"latent": .., "bm25": .., "dense": ..}); empty when there is one
     components: dict[str, float] = field(default_factory=dict)
-    #: also shown as raw text after the newest turn, right before the query (a turn the query needs that the plan
-    #: kept from an earlier query hides: `RheaConfig.replan_hidden = "recall"`); `tier` is where it sits in order
+    #: also shown as raw text after a later turn (a turn a query needs that the plan kept from an earlier query
+    #: hides: `RheaConfig.replan_hidden = "recall"`); `tier` is where it sits in order
     recalled: bool = False
+    #: with `recalled`: the turn its copy follows, the newest turn when it was first recalled, so the copy keeps
+    #: its place while the plan is kept and each prompt extends the last (None: after the newest turn)
+    recalled_after: int | None = None
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
             raise InvalidTurnError(f"tier={self.tier!r} must be one of {TIERS}")
         if isinstance(self.turn, bool) or not isinstance(self.turn, int) or self.turn < 0:
             raise InvalidTurnError(f"TurnDecision.turn={self.turn!r} must be a turn index >= 0")
+        after = self.recalled_after
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
+            raise InvalidTurnError(f"TurnDecision.recalled_after={after!r} must be a turn index >= 0 or None")
 
 
 @dataclass

@@ -51,13 +51,17 @@ class EpisodicMemory:
 
     def __init__(self, compress_fn: Callable[[Sequence[str]], torch.Tensor], *, center: torch.Tensor | None = None,
                  centering: str = "fixed", score_view: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 max_bytes: int | None = None):
+                 max_bytes: int | None = None,
+                 store_dtype: torch.dtype | Callable[[], torch.dtype] | None = None):
         if centering not in CENTERING_MODES:
             raise ValueError(f"centering={centering!r} must be one of {CENTERING_MODES}")
         #: the most bytes of latents `ensure` keeps: past it, the latents shown least recently are let go (they
         #: are compressed again if a later plan shows them). None: no bound. Entries stored by `extend` (a
         #: memory that scores every turn needs every one) are not let go.
         self.max_bytes = max_bytes
+        #: the dtype stored latents are kept in (or a callable giving it, e.g. the model's dtype at the time);
+        #: None keeps float32. Scores are computed in float32 whatever is stored.
+        self.store_dtype = store_dtype
         self.evictions = 0
         self._shown: dict[int, int] = {}  # turn -> when `ensure` last asked for it
         self._clock = 0
@@ -84,11 +88,16 @@ class EpisodicMemory:
         finally:
             self.compress_seconds += time.perf_counter() - t0
 
+    def _stored(self, latents: torch.Tensor) -> torch.Tensor:
+        """`latents` in the dtype this memory stores."""
+        dtype = self.store_dtype() if callable(self.store_dtype) else self.store_dtype
+        return latents if dtype is None or latents.dtype == dtype else latents.to(dtype)
+
     def extend(self, turns: Sequence[Turn]) -> None:
         """Compress the replies of `turns` in one batch and store them as the next entries."""
         if not turns:
             return
-        latents = self._compress([t.assistant for t in turns])
+        latents = [self._stored(x) for x in self._compress([t.assistant for t in turns])]
         for turn, lat in zip(turns, latents):
             self.entries.append(EpisodicEntry(len(self.entries), turn.user, turn.assistant, lat))
 
@@ -114,7 +123,7 @@ class EpisodicMemory:
             return []
         self.entries = [e for e in self.entries if e.turn not in set(todo)]
         for i, lat in zip(todo, self._compress([turns[i].assistant for i in todo])):
-            self.entries.append(EpisodicEntry(i, turns[i].user, turns[i].assistant, lat))
+            self.entries.append(EpisodicEntry(i, turns[i].user, turns[i].assistant, self._stored(lat)))
         self.entries.sort(key=lambda e: e.turn)
         self._bound(keep=set(indices))
         return todo
@@ -156,7 +165,7 @@ class EpisodicMemory:
 
     def _scored(self, query: str | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         vq = self.query_latents(query) if isinstance(query, str) else self.score_view(query.float())
-        return vq, stack_rows([self.score_view(e.latents).to(vq.device) for e in self.entries])
+        return vq, stack_rows([self.score_view(e.latents).to(vq.device, torch.float32) for e in self.entries])
 
     def score(self, query: str | torch.Tensor) -> torch.Tensor:
         """Scores ``[T]`` of every stored turn against `query` (text, or its ``[n, hidden]`` latents)."""
@@ -187,7 +196,7 @@ class EpisodicMemory:
             return None
         if self.centering == "fixed":
             return self.center
-        seen = [self.score_view(e.latents) for e in self.entries] + \
+        seen = [self.score_view(e.latents).float() for e in self.entries] + \
             ([self.score_view(query_latents.float())] if query_latents is not None else [])
         if not seen:
             return None
@@ -226,4 +235,4 @@ class EpisodicMemory:
               or list(turns) != sorted(set(turns))):
             raise ValueError("episodic state is inconsistent: 'turns' must give one distinct turn index >= 0 per "
                              "entry, in increasing order")
-        self.entries = [EpisodicEntry(t, u, a, latents[i]) for i, (t, u, a) in enumerate(zip(turns, users, assistants))]
+        self.entries = [EpisodicEntry(t, u, a, self._stored(latents[i])) for i, (t, u, a) in enumerate(zip(turns, users, assistants))]

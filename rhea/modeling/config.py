@@ -190,7 +190,8 @@ class RheaConfig:
     #: whatever the query needs, for `replan_every` turns)
     replan_top: int = 10
     #: what a kept plan does with those hidden best turns: "recall" (default: show them raw after the newest turn,
-    #: right before the query, so the prompt changes only at its end) or "replan" (make a fresh plan now)
+    #: right before the query, and keep each copy there until the next fresh plan, so every prompt extends the last)
+    #: or "replan" (make a fresh plan now)
     replan_hidden: str = "recall"
     #: compress a reply in consecutive pieces of at most this many tokens, `n_mem` latents each (ICAE's long-context
     #: use; a turn's latent then holds ceil(tokens / compress_chunk_tokens) x n_mem rows), so a compressor trained on

@@ -69,8 +69,10 @@ def assemble_plan(
     `decisions` must hold exactly one `TurnDecision` per past turn, so no turn leaves the
     context without a recorded reason. "raw" turns keep both texts; "latent" turns keep the
     user text and put `latents[turn]` in place of the reply; "drop" turns are left out.
-    A decision with ``recalled`` also shows its turn as raw text after the newest turn (in turn order), whatever
-    its tier in place, so a plan kept from an earlier query changes only at its end.
+    A decision with ``recalled`` also shows its turn as raw text, whatever its tier in place, after the turn
+    ``recalled_after`` names (after the newest turn when it is None or names no earlier turn; copies after one
+    turn in turn order): a plan kept from an earlier query keeps each copy where it first appeared, so the
+    prompt of the next query extends this one and the history cache reuses all of it.
     A turn whose meta places it in a session (`rhea.context.conversation.session_header`) opens its user
     message with that header wherever it is shown away from its place: the first turn shown, the first
     of its session, the first after dropped turns, and every recalled turn, so a question about when
@@ -96,13 +98,29 @@ def assemble_plan(
     full_tokens = count_tokens(system_text, tokenizer) + count_tokens(query, tokenizer)
     latent_slots = dropped = 0
     shown_before = None  # the index of the last turn shown in place
+    newest = len(conversation) - 1
+    copies: dict[int, list[TurnDecision]] = {}  # recalled copies by the turn they follow
+    for d in sorted((d for d in decisions if d.recalled), key=lambda d: d.turn):
+        after = d.recalled_after if d.recalled_after is not None and d.recalled_after < newest else newest
+        copies.setdefault(after, []).append(d)
+
+    def recalled_after(index: int) -> None:
+        nonlocal text_tokens
+        for d in copies.get(index, ()):
+            turn = conversation[d.turn]
+            user, header_tokens = _placed(turn, True, tokenizer)
+            messages.extend([{"role": "user", "content": user}, {"role": "assistant", "content": turn.assistant}])
+            sources.extend([d.turn, d.turn])
+            text_tokens += header_tokens + count_tokens(turn.user, tokenizer) + count_tokens(turn.assistant, tokenizer)
+
     for index, turn in enumerate(conversation):
         turn_tokens = count_tokens(turn.user, tokenizer) + count_tokens(turn.assistant, tokenizer)
         opens_session = index == 0 or session_of(turn) != session_of(conversation[index - 1])
         full_tokens += turn_tokens + (_header_tokens(turn, tokenizer) if opens_session else 0)
         tier = by_turn[index].tier
         if tier == "drop":
-            dropped += not by_turn[index].recalled  # a recalled turn is in the context, after the newest
+            dropped += not by_turn[index].recalled  # a recalled turn is in the context, as its copy
+            recalled_after(index)
             continue
         user, header_tokens = _placed(turn, opens_session or shown_before != index - 1, tokenizer)
         shown_before = index
@@ -118,12 +136,7 @@ def assemble_plan(
             messages.append({"role": "assistant", "content": [latents[index]]})
             text_tokens += count_tokens(turn.user, tokenizer)
             latent_slots += latents[index].n_slots
-    for d in sorted((d for d in decisions if d.recalled), key=lambda d: d.turn):
-        turn = conversation[d.turn]
-        user, header_tokens = _placed(turn, True, tokenizer)
-        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": turn.assistant}]
-        sources += [d.turn, d.turn]
-        text_tokens += header_tokens + count_tokens(turn.user, tokenizer) + count_tokens(turn.assistant, tokenizer)
+        recalled_after(index)
     messages.append({"role": "user", "content": query})
     sources.append(None)
     text_tokens += count_tokens(query, tokenizer)

@@ -40,8 +40,11 @@ from rhea.policies.registry import register_policy
 
 FIXED_TIERS = (None, *TIERS)
 #: the default bound on the latents a policy stores when it compresses only the replies its plans show: 1 GiB, about
-#: 640 replies of SmolLM2-135M (1.66 MB each under `states` injection) or 390 of Qwen2.5-Coder-1.5B (2.75 MB)
+#: 640 replies of SmolLM2-135M in float32 (1.66 MB each under `states` injection) or 780 of Qwen2.5-Coder-1.5B in
+#: bfloat16 (1.38 MB)
 DEFAULT_LATENT_BYTES = 1 << 30
+#: what `RheaPolicy(latent_dtype=...)` accepts: "model" (the model's dtype) or a dtype's name
+LATENT_DTYPES = {"model": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @register_policy("rhea")
@@ -65,6 +68,11 @@ class RheaPolicy(ContextPolicy):
     ``latent_bytes``: the most bytes of latents kept when replies are compressed only as plans show them (the
     default, with a text scorer); past it the latents shown least recently are let go and compressed again if a
     later plan shows them, so a conversation of thousands of turns holds a bounded memory. None: no bound.
+
+    ``latent_dtype``: the dtype stored latents are kept in: "model" (default: the model's own dtype, the one
+    they are injected in, so bfloat16 on a bfloat16 model, half the bytes of float32 and nothing lost), or
+    "float32", "bfloat16", "float16" (bfloat16 on a float32 model halves what Rhea holds, rounding what the
+    generate pass reads). Scores are computed in float32 whatever is stored.
 
     ``recognizer``: "default" (rules, then the MiniLM head), "minilm", "ngram", None (rules
     only), "prompt" (rules, then the paper's YES/NO prompt on this policy's own model, adapters
@@ -111,6 +119,7 @@ class RheaPolicy(ContextPolicy):
         replan_hidden: str | None = None,
         embedder: Any = None,
         latent_bytes: int | None = DEFAULT_LATENT_BYTES,
+        latent_dtype: str = "model",
     ):
         super().__init__(tokenizer=tokenizer if tokenizer is not None else getattr(model, "tokenizer", None))
         if not hasattr(model, "compress"):
@@ -166,9 +175,13 @@ class RheaPolicy(ContextPolicy):
             recognizer = InstructionRecognizer(recognizer) if self.use_im else None
         self.recognizer = recognizer
         self.im = InstructionalMemory()
+        if not isinstance(latent_dtype, str) or latent_dtype not in LATENT_DTYPES:
+            raise RheaConfigError(f"latent_dtype={latent_dtype!r} must be one of {sorted(LATENT_DTYPES)} (\"model\": "
+                                  "the model's own dtype)")
+        self.latent_dtype = latent_dtype
         center = torch.tensor(cfg.latent_center) if cfg.latent_center is not None else None
         self.episodic = EpisodicMemory(model.compress_replies, center=center, centering=getattr(cfg, "latent_centering", "fixed"),
-                                       score_view=model.score_view)
+                                       score_view=model.score_view, store_dtype=self._store_dtype)
         self._seen_queries: set[tuple[int, str]] = set()
         self._token_counts: dict[str, int] = {}
         self._admit_compressed: set[int] = set()  # turns `_admit` compressed while planning (lazy latents)
@@ -178,6 +191,10 @@ class RheaPolicy(ContextPolicy):
                                   f"{DEFAULT_LATENT_BYTES}, 1 GiB), or None for no bound")
         self.latent_bytes = latent_bytes
         self._bound_latents()
+
+    def _store_dtype(self) -> torch.dtype:
+        """The dtype the episodic memory stores latents in (`latent_dtype`; "model" follows the model's dtype)."""
+        return LATENT_DTYPES[self.latent_dtype] or self.model.dtype
 
     def _bound_latents(self) -> None:
         """Bound the stored latents by `latent_bytes` when replies are compressed only as plans show them (a
@@ -194,6 +211,7 @@ class RheaPolicy(ContextPolicy):
                 "max_raw": r.max_raw, "max_latent": r.max_latent, "recent_raw": r.recent_raw, "latent_tier": self.latent_tier,
                 "replan_every": self.replan_every, "replan_top": self.replan_top, "replan_hidden": self.replan_hidden,
                 **({"latent_bytes": self.latent_bytes} if self.latent_bytes != DEFAULT_LATENT_BYTES else {}),
+                **({"latent_dtype": self.latent_dtype} if self.latent_dtype != "model" else {}),
                 **({"recognizer": self.recognizer_name} if self.recognizer_name not in (None, "default") else {})}
 
     def retrieval_mode(self) -> dict:
@@ -365,8 +383,8 @@ class RheaPolicy(ContextPolicy):
         changed (the prompt changes from its start anyway), or when the turns the plan covered are no longer the conversation's first turns.
         With ``replan_top`` m > 0 the query is still scored (milliseconds), and each of its m best turns that a
         fresh plan shows raw but the kept plan hides (`hidden_best`) is, under ``replan_hidden="recall"``, shown raw
-        after the newest turn for this query only (the prompt changes at its end), or, under ``"replan"``, the
-        reason for a fresh plan now.
+        after the newest turn and stays there, as a copy at that place, until the next fresh plan (so the prompt
+        still only grows at its end), or, under ``"replan"``, the reason for a fresh plan now.
         """
         n, k, plan = len(conversation), self.replan_every, self._plan
         system = self.im.render() if self.use_im else ""
@@ -389,11 +407,22 @@ class RheaPolicy(ContextPolicy):
             else:
                 plan["queries"] = plan.get("queries", 0) + 1
                 label = f"kept from the plan at turn {at} (re-planned every {k} turns)"
-                recall = " and recalled raw after the newest turn (one of the query's best)"
                 if fresh is None:
                     return [dataclasses.replace(d, note=f"{label}: {d.note}") for d in kept], None
-                return [dataclasses.replace(f, tier=d.tier, recalled=d.turn in hidden,
-                                            note=f"{label} as {d.tier}{recall if d.turn in hidden else ''}; now: {f.note}")
+                copies = dict(plan.get("recalled", ()))  # turn -> the turn its copy follows, while the plan is kept
+                for turn in hidden:
+                    copies.setdefault(turn, n - 1)
+                plan["recalled"] = sorted(copies.items())
+
+                def recall(turn: int) -> str:
+                    if turn not in copies:
+                        return ""
+                    if copies[turn] == n - 1:
+                        return " and recalled raw after the newest turn (one of the query's best)"
+                    return (f" and recalled raw after turn {copies[turn]}, where an earlier query's best placed it "
+                            "(kept there until the next plan)")
+                return [dataclasses.replace(f, tier=d.tier, recalled=d.turn in copies, recalled_after=copies.get(d.turn),
+                                            note=f"{label} as {d.tier}{recall(d.turn)}; now: {f.note}")
                         for d, f in zip(kept, fresh)], None
         self._plan = {"at": n, "decisions": fresh, "system": system, "digest": _digest(conversation, n), "queries": 0}
         return fresh, why
@@ -465,7 +494,7 @@ class RheaPolicy(ContextPolicy):
     def reset(self) -> None:
         self.im = InstructionalMemory()
         self.episodic = EpisodicMemory(self.model.compress_replies, center=self.episodic.center, centering=self.episodic.centering,
-                                       score_view=self.episodic.score_view)
+                                       score_view=self.episodic.score_view, store_dtype=self._store_dtype)
         self._bound_latents()
         self._seen_queries.clear()
         self._bm25 = None

@@ -183,6 +183,25 @@ def test_latent_tier_through_shared_assembly(conv, tok):
         assemble_plan("test", conv, "q", decisions[:-1])
 
 
+def test_recalled_copy_follows_the_turn_it_names_so_a_kept_prompt_only_grows():
+    conv = Conversation([Turn(f"u{i}", f"a{i}") for i in range(5)])
+    decisions = [TurnDecision(0, "drop", 0.9, recalled=True, recalled_after=2), TurnDecision(1, "drop", 0.1),
+                 TurnDecision(2, "raw"), TurnDecision(3, "drop", 0.8, recalled=True, recalled_after=3),
+                 TurnDecision(4, "raw", recalled=False)]
+    contents = [m["content"] for m in assemble_plan("test", conv, "q", decisions).messages]
+    # turn 0's copy after turn 2 (where it was first recalled), turn 3's after turn 3, dropped in place
+    assert contents == ["u2", "a2", "u0", "a0", "u3", "a3", "u4", "a4", "q"]
+    # no place, or a place past the newest turn: after the newest turn, in turn order
+    late = [TurnDecision(0, "drop", recalled=True), TurnDecision(1, "raw"), TurnDecision(2, "raw")]
+    far = [TurnDecision(0, "drop", recalled=True, recalled_after=9), TurnDecision(1, "raw"), TurnDecision(2, "raw")]
+    three = Conversation(list(conv)[:3])
+    for ds in (late, far):
+        assert [m["content"] for m in assemble_plan("test", three, "q", ds).messages][-3:] == ["u0", "a0", "q"]
+    for bad in (-1, True, 1.5):
+        with pytest.raises(InvalidTurnError, match="recalled_after"):
+            TurnDecision(0, "drop", recalled=True, recalled_after=bad)
+
+
 @pytest.mark.parametrize("make", [
     lambda: RecentK(k=0), lambda: RecentK(k=-1), lambda: RecentK(k=2.5), lambda: RecentK(k=True),
     lambda: BM25(k=0), lambda: Vanilla(max_context_tokens=0, tokenizer=object()),

@@ -289,3 +289,29 @@ def test_a_memory_that_scores_every_turn_is_not_bounded(tiny_model):
 def test_bad_latent_bytes_is_a_named_error(tiny_model, bad):
     with pytest.raises(RheaConfigError, match="latent_bytes"):
         get_policy("rhea", model=tiny_model, latent_bytes=bad)
+
+
+def test_latent_dtype_sets_what_a_stored_latent_costs_and_scores_stay_float32(tiny_model):
+    """Latents are stored in the model's dtype by default; bfloat16 halves a float32 model's latent bytes, the
+    generate pass still gets them in the model's dtype, and the latent scores barely move."""
+    kw = dict(scorer="latent", latent_tier="on", replan_every=1)
+    full = _policy(tiny_model, **kw)  # "model": the tiny model is float32
+    half = _policy(tiny_model, latent_dtype="bfloat16", **kw)
+    assert full.episodic.entries[0].latents.dtype == tiny_model.dtype == torch.float32
+    assert half.episodic.entries[0].latents.dtype == torch.bfloat16 and half.config()["latent_dtype"] == "bfloat16"
+    assert "latent_dtype" not in full.config()
+    assert half.episodic.nbytes() * 2 == full.episodic.nbytes()
+    query = "what about the cat ?"
+    torch.testing.assert_close(half.episodic.score(query), full.episodic.score(query), atol=2e-2, rtol=0)
+    plan = half.build(CONV, query)
+    assert plan.latents() and all(lat.vectors.dtype == tiny_model.dtype for lat in plan.latents())
+    # a saved state reloads in the dtype the policy stores
+    again = _policy(tiny_model, latent_dtype="bfloat16", **kw)
+    again._load_state(full._state())
+    assert again.episodic.entries[0].latents.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("bad", ["fp8", "bf16", None, 16])
+def test_bad_latent_dtype_is_a_named_error(tiny_model, bad):
+    with pytest.raises(RheaConfigError, match="latent_dtype"):
+        get_policy("rhea", model=tiny_model, latent_dtype=bad)

@@ -40,7 +40,15 @@ def test_walk_keeps_plans_for_every_steps_and_re_plans_when_the_best_turn_is_hid
     recalled = RP.walk(texts, queries, _scores(wants_2), RULE, 3, 1, "recall")
     assert [s["fresh"] for s in recalled] == [True, False, False, True, False]
     assert recalled[4]["tiers"] == ["raw", "drop", "drop", "drop", "raw"] and recalled[4]["recalled"] == [2]
+    assert recalled[4]["copies"] == [[2, 4]]  # after the newest turn of step 5
     assert all(s["recalled"] == [] for s in recalled[:4])
+    # a copy stays where it was first recalled until the next fresh plan
+    sticky = RP.walk(texts + ["g", "h"], queries + ["q6", "q7"], _scores({**wants_2, 6: 0, 7: 0}), RULE, 4, 1, "recall")
+    assert [s["fresh"] for s in sticky] == [True, False, False, False, True, False, False]
+    # step 5 plans afresh around turn 2; steps 6 and 7 want turn 0, dropped by it: one copy, after turn 5
+    assert sticky[4]["copies"] == [] and sticky[5]["copies"] == [[0, 5]] and sticky[6]["copies"] == [[0, 5]]
+    sizes = [1] * 8
+    assert RP.reuse_share(sticky[5]["tiers"], sticky[6]["tiers"], sizes, sticky[5]["copies"], sticky[6]["copies"]) == 1.0
     # a best turn appended raw after the plan never forces a fresh one
     assert [s["fresh"] for s in RP.walk(texts, queries, _scores({1: 0, 2: 1, 3: 2, 4: 3, 5: 4}), RULE, 8, 1)] == \
         [True, False, False, False, False]
@@ -53,9 +61,12 @@ def test_reuse_share_counts_history_before_the_first_changed_tier():
     assert RP.reuse_share(["raw", "raw", "drop"], ["raw", "drop", "raw", "raw"], sizes) == pytest.approx(10 / 80)
     assert RP.reuse_share(["raw", "latent"], ["raw", "latent", "raw"], sizes) == 1.0
     assert RP.reuse_share(["drop", "drop"], ["drop", "drop", "drop"], sizes) == 1.0  # nothing in the prompt
-    # recalled copies count in the prompt; after a step that recalled, its copies sat before the last query
-    assert RP.reuse_share(["raw", "drop"], ["raw", "drop", "raw"], sizes, now_recalled=[1]) == pytest.approx(40 / 60)
-    assert RP.reuse_share(["raw", "drop"], ["raw", "drop", "raw"], sizes, prev_recalled=[1]) == pytest.approx(10 / 40)
+    # recalled copies count in the prompt, after the turn they follow; a copy the next prompt keeps in its place
+    # is reused with everything before it, one it leaves out ends the reuse there
+    assert RP.reuse_share(["raw", "drop"], ["raw", "drop", "raw"], sizes, now_copies=[[1, 2]]) == pytest.approx(40 / 60)
+    assert RP.reuse_share(["raw", "drop"], ["raw", "drop", "raw"], sizes, prev_copies=[[1, 1]]) == pytest.approx(10 / 40)
+    assert RP.reuse_share(["raw", "drop"], ["raw", "drop", "raw"], sizes, [[1, 1]], [[1, 1]]) == 1.0
+    assert RP.prompt_items(["raw", "drop", "raw"], [[1, 0]]) == [(0, "raw"), (1, "copy"), (2, "raw")]
 
 
 def test_arguments_are_checked():

@@ -282,6 +282,23 @@ def test_replan_every_lets_the_session_reuse_the_last_prompt(tiny_model):
     assert sum(r for r, _, _ in reused[3]) > 2 * sum(r for r, _, _ in reused[1]), reused
 
 
+def test_recalled_copies_keep_the_kept_prompt_growing_at_its_end_only(tiny_model):
+    from rhea.session import ChatSession
+
+    chat = ChatSession(tiny_model, policy="rhea", max_new_tokens=2,
+                       policy_kwargs={**STICKY, "replan_top": 1, "replan_every": 3})
+    rows = []
+    for text in [u for u, _ in TOPICS[:3]] + ["cat ?", "dog ?", "bird ?", "cat ?"]:
+        chat.send(text)
+        replan = next((r["replan"] for r in chat.last_plan.decisions.records if "replan" in r), {"fresh": True})
+        rows.append((chat.last_generation.timings["prefix_reused_tokens"], chat.last_generation.prompt_tokens,
+                     replan["fresh"], replan.get("recalled", [])))
+    assert any(recalled for *_, recalled in rows), rows  # the queries do bring hidden turns back
+    # a kept plan's prompt, copies included, extends the last prompt and reply: all of it is reused
+    for (_, before, _, _), (now, _, fresh, _) in zip(rows, rows[1:]):
+        assert fresh or now >= before - 1, rows
+
+
 def test_replan_top_re_plans_when_the_kept_plan_hides_a_turn_the_query_needs(tiny_model):
     # "cat" planned at turn 3 keeps only the cat's turn raw; "dog" needs the dog's turn, dropped under that plan
     checked = _replay(get_policy("rhea", model=tiny_model, **{**STICKY, "replan_top": 1}, replan_every=3,
@@ -305,7 +322,7 @@ def test_replan_top_re_plans_when_the_kept_plan_hides_a_turn_the_query_needs(tin
     assert not next(r["replan"] for r in plan.decisions.records if "replan" in r)["fresh"]
 
 
-def test_replan_hidden_recall_shows_the_hidden_turn_after_the_newest_and_keeps_the_prompt_start(tiny_model):
+def test_replan_hidden_recall_shows_the_hidden_turn_after_the_newest_and_keeps_it_there_until_the_next_plan(tiny_model):
     recall = _replay(get_policy("rhea", model=tiny_model, **{**STICKY, "replan_top": 1}, replan_every=3))
     assert recall[0].decisions.records and [d.tier for d in recall[0].decisions.turns] == ["raw", "drop", "drop"]
     # "dog" after the plan for "cat": the dog's turn stays dropped in place and comes back after the newest turn
@@ -317,8 +334,15 @@ def test_replan_hidden_recall_shows_the_hidden_turn_after_the_newest_and_keeps_t
     contents = [m["content"] for m in plan.messages]
     assert contents[-3:] == [TOPICS[1][0], TOPICS[1][1], QUERIES[1]]  # recalled turn, then the query
     assert plan.ledger.dropped_turns == 1  # the bird's turn; the dog's is in the context
-    # the prompt before the recalled copy extends the last one, and the next one drops the copy
+    # the prompt before the recalled copy extends the last one, and the next one keeps the copy where it was:
+    # everything before the query stays, so the history cache reuses the whole previous prompt
     assert plan.messages[:len(recall[0].messages) - 1] == recall[0].messages[:-1]
     nxt = recall[2]
-    assert nxt.messages[:len(plan.messages) - 3] == plan.messages[:-3]
-    assert [d.turn for d in nxt.decisions.turns if d.recalled] == [2]  # "bird" needs turn 2, hidden too
+    assert nxt.messages[:len(plan.messages) - 1] == plan.messages[:-1]
+    copies = [(d.turn, d.recalled_after) for d in nxt.decisions.turns if d.recalled]
+    assert copies == [(1, 3), (2, 4)]  # the dog's copy after turn 3, where it was; "bird" needs turn 2, after turn 4
+    assert "where an earlier query's best placed it" in nxt.decisions.turns[1].note
+    contents = [m["content"] for m in nxt.messages]
+    assert contents[-3:] == [TOPICS[2][0], TOPICS[2][1], QUERIES[2]]
+    # the next fresh plan starts again without copies
+    assert not any(d.recalled for d in recall[3].decisions.turns)
