@@ -56,8 +56,9 @@ def latent_bytes(n_mem: int, hidden: int, *, layers: int = 1, injection: str = "
                  chunks: int = 1) -> int:
     """Bytes one reply's latent holds: ``chunks × n_mem`` rows of ``latent_width`` values of
     `dtype_bytes` each, where ``latent_width`` is `hidden`, or ``layers × hidden`` under
-    ``injection="states"`` (the slot state at every layer's input). Caches keep latents in fp32
-    (4 bytes), whatever the model's dtype.
+    ``injection="states"`` (the slot state at every layer's input). The rhea policies' memory and the
+    server's latent cache keep latents in the model's dtype by default (`RheaPolicy(latent_dtype=)`):
+    4 bytes a value in fp32, 2 in bf16 or fp16.
 
     >>> latent_bytes(24, 576, layers=30, injection="states")   # SmolLM2-135M's shipped compressor
     1658880

@@ -260,22 +260,28 @@ class CachedCompress:
     """A `compress_fn` for `EpisodicMemory` that compresses each text alone and keeps the result."""
 
     def __init__(self, compress: Callable[[Sequence[str]], torch.Tensor], store: LatentStore,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", dtype: torch.dtype | Callable[[], torch.dtype] = torch.float32):
         self.compress, self.store, self.device = compress, store, torch.device(device)
+        self.dtype = dtype
         self.computed = 0
 
+    def _dtype(self) -> torch.dtype:
+        return self.dtype() if callable(self.dtype) else self.dtype
+
     def __call__(self, texts: Sequence[str]) -> list[torch.Tensor]:
-        """One ``[rows, width]`` fp32 latent per text on `device` (the model's), hits and misses alike,
-        so where the scores are computed never depends on the cache's state."""
-        out = []
+        """One ``[rows, width]`` latent per text on `device` (the model's), in `dtype` (the dtype the
+        policy's memory stores: a bf16 model's latents are cached at half the bytes of fp32), hits and
+        misses alike, so where and how the scores are computed never depends on the cache's state (a
+        file another replica wrote in another dtype is cast)."""
+        dtype, out = self._dtype(), []
         for text in texts:
             hit = self.store.get(text)
             if hit is None:
-                hit = self.compress([text])[0].detach().float().cpu()
+                hit = self.compress([text])[0].detach().to("cpu", dtype)
                 self.store.put(text, hit)
                 self.computed += 1
             out.append(hit)
-        return [x.to(self.device) for x in out]
+        return [x.to(self.device, dtype) for x in out]
 
 
 class CachedRecognizer:

@@ -213,8 +213,9 @@ def register(sub) -> None:
     p.add_argument("--cache-dir", default=None, help="shared latent store: a directory of safetensors files that "
                    "replicas read and write")
     p.add_argument("--cache-bytes", type=int, default=1 << 30,
-                   help="bytes of latents kept in memory (LRU; default 1 GiB). One latent is n_mem x latent width x 4 "
-                        "bytes: 1.66 MB for smollm2-135m's `states` compressor (docs/serving.md)")
+                   help="bytes of latents kept in memory (LRU; default 1 GiB). One latent is n_mem x latent width values "
+                        "in the model's dtype (4 bytes in fp32, 2 in bf16): 1.66 MB for smollm2-135m's `states` "
+                        "compressor in fp32 (docs/guides/serving.md)")
     p.add_argument("--cache-dir-bytes", type=int, default=None,
                    help="bytes of latent files kept in --cache-dir (least recently used removed first; default: "
                         "no bound)")

@@ -272,7 +272,9 @@ class Engine:
             self.embedder_cache = policy._embedder = CachedEmbedder(policy.embedder, entries)
         if hasattr(policy, "episodic"):
             self.compresses_replies = bool(getattr(policy, "needs_latents", True))
-            self.compress = CachedCompress(self.model.compress_replies, self.latents, self.model.device)
+            # cached in the dtype the policy's memory stores (`latent_dtype`: the model's by default)
+            dtype = getattr(policy, "_store_dtype", None) or torch.float32
+            self.compress = CachedCompress(self.model.compress_replies, self.latents, self.model.device, dtype)
             policy.episodic.compress_fn = self.compress
 
     def cache_stats(self) -> dict:

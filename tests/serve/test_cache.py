@@ -132,6 +132,30 @@ def test_latents_are_computed_once_and_shared_between_replicas(tmp_path):
             e.close()
 
 
+def test_cached_latents_are_kept_in_the_memory_dtype_hits_and_misses_alike(tmp_path):
+    """A bf16 memory's latents are cached at half the bytes of fp32; a hit returns what a miss does, and a
+    file another replica wrote in fp32 is read back in this one's dtype."""
+    from rhea.serve.cache import CachedCompress
+
+    calls = []
+
+    def compress(texts):
+        calls.append(list(texts))
+        return [torch.full((2, 3), 1.5) for _ in texts]  # fp32, as a compressor returns
+
+    fp32 = CachedCompress(compress, LatentStore("m", "d", 8, directory=tmp_path))
+    assert fp32(["reply"])[0].dtype == torch.float32
+    store = LatentStore("m", "d", 8, directory=tmp_path)
+    half = CachedCompress(compress, store, dtype=lambda: torch.bfloat16)
+    read = half(["reply"])[0]  # the fp32 file: a directory hit, cast
+    assert read.dtype == torch.bfloat16 and len(calls) == 1 and store.dir_hits == 1
+    in_memory = LatentStore("m", "d", 8)
+    half = CachedCompress(compress, in_memory, dtype=torch.bfloat16)
+    miss, hit = half(["other reply"])[0], half(["other reply"])[0]
+    assert miss.dtype == hit.dtype == torch.bfloat16 and torch.equal(miss, hit) and len(calls) == 2
+    assert in_memory.stats()["bytes"] == 2 * 3 * 2  # one bf16 latent of 6 values (fp32: 24 bytes)
+
+
 def test_another_process_reads_what_this_one_wrote(tmp_path):
     """Two processes (replicas) share latents through the directory: a child writes, we read."""
     import subprocess
