@@ -19,21 +19,27 @@ def _data(tmp_path, n=25):
 def test_episodes_follow_mt_eval(tmp_path):
     suite = get_suite("mt-eval-recollection", path=_data(tmp_path), n_episodes=6)
     eps = suite.generate(seed=0)
-    # two dialogues per instruction type, in MT-Eval's order
-    assert [e.meta["mt_eval_id"] for e in eps] == ["startend:start_emoji"] * 2 + ["change_case:lowercase"] * 2 + [
-        "punctuation:no_comma"] * 2
+    # two dialogues per instruction type, going round the types in MT-Eval's order
+    assert [e.meta["mt_eval_id"] for e in eps] == ["startend:start_emoji", "change_case:lowercase",
+                                                   "punctuation:no_comma"] * 2
     for ep in eps:
         assert ep.history == [{"user": ep.meta["instruction"], "assistant": "ok.", "meta": {}}]
         assert ep.meta["instruction"].endswith("Keep all your responses under 200 words.")
         assert len(ep.turns) == 10 and {t.kind for t in ep.turns} == {"query"}
     # the two dialogues of one instruction draw their queries without replacement
-    first, second = ({t.user for t in e.turns} for e in eps[:2])
+    first, second = ({t.user for t in e.turns} for e in (eps[0], eps[3]))
     assert not first & second
-    assert eps[2].meta["instruction"].startswith("All your responses in the upcoming conversation must be in all lower")
+    assert eps[1].meta["instruction"].startswith("All your responses in the upcoming conversation must be in all lower")
     with pytest.raises(SuiteConfigError, match="compatible queries"):
-        get_suite("mt-eval-recollection", path=_data(tmp_path, n=15), n_episodes=2).generate()
+        get_suite("mt-eval-recollection", path=_data(tmp_path, n=15), n_episodes=6).generate()
     with pytest.raises(SuiteConfigError, match="exceeds"):
         get_suite("mt-eval-recollection", path=_data(tmp_path), n_episodes=7)
+
+
+def test_a_short_run_spreads_over_the_types():
+    eps = MTEvalRecollectionSuite(n_episodes=14).generate(seed=0)
+    assert len({e.meta["mt_eval_id"] for e in eps}) == 14
+    assert [e.meta["mt_eval_id"] for e in eps] == list(INSTRUCTIONS)
 
 
 def test_checks():

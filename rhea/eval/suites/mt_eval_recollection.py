@@ -5,8 +5,9 @@ words ("Begin all your responses in the upcoming conversation with the letter q.
 under 200 words."), answered "ok." (given, not generated: the episode's fed history), then 10 ordinary
 queries from ``global_inst.jsonl`` that MT-Eval lists as compatible with that instruction, drawn without
 replacement; the model answers every query in turn (its replies stay in the history), and each reply is
-checked by rule against the instruction. Two dialogues per instruction type, in MT-Eval's order, so the 14
-types (MT-Eval leaves out the word-count one) give 28 episodes (`n_episodes` fewer runs the first ones).
+checked by rule against the instruction. Two dialogues per instruction type, so the 14 types (MT-Eval leaves
+out the word-count one) give 28 episodes; episodes go round the types in MT-Eval's order (episode k has type
+k mod 14), so a shorter run (`n_episodes` 14 or fewer) still spreads over as many types as it has episodes.
 IAR = 10 × the share of replies that follow the instruction (strict; IFEval's loose reading beside it),
 per turn and per instruction.
 
@@ -182,7 +183,7 @@ class MTEvalRecollectionSuite(Suite):
         return super().generate(n_turns, seed)
 
     def _episode(self, n_turns: int, rng: random.Random):
-        inst_id = self.types[self._next // self.sessions_per_instruction]
+        inst_id = self.types[self._next % len(self.types)]  # round the types: a short run covers many
         self._next += 1
         text, spec = INSTRUCTIONS[inst_id](rng)
         text += LENGTH_NOTE
