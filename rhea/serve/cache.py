@@ -204,7 +204,10 @@ class LatentStore:
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.safetensors"
 
-    def get(self, text: str) -> torch.Tensor | None:
+    def get(self, text: str, dtype: torch.dtype | None = None) -> torch.Tensor | None:
+        """The latents kept for `text`, or None. A file read from the directory is held in memory in
+        `dtype` when given (another replica may have written it in another dtype), so the bytes the memory
+        bound counts are those of the dtype in use."""
         key = self.key(text)
         hit = self.memory.get(key)
         if hit is not None or self.directory is None:
@@ -225,6 +228,8 @@ class LatentStore:
             os.utime(path)  # a hit makes the file recently used (eviction goes by modification time)
         except OSError:
             pass
+        if dtype is not None and tensor.dtype != dtype:
+            tensor = tensor.to(dtype)
         self.memory.put(key, tensor)
         return tensor
 
@@ -275,7 +280,7 @@ class CachedCompress:
         file another replica wrote in another dtype is cast)."""
         dtype, out = self._dtype(), []
         for text in texts:
-            hit = self.store.get(text)
+            hit = self.store.get(text, dtype)
             if hit is None:
                 hit = self.compress([text])[0].detach().to("cpu", dtype)
                 self.store.put(text, hit)

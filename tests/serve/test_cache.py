@@ -149,6 +149,7 @@ def test_cached_latents_are_kept_in_the_memory_dtype_hits_and_misses_alike(tmp_p
     half = CachedCompress(compress, store, dtype=lambda: torch.bfloat16)
     read = half(["reply"])[0]  # the fp32 file: a directory hit, cast
     assert read.dtype == torch.bfloat16 and len(calls) == 1 and store.dir_hits == 1
+    assert store.stats()["bytes"] == 2 * 3 * 2  # held in memory in bf16 too, not in the file's fp32
     in_memory = LatentStore("m", "d", 8)
     half = CachedCompress(compress, in_memory, dtype=torch.bfloat16)
     miss, hit = half(["other reply"])[0], half(["other reply"])[0]
