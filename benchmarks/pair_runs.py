@@ -11,6 +11,11 @@ rerun is compared with the earlier baseline episode by episode.
         --policy rhea-kept-plans=benchmarks/results/bench_qwen_ep8_step1181/instruction-retention-replan8:rhea \\
         --baseline vanilla --out runs/paired/instruction-retention
 
+``--by-turn`` makes the unit the scored turn (a multi-session-qa question, an instruction-retention
+check) rather than the episode: every turn is paired with the same turn of the other policy. Turns of
+one conversation are not independent, so its intervals are narrower than the episode's and the report
+gives both (the episode-level statistics under ``by_episode``).
+
 ``--pair LABEL=OTHER`` (repeatable) adds the paired differences of two other labels (e.g. a rerun with trained
 adapters against its untrained row) under "Further pairs". Writes ``<out>.json`` (the statistics, and where each
 label came from) and ``<out>.md``.
@@ -107,6 +112,20 @@ def pairs_markdown(pairs: list[dict], metrics: list[str]) -> list[str]:
     return lines + [versus_row(f"{pair['label']} − {pair['other']}", pair["vs"], metrics) for pair in pairs]
 
 
+def by_turn(merged: dict) -> dict:
+    """`merged` with each turn its own unit: a row's ``episode_id`` becomes ``episode_id#turn_index``, so the
+    per-episode statistics are per turn (turns that score nothing give no value and drop out)."""
+    policies = {}
+    for label, entry in merged["policies"].items():
+        turns = [{**row, "episode_id": f"{row.get('episode_id')}#{row.get('turn_index')}"} for row in entry["turns"]]
+        policies[label] = {**entry, "turns": turns}
+    return {**merged, "policies": policies}
+
+
+def _scored_units(stats: dict) -> int:
+    return max((i.get("n", 0) for d in stats["policies"].values() for i in d["intervals"].values()), default=0)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", action="append", required=True, metavar="LABEL=RUN_DIR:POLICY")
@@ -114,6 +133,8 @@ def main(argv=None) -> int:
     p.add_argument("--pair", action="append", default=[], metavar="LABEL=OTHER",
                    help="also pair LABEL with OTHER (two of the labels), e.g. a rerun with its earlier row; repeatable")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--by-turn", action="store_true",
+                   help="pair turn by turn (each scored question its own unit) as well as episode by episode")
     p.add_argument("--out", required=True, type=Path, help="path stem of the report (.json and .md are written)")
     args = p.parse_args(argv)
     specs = [parse_policy(s) for s in args.policy]
@@ -127,15 +148,26 @@ def main(argv=None) -> int:
     stats = statistics(merged, baseline=args.baseline, seed=args.seed)
     if pairs:
         stats["pairs"] = further_pairs(merged, pairs, args.seed)
+    if args.by_turn:
+        per_turn = by_turn(merged)
+        episode_stats, stats = stats, statistics(per_turn, baseline=args.baseline, seed=args.seed)
+        stats["unit"], stats["n_episodes"] = "turn", _scored_units(stats)
+        if pairs:
+            stats["pairs"] = further_pairs(per_turn, pairs, args.seed)
+        stats["by_episode"] = episode_stats
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {"sources": merged["sources"], "baseline": args.baseline, "statistics": stats,
               "command": "python benchmarks/pair_runs.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     output_file(args.out, ".json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    lines = [f"# {merged['config']['suite']}: runs paired episode by episode", "",
+    lines = [f"# {merged['config']['suite']}: runs paired {'turn' if args.by_turn else 'episode'} by "
+             f"{'turn' if args.by_turn else 'episode'}", "",
              "| label | run | policy | adapters trained | options | dtype |", "|---|---|---|---|---|---|"]
     lines += [f"| {label} | `{s['run']}` | {s['policy']} | {s['adapters_trained']} | {s['policy_kwargs'] or ''} | "
               f"{s.get('dtype') or 'not recorded'} |" for label, s in merged["sources"].items()]
     lines += ["", statistics_markdown(stats)] + pairs_markdown(stats.get("pairs") or [], stats["metrics"])
+    if args.by_turn:
+        lines += ["", "Episode by episode, the same runs:", "", statistics_markdown(stats["by_episode"])]
+        lines += pairs_markdown(stats["by_episode"].get("pairs") or [], stats["by_episode"]["metrics"])
     lines += ["", f"Command: `{report['command']}`", ""]
     output_file(args.out, ".md").write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))

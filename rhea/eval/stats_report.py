@@ -192,15 +192,22 @@ def versus_row(label: str, comparisons: Mapping[str, Any], metrics: Sequence[str
 def statistics_markdown(stats: Mapping[str, Any]) -> str:
     """The ``summary.md`` section for `stats` (from `statistics`)."""
     n = stats["n_episodes"]
-    lines = ["## Over episodes: means, 95% intervals, paired differences", ""]
-    if n < 2:
-        lines += [f"**{n} episode: no interval and no test is possible** (the unit is the episode; the "
-                  "turns of one conversation are not independent). Run --episodes 8 or more before "
-                  "claiming a difference.", ""]
+    if stats.get("unit") == "turn":
+        lines = ["## Over scored turns: means, 95% intervals, paired differences", "",
+                 f"Unit: the scored turn (n = {n}); mean over turns with a 95% percentile bootstrap interval; vs "
+                 f"{stats.get('baseline')}: the paired mean difference on the same turns, its bootstrap interval and "
+                 "a two-sided sign-flip permutation p-value. The turns of one conversation are not independent: "
+                 "these intervals are narrower than the episodes' would be.", ""]
+    elif n < 2:
+        lines = ["## Over episodes: means, 95% intervals, paired differences", "",
+                 f"**{n} episode: no interval and no test is possible** (the unit is the episode; the "
+                 "turns of one conversation are not independent). Run --episodes 8 or more before "
+                 "claiming a difference.", ""]
     else:
-        lines += [f"Unit: the episode (n = {n}); mean over episodes with a 95% percentile bootstrap "
-                  "interval; vs vanilla: the paired mean difference on the same episodes, its bootstrap "
-                  "interval and a two-sided sign-flip permutation p-value.", ""]
+        lines = ["## Over episodes: means, 95% intervals, paired differences", "",
+                 f"Unit: the episode (n = {n}); mean over episodes with a 95% percentile bootstrap "
+                 "interval; vs vanilla: the paired mean difference on the same episodes, its bootstrap "
+                 "interval and a two-sided sign-flip permutation p-value.", ""]
     metrics = [m for m in stats["metrics"]
                if any(m in d["intervals"] for d in stats["policies"].values())]
     if metrics:

@@ -71,3 +71,30 @@ def test_further_pairs_compare_two_labels_on_the_same_episodes(tmp_path):
     assert versus["vs"]["iar"] == report["statistics"]["policies"]["again"]["vs_baseline"]["iar"]
     text = (tmp_path / "p.md").read_text()
     assert "| good − again | +0.00" in text and "| again − vanilla |" in text and "--pair good=again" in text
+
+
+def test_by_turn_pairs_each_scored_question(tmp_path):
+    """Two episodes of three questions: paired per question (n = 6) and per episode (n = 2) in one report."""
+    def rows(f1s):
+        return [{"episode_id": f"msqa/0/{e}", "turn_index": t, "kind": "question", "category": "single", "f1": f, "contains": float(f > 0.5),
+                 "evidence_in_context": 1.0, "context_tokens": 100 + t, "latency_s": 1.0}
+                for e, episode in enumerate(f1s) for t, f in enumerate(episode)]
+    results = {"format": "rhea-bench/1", "episodes": [],
+               "config": {"suite": "multi-session-qa", "episodes_sha256": "s1", "policies": ["vanilla", "rhea"]},
+               "policies": {"vanilla": {"turns": rows([[0.2, 0.4, 0.6], [0.1, 0.3, 0.5]])},
+                            "rhea": {"turns": rows([[0.3, 0.5, 0.9], [0.2, 0.3, 0.8]])}}}
+    merged = PR.by_turn(results)
+    assert {r["episode_id"] for r in merged["policies"]["rhea"]["turns"]} == {f"msqa/0/{e}#{t}" for e in (0, 1)
+                                                                             for t in (0, 1, 2)}
+    a = tmp_path / "a"
+    a.mkdir()
+    (a / "results.json").write_text(json.dumps(results))
+    assert PR.main(["--policy", f"vanilla={a}:vanilla", "--policy", f"rhea={a}:rhea", "--by-turn",
+                    "--out", str(tmp_path / "p")]) == 0
+    stats = json.loads((tmp_path / "p.json").read_text())["statistics"]
+    f1 = stats["policies"]["rhea"]["vs_baseline"]["f1"]
+    assert stats["unit"] == "turn" and stats["n_episodes"] == 6 and f1["n"] == 6
+    assert f1["diff"] == pytest.approx((0.1 + 0.1 + 0.3 + 0.1 + 0.0 + 0.3) / 6)
+    assert stats["by_episode"]["policies"]["rhea"]["vs_baseline"]["f1"]["n"] == 2
+    text = (tmp_path / "p.md").read_text()
+    assert "Unit: the scored turn (n = 6)" in text and "Unit: the episode (n = 2)" in text
