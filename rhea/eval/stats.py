@@ -163,9 +163,25 @@ def _flatten(aggregate: Mapping[str, Any]) -> dict[str, float]:
     return flat
 
 
+def held_mb(row: Mapping[str, Any]) -> float | None:
+    """The megabytes (10^6 bytes) a turn's conversation held after it (KV cache + latents + instruction block:
+    the row's ``bytes_held``, a number or its parts by kind), or None where the row does not record it.
+
+    >>> held_mb({"bytes_held": 2_500_000}), held_mb({"bytes_held": {"kv_cache": 1_000_000, "latents": 500_000}})
+    (2.5, 1.5)
+    """
+    value = row.get("bytes_held")
+    if isinstance(value, Mapping):
+        parts = [v for v in value.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        value = sum(parts) if parts else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) / 1e6
+
+
 def episode_metrics(suite, rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
     """``{episode_id: {metric: value}}``: the suite's aggregation over each episode's rows,
-    plus the mean context tokens and latency per turn of the episode."""
+    plus the mean context tokens, latency and megabytes held (``held_mb``) per turn of the episode."""
     by_episode: dict[str, list] = {}
     for row in rows:
         by_episode.setdefault(str(row.get("episode_id")), []).append(row)
@@ -176,6 +192,9 @@ def episode_metrics(suite, rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[
             values = [r[cost] for r in episode_rows if isinstance(r.get(cost), (int, float))]
             if values:
                 metrics[cost] = sum(values) / len(values)
+        held = [v for v in map(held_mb, episode_rows) if v is not None]
+        if held:
+            metrics["held_mb"] = sum(held) / len(held)
         out[episode] = metrics
     return out
 

@@ -27,7 +27,7 @@ HEADLINE_METRICS = {
     "long-mt-bench-plus": ("retrospective_judge_mean", "judge_mean", "evidence_in_context"),
     "efficiency": (),
 }
-COST_METRICS = ("context_tokens", "latency_s")
+COST_METRICS = ("context_tokens", "latency_s", "held_mb")
 #: Metrics measured by a clock, which a batch of episodes shares (`rhea.eval.stats.shared_time_units`).
 TIMED_METRICS = ("latency_s",)
 LABELS = {"iar": "IAR strict (0-10)", "iar_loose": "IAR loose (0-10)",
@@ -35,7 +35,7 @@ LABELS = {"iar": "IAR strict (0-10)", "iar_loose": "IAR loose (0-10)",
           "accuracy": "accuracy", "jga": "JGA (final, exact)", "probe_jga": "probe JGA",
           "stale_rate": "stale rate", "recall_accuracy": "recall accuracy",
           "rule_accuracy": "rule accuracy", "judge_mean": "judge (1-10)",
-          "context_tokens": "context tokens/turn", "latency_s": "latency s/turn",
+          "context_tokens": "context tokens/turn", "latency_s": "latency s/turn", "held_mb": "MB held/turn",
           "f1": "token F1", "contains": "contains answer", "evidence_in_context": "evidence in context",
           "retrospective_judge_mean": "retrospective judge (1-10)"}
 BASELINE = "vanilla"

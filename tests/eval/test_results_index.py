@@ -131,7 +131,9 @@ def test_rows_from_results_pair_each_policy_with_vanilla(results, tmp_path):
 
     stats = statistics(results)["policies"]
     assert {(r.policy, r.metric) for r in rows} == {(p, m) for p in ("vanilla", "rhea")
-                                                    for m in ("context_tokens", "latency_s")}
+                                                    for m in ("context_tokens", "latency_s", "held_mb")}
+    held, = select(rows, policy="rhea", metric="held_mb")  # the KV cache and latents the conversation holds, in MB
+    assert held.mean == stats["rhea"]["intervals"]["held_mb"]["mean"] > 0
     rhea_tokens, = select(rows, policy="rhea", metric="context_tokens")
     assert rhea_tokens.run_id == default_run_id(results["config"]) and rhea_tokens.run_id.endswith("/efficiency/fp32-ep2")
     assert rhea_tokens.episodes == 2 and rhea_tokens.turns == 3 and rhea_tokens.baseline == "vanilla"
