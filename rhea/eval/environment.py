@@ -34,9 +34,28 @@ def dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+#: The peer libraries whose versions an environment records where they are installed (`rhea.peers`).
+PEER_LIBRARIES = ("kvpress", "llmlingua")
+
+
+def peer_versions() -> dict[str, str]:
+    """``{library: version}`` of the peer libraries installed here (none in the project's own environment;
+    `make peers` builds one with kvpress and llmlingua)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in PEER_LIBRARIES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
 def environment(device: "torch.device | None" = None, dtype: "torch.dtype | None" = None) -> dict:
     """Where turns run: rhea, torch and transformers versions, the machine, threads and device
-    (and the model's dtype, when given)."""
+    (and the model's dtype, when given; and the versions of the peer libraries, `peer_versions`,
+    where any is installed, so a peer's rows say which kvpress or llmlingua made them)."""
     import torch
     import transformers
 
@@ -47,4 +66,4 @@ def environment(device: "torch.device | None" = None, dtype: "torch.dtype | None
             "transformers": transformers.__version__, "python": platform.python_version(),
             "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
             "threads": torch.get_num_threads(),
-            "device": where} | ({"dtype": dtype_name(dtype)} if dtype is not None else {})
+            "device": where} | ({"dtype": dtype_name(dtype)} if dtype is not None else {}) | peer_versions()

@@ -173,3 +173,23 @@ def test_the_pruned_cache_is_in_the_bytes_a_session_holds(model, fake_kvpress):
     layers = model.base_model.config.num_hidden_layers
     per_entry = record["kv_bytes"] // (layers * record["kv_tokens_kept"])
     assert per_entry * layers * record["kv_tokens_kept"] == record["kv_bytes"]  # keys + values of every kept entry
+
+
+def test_an_environment_records_the_peer_libraries_installed(monkeypatch):
+    """A peer's rows say which library version made them; where none is installed nothing is added."""
+    from importlib import metadata
+
+    import rhea.eval.environment as machine
+
+    installed = {"kvpress": "0.5.5"}
+
+    def version(name):
+        if name not in installed:
+            raise metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(metadata, "version", version)
+    assert machine.peer_versions() == {"kvpress": "0.5.5"}
+    assert machine.environment()["kvpress"] == "0.5.5" and "llmlingua" not in machine.environment()
+    installed.clear()
+    assert machine.peer_versions() == {} and "kvpress" not in machine.environment()
