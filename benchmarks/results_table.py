@@ -39,7 +39,7 @@ class TableError(ResultsIndexError):
     """What keeps the table from being rendered or written: a run the index lacks, README markers missing."""
 
 
-def _interval(row: Row | None, digits: int) -> str:
+def interval_cell(row: Row | None, digits: int) -> str:
     if row is None:
         return "–"
     if row.ci_low is None:
@@ -47,7 +47,7 @@ def _interval(row: Row | None, digits: int) -> str:
     return f"{row.mean:.{digits}f} [{row.ci_low:.{digits}f}, {row.ci_high:.{digits}f}]"
 
 
-def _paired(row: Row | None, digits: int) -> str:
+def paired_cell(row: Row | None, digits: int) -> str:
     if row is None or row.paired_diff is None:
         return "–"
     if row.paired_low is None:  # one episode: a difference, no interval, no test
@@ -79,8 +79,8 @@ def render(rows: list[Row], runs=HEADLINE_RUNS) -> str:
             mine = {r.metric: r for r in run if (r.policy, r.key[2]) == (policy, options)}
             quality, tokens = mine.get(metric), mine.get(TOKENS[0])
             some = quality or tokens or next(iter(mine.values()))
-            lines.append(f"| {suite} | {some.label} | {label or '–'} | {_interval(quality, digits)} | "
-                         f"{_paired(quality, digits)} | {_interval(tokens, TOKENS[1])} | {_paired(tokens, TOKENS[1])} "
+            lines.append(f"| {suite} | {some.label} | {label or '–'} | {interval_cell(quality, digits)} | "
+                         f"{paired_cell(quality, digits)} | {interval_cell(tokens, TOKENS[1])} | {paired_cell(tokens, TOKENS[1])} "
                          f"| {some.episodes} |")
         carried: dict[str, list[str]] = {}  # adapters -> the policies whose model carried them
         for r in run:

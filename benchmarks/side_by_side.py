@@ -20,7 +20,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from results_table import interval_cell, paired_cell  # noqa: E402
 from rhea.errors import RheaError  # noqa: E402
 from rhea.eval.results_index import ResultsIndexError, Row, read_index  # noqa: E402
 
@@ -89,23 +91,6 @@ def recorded_version(row: Row, library: str, root: Path = ROOT) -> str:
     return ", ".join(versions) or "not recorded"
 
 
-def _interval(row: Row | None, digits: int) -> str:
-    if row is None:
-        return "–"
-    if row.ci_low is None:
-        return f"{row.mean:.{digits}f}"
-    return f"{row.mean:.{digits}f} [{row.ci_low:.{digits}f}, {row.ci_high:.{digits}f}]"
-
-
-def _paired(row: Row | None, digits: int) -> str:
-    if row is None or row.paired_diff is None:
-        return "–"
-    if row.paired_low is None:
-        return f"{row.paired_diff:+.{digits}f}"
-    return (f"{row.paired_diff:+.{digits}f} [{row.paired_low:+.{digits}f}, {row.paired_high:+.{digits}f}] "
-            f"p={row.p:.2g}")
-
-
 def _mean(row: Row | None, digits: int) -> str:
     return "–" if row is None else f"{row.mean:,.{digits}f}"
 
@@ -159,7 +144,7 @@ def render_suite(rows: list[Row], suite: str, *, best: bool = False, root: Path 
         some = quality or next(iter(m.values()))
         library = library_of(e["policy"])
         version = f"{library} {recorded_version(some, library, root)}" if library else "–"
-        lines.append(f"| {e['family']} | {e['label']} | {_interval(quality, digits)} | {_paired(quality, digits)} | "
+        lines.append(f"| {e['family']} | {e['label']} | {interval_cell(quality, digits)} | {paired_cell(quality, digits)} | "
                      f"{_mean(m.get('context_tokens'), 0)} | {_mean(m.get('held_mb'), 1)} | "
                      f"{_mean(m.get('latency_s'), 1)} | {some.episodes} | {version} | `{e['run_id']}` |")
     return "\n".join(lines) + "\n"
