@@ -155,6 +155,8 @@ def main(argv=None) -> int:
         if pairs:
             stats["pairs"] = further_pairs(per_turn, pairs, args.seed)
         stats["by_episode"] = episode_stats
+        if "repeated_replies" in episode_stats:  # repeats are within a conversation: count them over its turns
+            stats["repeated_replies"] = episode_stats["repeated_replies"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {"sources": merged["sources"], "baseline": args.baseline, "statistics": stats,
               "command": "python benchmarks/pair_runs.py " + " ".join(sys.argv[1:] if argv is None else argv)}

@@ -76,7 +76,7 @@ def test_further_pairs_compare_two_labels_on_the_same_episodes(tmp_path):
 def test_by_turn_pairs_each_scored_question(tmp_path):
     """Two episodes of three questions: paired per question (n = 6) and per episode (n = 2) in one report."""
     def rows(f1s):
-        return [{"episode_id": f"msqa/0/{e}", "turn_index": t, "kind": "question", "category": "single", "f1": f, "contains": float(f > 0.5),
+        return [{"episode_id": f"msqa/0/{e}", "turn_index": t, "kind": "question", "reply": "same", "category": "single", "f1": f, "contains": float(f > 0.5),
                  "evidence_in_context": 1.0, "context_tokens": 100 + t, "latency_s": 1.0}
                 for e, episode in enumerate(f1s) for t, f in enumerate(episode)]
     results = {"format": "rhea-bench/1", "episodes": [],
@@ -96,5 +96,7 @@ def test_by_turn_pairs_each_scored_question(tmp_path):
     assert stats["unit"] == "turn" and stats["n_episodes"] == 6 and f1["n"] == 6
     assert f1["diff"] == pytest.approx((0.1 + 0.1 + 0.3 + 0.1 + 0.0 + 0.3) / 6)
     assert stats["by_episode"]["policies"]["rhea"]["vs_baseline"]["f1"]["n"] == 2
+    # a reply repeated within a conversation is counted over the conversation, not per question
+    assert stats["repeated_replies"] == stats["by_episode"]["repeated_replies"]
     text = (tmp_path / "p.md").read_text()
     assert "Unit: the scored turn (n = 6)" in text and "Unit: the episode (n = 2)" in text
