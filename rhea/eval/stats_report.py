@@ -206,8 +206,8 @@ def statistics_markdown(stats: Mapping[str, Any]) -> str:
     else:
         lines = ["## Over episodes: means, 95% intervals, paired differences", "",
                  f"Unit: the episode (n = {n}); mean over episodes with a 95% percentile bootstrap "
-                 "interval; vs vanilla: the paired mean difference on the same episodes, its bootstrap "
-                 "interval and a two-sided sign-flip permutation p-value.", ""]
+                 f"interval; vs {stats.get('baseline') or BASELINE}: the paired mean difference on the same "
+                 "episodes, its bootstrap interval and a two-sided sign-flip permutation p-value.", ""]
     metrics = [m for m in stats["metrics"]
                if any(m in d["intervals"] for d in stats["policies"].values())]
     if metrics:
