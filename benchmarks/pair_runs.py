@@ -161,8 +161,8 @@ def main(argv=None) -> int:
     report = {"sources": merged["sources"], "baseline": args.baseline, "statistics": stats,
               "command": "python benchmarks/pair_runs.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     output_file(args.out, ".json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    lines = [f"# {merged['config']['suite']}: runs paired {'turn' if args.by_turn else 'episode'} by "
-             f"{'turn' if args.by_turn else 'episode'}", "",
+    unit = "turn" if args.by_turn else "episode"
+    lines = [f"# {merged['config']['suite']}: runs paired {unit} by {unit}", "",
              "| label | run | policy | adapters trained | options | dtype |", "|---|---|---|---|---|---|"]
     lines += [f"| {label} | `{s['run']}` | {s['policy']} | {s['adapters_trained']} | {s['policy_kwargs'] or ''} | "
               f"{s.get('dtype') or 'not recorded'} |" for label, s in merged["sources"].items()]

@@ -31,7 +31,7 @@ HEADLINE_RUNS = ("qwen2.5-coder-1.5b/instruction-retention/bf16-ep8", "qwen2.5-c
                  "qwen2.5-coder-1.5b/efficiency/fp32-ep1")
 #: Per suite: the metric shown beside context tokens, its label and digits.
 QUALITY = {"instruction-retention": ("iar", "IAR (0-10)", 2), "state-tracking": ("accuracy", "key accuracy", 2),
-           "long-horizon": ("judge_mean", "judge (1-10)", 2), "multi-session-qa": ("f1", "token F1", 2),
+           "long-horizon": ("judge_mean", "judge (1-10)", 2), "multi-session-qa": ("f1", "token F1", 3),
            "efficiency": ("latency_s", "latency (s/turn)", 1)}
 TOKENS = ("context_tokens", 0)
 BASELINE = "vanilla"

@@ -15,6 +15,7 @@ the index lacks (a peer not run on a suite, a cost an older run did not record) 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -22,19 +23,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from results_table import interval_cell, paired_cell  # noqa: E402
+from results_table import QUALITY as README_QUALITY, interval_cell, paired_cell  # noqa: E402
 from rhea.errors import RheaError  # noqa: E402
 from rhea.eval.results_index import ResultsIndexError, Row, read_index  # noqa: E402
 
 INDEX = ROOT / "benchmarks" / "results" / "index.jsonl"
-#: Per suite: the quality metric, its label, digits, and whether higher is better.
-QUALITY = {"instruction-retention": ("iar", "IAR (0-10)", 2, True),
-           "state-tracking": ("accuracy", "key accuracy", 2, True),
-           "long-horizon": ("judge_mean", "judge (1-10)", 2, True),
-           "multi-session-qa": ("f1", "token F1", 3, True),
-           "mt-eval-recollection": ("iar", "IAR (0-10)", 2, True),
-           "long-mt-bench-plus": ("retrospective_judge_mean", "retrospective judge (1-10)", 2, True),
-           "efficiency": ("latency_s", "latency (s/turn)", 1, False)}
+#: Per suite: the quality metric, its label and digits (the README table's, and the suites it does not show).
+QUALITY = {**README_QUALITY, "mt-eval-recollection": ("iar", "IAR (0-10)", 2),
+           "long-mt-bench-plus": ("retrospective_judge_mean", "retrospective judge (1-10)", 2)}
+#: Suites whose quality metric is better when lower.
+LOWER_IS_BETTER = {"efficiency"}
 #: The families a user chooses between, in table order: (family, policies by name or name prefix ending in "-").
 FAMILIES = (("full history", ("vanilla",)),
             ("Rhea", ("rhea", "rhea-")),
@@ -60,35 +58,41 @@ def family_of(policy: str) -> str:
     ('KV-cache compression (kvpress)', 'Rhea', 'retrieval', 'other')
     """
     for family, names in FAMILIES:
-        if any(policy == n or (n.endswith("-") and policy.startswith(n)) for n in names):
+        if any(_named(policy, n) for n in names):
             return family
     return "other"
 
 
+def _named(policy: str, name: str) -> bool:
+    """`policy` is `name`, or starts with it where `name` is a prefix (ends in "-")."""
+    return policy == name or (name.endswith("-") and policy.startswith(name))
+
+
 def library_of(policy: str) -> str | None:
     """The peer library a policy runs through, or None for the project's own policies."""
-    for prefix, library in LIBRARIES.items():
-        if policy == prefix or (prefix.endswith("-") and policy.startswith(prefix)):
-            return library
-    return None
+    return next((library for name, library in LIBRARIES.items() if _named(policy, name)), None)
 
 
 def recorded_version(row: Row, library: str, root: Path = ROOT) -> str:
     """The `library` version the row's run recorded in its environments ("not recorded" where it did not)."""
-    if not row.source:
-        return "not recorded"
-    try:
-        from rhea.eval.report import read_results, results_file
-
-        path = results_file(root / row.source)
-        if not path.is_file():
-            return "not recorded"
-        entry = read_results(path).get("policies", {}).get(row.policy, {})
-    except (OSError, ValueError, RheaError):
-        return "not recorded"
-    versions = list(dict.fromkeys(e[library] for e in entry.get("environments") or ()
-                                  if isinstance(e, dict) and e.get(library)))
+    environments = _environments(root / row.source, row.policy) if row.source else ()
+    versions = list(dict.fromkeys(e[library] for e in environments if isinstance(e, dict) and e.get(library)))
     return ", ".join(versions) or "not recorded"
+
+
+@functools.lru_cache(maxsize=None)
+def _environments(folder: Path, policy: str) -> tuple:
+    """The environments `policy` recorded in the run dump in `folder` (read once per folder and policy; none where
+    the dump is missing or unreadable)."""
+    from rhea.eval.report import read_results, results_file
+
+    try:
+        path = results_file(folder)
+        if not path.is_file():
+            return ()
+        return tuple(read_results(path).get("policies", {}).get(policy, {}).get("environments") or ())
+    except (OSError, ValueError, RheaError):
+        return ()
 
 
 def _mean(row: Row | None, digits: int) -> str:
@@ -112,7 +116,8 @@ def entries(rows: list[Row], suite: str) -> list[dict]:
 def best_of_families(found: list[dict], suite: str) -> list[dict]:
     """The entry of each family with the best quality metric (entries without it are kept only where the
     family has no entry with it)."""
-    metric, _, _, higher = QUALITY.get(suite, (None, None, 2, True))
+    metric = QUALITY.get(suite, (None,))[0]
+    higher = suite not in LOWER_IS_BETTER
     best: dict[str, dict] = {}
     for e in found:
         value = e["metrics"].get(metric)
@@ -128,7 +133,7 @@ def best_of_families(found: list[dict], suite: str) -> list[dict]:
 
 def render_suite(rows: list[Row], suite: str, *, best: bool = False, root: Path = ROOT) -> str:
     """The markdown table of one suite."""
-    metric, label, digits, _ = QUALITY.get(suite, (None, None, 2, True))
+    metric, label, digits = QUALITY.get(suite, (None, None, 2))
     found = entries(rows, suite)
     if not found:
         raise SideBySideError(f"no rows of suite {suite!r} in the index; run `rhea bench --suite {suite} ...` (it "
