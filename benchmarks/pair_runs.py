@@ -105,7 +105,8 @@ def further_pairs(merged: dict, pairs: list[tuple[str, str]], seed: int) -> list
 def pairs_markdown(pairs: list[dict], metrics: list[str]) -> list[str]:
     from rhea.eval.stats_report import LABELS, versus_row
 
-    if not pairs:
+    metrics = [m for m in metrics if any(m in pair["vs"] for pair in pairs)]  # the metrics every run has
+    if not pairs or not metrics:
         return []
     lines = ["", "Further pairs (label − other, the same episodes):", "",
              "| pair | " + " | ".join(LABELS.get(m, m) for m in metrics) + " |", "|---|" + "---|" * len(metrics)]

@@ -92,7 +92,11 @@ def _check_thresholds(args, policies: list[str]) -> None:
 
 
 #: The suites whose replies an LLM judge rates (`rhea bench` passes them the judge; `rhea judge` rates them later).
-JUDGED_SUITES = ("long-horizon", "long-mt-bench-plus")
+JUDGED_SUITES = ("long-horizon", "long-mt-bench-plus", "multi-session-qa")
+#: Of those, the ones `rhea bench` judges with the offline default when no judge is named; multi-session-qa scores
+#: its answers by rule (token F1, containment) and is judged for correctness only when a judge is named
+#: (--judge-local MODEL, --judge-url), or afterwards by `rhea judge`.
+AUTO_JUDGED_SUITES = ("long-horizon", "long-mt-bench-plus")
 #: the offline judge `rhea bench` uses for long-horizon when it is installed and no other is named
 #: (its agreement with MT-Bench's references is measured in docs/guides/evaluation.md)
 DEFAULT_LOCAL_JUDGE = "qwen2.5-coder-1.5b"
@@ -129,7 +133,7 @@ def _resolve_judge(args, command: str = "bench"):
     asked = args.judge_local
     args.judge_local = resolve_local_judge(asked, judge_url=args.judge_url)
     if asked == "auto" and args.judge_local is not None:
-        print(f"rhea {command}: long-horizon replies are judged offline by {DEFAULT_LOCAL_JUDGE} (agreement with "
+        print(f"rhea {command}: replies are judged offline by {DEFAULT_LOCAL_JUDGE} (its ratings' agreement with "
               "MT-Bench's references 0.69 [0.50, 0.85], docs/guides/evaluation.md); --judge-local none skips the ratings, "
               "--judge-url names an endpoint instead.", file=sys.stderr)
     if not args.judge_url:
@@ -177,12 +181,15 @@ def _cmd_judge(args) -> int:
 
 
 def _add_judge_arguments(parser, int_at_least) -> None:
-    parser.add_argument("--judge-url", default=None, help="OpenAI-compatible endpoint for the long-horizon judge")
+    parser.add_argument("--judge-url", default=None,
+                        help="OpenAI-compatible endpoint for the judge (long-horizon and long-mt-bench-plus ratings; "
+                             "multi-session-qa correctness, judged only when a judge is named)")
     parser.add_argument("--judge-model", default="gpt-4", help="model name to ask the judge endpoint for")
     parser.add_argument("--judge-local", default="auto", metavar="MODEL",
-                        help="judge long-horizon replies offline with a local model (zoo name or path, adapters "
-                             f"disabled); 'auto' (default): {DEFAULT_LOCAL_JUDGE} when installed and no --judge-url "
-                             "is given; 'none': no ratings. See benchmarks/judge_agreement.py for how far to trust it")
+                        help="judge replies offline with a local model (zoo name or path, adapters disabled); 'auto' "
+                             f"(default): {DEFAULT_LOCAL_JUDGE} when installed and no --judge-url is given (`rhea bench` "
+                             "judges multi-session-qa only with a named judge); 'none': no ratings. See "
+                             "benchmarks/judge_agreement.py for how far to trust it")
     parser.add_argument("--judge-max-new-tokens", type=int_at_least(16, "judge tokens"), default=None,
                         help="tokens the judge may write before its rating: default 256 for a local judge (the "
                              "setting its agreement was measured with), 2048 for an endpoint (FastChat's)")
@@ -225,7 +232,8 @@ def _cmd_bench(args) -> int:
     for policy, name, value in (parse_policy_option(o, policies) for o in args.policy_option or ()):
         policy_kwargs.setdefault(policy, {})[name] = value
     judge = None
-    judged = [s for s in suites if s in JUDGED_SUITES]
+    named = bool(args.judge_url) or args.judge_local not in (None, "auto", "none")
+    judged = [s for s in suites if s in (JUDGED_SUITES if named else AUTO_JUDGED_SUITES)]
     if judged:
         judge = _resolve_judge(args)
     else:
@@ -242,7 +250,7 @@ def _cmd_bench(args) -> int:
     kwargs_of = {}
     for name in suites:
         kwargs = dict(suite_kwargs_of.get(name, {}))
-        if name in JUDGED_SUITES and judge is not None:
+        if name in judged and judge is not None:
             kwargs["judge"] = judge
         get_suite(name, path=args.data, **kwargs)
         kwargs_of[name] = kwargs
@@ -443,11 +451,12 @@ def register(sub) -> None:
     bench.set_defaults(func=_cmd_bench)
 
     judge = sub.add_parser(
-        "judge", help="rate a finished long-horizon or long-mt-bench-plus run's replies afterwards (a run made with --judge-local none)",
-        description="Rate every question reply of a finished `rhea bench --suite long-horizon` run with an LLM judge "
-                    "(FastChat's MT-Bench prompts) and rewrite its results.json, summary.md and plots as a judged run. "
+        "judge", help="rate a finished long-horizon, long-mt-bench-plus or multi-session-qa run's replies afterwards",
+        description="Rate every question reply of a finished `rhea bench` run with an LLM judge (long-horizon and "
+                    "long-mt-bench-plus: FastChat's MT-Bench prompts, 1-10; multi-session-qa: LoCoMo's correctness "
+                    "judge, CORRECT or WRONG) and rewrite its results.json, summary.md and plots as a judged run. "
                     "Resumable: ratings are kept in RUN/judge/ratings.jsonl as they are made; run it again to continue.")
-    judge.add_argument("run", help="the --out folder of the long-horizon run (holding results.json)")
+    judge.add_argument("run", help="the --out folder of the run (holding results.json)")
     _add_judge_arguments(judge, int_at_least)
     judge.add_argument("--batch", type=int_at_least(1, "prompts judged together"), default=8,
                        help="prompts a local judge decodes as one batch (default 8)")

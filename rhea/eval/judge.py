@@ -1,4 +1,4 @@
-"""LLM-as-a-judge with FastChat's MT-Bench single-answer grading prompts.
+"""LLM-as-a-judge: FastChat's MT-Bench single-answer grading prompts, and LoCoMo's correctness judge.
 
 The judge is any `rhea.backends.llm.TextGenerator` (a local model, an OpenAI-compatible endpoint,
 or a `ScriptedGenerator` in tests). Prompts follow FastChat's ``judge_prompts.jsonl``
@@ -6,6 +6,13 @@ or a `ScriptedGenerator` in tests). Prompts follow FastChat's ``judge_prompts.js
 explains, then rates 1–10 as ``[[rating]]``. Ratings are parsed as FastChat does
 (``[[x]]``, falling back to ``[x]``); output with no rating, or one outside 1–10, gives
 ``rating=None`` and an ``error`` rather than a made-up score.
+
+`correctness_request` is the judge of LoCoMo-style memory QA as mem0's evaluation applies it
+(``evaluation/metrics/llm_judge.py``, Apache-2.0): the judge sees a question, the gold answer and
+the generated one, explains in a sentence and labels the answer CORRECT or WRONG ("be generous":
+an answer that touches the gold's topic, or names the same date, is correct). Its verdicts are
+``rating`` 1.0 (correct) or 0.0 (wrong), read from the ``{"label": ...}`` JSON it is asked for
+(else from the one label word it wrote; both or neither: no rating).
 
 >>> from rhea.backends.llm import ScriptedGenerator
 >>> judge = Judge(ScriptedGenerator(["Accurate and clear. Rating: [[8]]"]))
@@ -24,6 +31,42 @@ from rhea.eval.environment import dtype_name
 
 #: MT-Bench categories that FastChat grades against a reference answer.
 REFERENCE_CATEGORIES = ("math", "reasoning", "coding")
+
+#: The scales a `JudgeRequest` asks for: a 1-10 rating (FastChat's prompts) or a CORRECT / WRONG label.
+RATING_SCALE, LABEL_SCALE = "1-10", "correct-wrong"
+#: The prompt name of `correctness_request` (recorded with each verdict).
+CORRECTNESS_PROMPT_NAME = "locomo-correctness"
+#: LoCoMo's correctness judge prompt, verbatim as mem0's evaluation sends it (one user message, temperature 0):
+#: ``ACCURACY_PROMPT`` of evaluation/metrics/llm_judge.py, github.com/mem0ai/mem0 (commit 2352a44), Apache-2.0.
+CORRECTNESS_PROMPT = """
+Your task is to label an answer to a question as ’CORRECT’ or ’WRONG’. You will be given the following data:
+    (1) a question (posed by one user to another user), 
+    (2) a ’gold’ (ground truth) answer, 
+    (3) a generated answer
+which you will score as CORRECT/WRONG.
+
+The point of the question is to ask about something one user should know about the other user based on their prior conversations.
+The gold answer will usually be a concise and short answer that includes the referenced topic, for example:
+Question: Do you remember what I got the last time I went to Hawaii?
+Gold answer: A shell necklace
+The generated answer might be much longer, but you should be generous with your grading - as long as it touches on the same topic as the gold answer, it should be counted as CORRECT. 
+
+For time related questions, the gold answer will be a specific date, month, year, etc. The generated answer might be much longer or use relative time references (like "last Tuesday" or "next month"), but you should be generous with your grading - as long as it refers to the same date or time period as the gold answer, it should be counted as CORRECT. Even if the format differs (e.g., "May 7th" vs "7 May"), consider it CORRECT if it's the same date.
+
+Now it's time for the real question:
+Question: {question}
+Gold answer: {gold_answer}
+Generated answer: {generated_answer}
+
+First, provide a short (one sentence) explanation of your reasoning, then finish with CORRECT or WRONG. 
+Do NOT include both CORRECT and WRONG in your response, or it will break the evaluation script.
+
+Just return the label CORRECT or WRONG in a json format with the key as "label".
+"""
+_LABEL_JSON = re.compile(r'"label"\s*:\s*"?\s*(correct|wrong)\b', re.IGNORECASE)
+_LABEL_WORD = re.compile(r"\b(CORRECT|WRONG)\b")
+#: What a local judge's label is read after, when its text has none (completed) or none is written (direct).
+_LABEL_CUE = '{"label": "'
 
 _RATING = re.compile(r"\[\[(\d+\.?\d*)\]\]")
 _RATING_BACKUP = re.compile(r"\[(\d+\.?\d*)\]")
@@ -96,12 +139,34 @@ def parse_rating(judgment: str) -> float | None:
     return rating if 1.0 <= rating <= 10.0 else None
 
 
+def parse_label(judgment: str) -> float | None:
+    """1.0 for a CORRECT label in a judge's output, 0.0 for WRONG, None when there is none or both.
+
+    The ``{"label": ...}`` JSON the correctness prompt asks for is read first (any case); else the one
+    label word, in capitals, the text holds (mem0's prompt forbids writing both).
+
+    >>> parse_label('The answer names the same city. {"label": "CORRECT"}'), parse_label("It differs. WRONG")
+    (1.0, 0.0)
+    >>> parse_label("Not CORRECT, so WRONG") is None, parse_label("I am not sure.") is None
+    (True, True)
+    """
+    match = _LABEL_JSON.search(judgment)
+    if match:
+        return 1.0 if match.group(1).upper() == "CORRECT" else 0.0
+    words = set(_LABEL_WORD.findall(judgment))
+    if len(words) != 1:
+        return None
+    return 1.0 if words == {"CORRECT"} else 0.0
+
+
 @dataclass(frozen=True)
 class JudgeRequest:
-    """One rating to ask for: the judge's chat messages and FastChat's name for the prompt."""
+    """One verdict to ask for: the judge's chat messages, the prompt's name, and its scale (`RATING_SCALE`:
+    a 1-10 rating; `LABEL_SCALE`: CORRECT / WRONG)."""
 
     messages: tuple
     prompt_name: str
+    scale: str = RATING_SCALE
 
 
 def single_request(question: str, answer: str, *, reference: str | None = None) -> JudgeRequest:
@@ -122,9 +187,21 @@ def multi_turn_request(questions: tuple[str, str], answers: tuple[str, str], *,
                                                    tuple(references) if references else None)), name)
 
 
+def correctness_request(question: str, gold: str, answer: str) -> JudgeRequest:
+    """LoCoMo's correctness judge (`CORRECTNESS_PROMPT`) for one answer to a memory question.
+
+    >>> r = correctness_request("Which city did I fly to?", "Lisbon", "You flew to Lisbon.")
+    >>> r.scale, r.messages[0]["role"], "Gold answer: Lisbon" in r.messages[0]["content"]
+    ('correct-wrong', 'user', True)
+    """
+    content = CORRECTNESS_PROMPT.format(question=question, gold_answer=gold, generated_answer=answer)
+    return JudgeRequest(({"role": "user", "content": content},), CORRECTNESS_PROMPT_NAME, LABEL_SCALE)
+
+
 @dataclass(frozen=True)
 class Judgment:
-    """A judge's verdict: `rating` in [1, 10] or None (then `error` says why)."""
+    """A judge's verdict: `rating` in [1, 10] (a 1-10 prompt) or 1.0 / 0.0 (correct / wrong: the
+    correctness prompt), or None (then `error` says why)."""
 
     rating: float | None
     raw: str
@@ -134,23 +211,29 @@ class Judgment:
     #: likeliest completion of "Rating: [[" after its own explanation), "direct" (no explanation asked: the
     #: probability-weighted rating after "Rating: [[" right after the prompt; `Judge(explain=False)`) or "none"
     source: str = "parsed"
-    #: for a completed or direct rating, the judge's probabilities of "1]]" ... "10]]" (normalised over the ten)
+    #: for a completed or direct rating, the judge's probabilities of "1]]" ... "10]]" (normalised over the ten),
+    #: or of CORRECT and WRONG (normalised over the two) for a label
     distribution: tuple[float, ...] | None = None
 
     @property
     def expected(self) -> float | None:
-        """The probability-weighted mean rating (G-Eval's reading) when `distribution` is known, else `rating`.
+        """The probability-weighted mean rating (G-Eval's reading) when `distribution` is known, else `rating`;
+        for a label, the probability of CORRECT.
 
         >>> Judgment(2.0, "", "single-v1", distribution=(0.0, 0.6, 0.4) + (0.0,) * 7).expected
         2.4
+        >>> Judgment(1.0, "", "locomo-correctness", distribution=(0.75, 0.25)).expected
+        0.75
         """
         if self.distribution is None:
             return self.rating
+        if len(self.distribution) == 2:
+            return round(self.distribution[0], 4)
         return _weighted(self.distribution)
 
 
 class Judge:
-    """Rates answers 1–10 with an LLM, MT-Bench single-answer style.
+    """Rates answers with an LLM: 1–10, MT-Bench single-answer style, or CORRECT / WRONG (`correctness_request`).
 
     `judge_many` rates several answers together: a local judge (`HFGenerator`) decodes up to
     `batch_size` prompts as one left-padded batch, which on a memory-bound device costs little
@@ -216,6 +299,10 @@ class Judge:
         """Rate the second answer of a two-turn exchange (``single-v1-multi-turn``)."""
         return self.judge_many([multi_turn_request(questions, answers, references=references)])[0]
 
+    def correctness(self, question: str, gold: str, answer: str) -> Judgment:
+        """Whether `answer` is correct against `gold` (LoCoMo's judge, `correctness_request`): rating 1.0 or 0.0."""
+        return self.judge_many([correctness_request(question, gold, answer)])[0]
+
     def judge_many(self, requests: Sequence[JudgeRequest]) -> list[Judgment]:
         """A verdict for each request, in order; up to `batch_size` prompts decode together (greedy).
 
@@ -237,30 +324,38 @@ class Judge:
         return verdicts
 
     def _verdict(self, request: JudgeRequest, raw: str) -> Judgment:
-        rating = parse_rating(raw)
+        label = request.scale == LABEL_SCALE
+        rating = parse_label(raw) if label else parse_rating(raw)
         if rating is not None:
             return Judgment(rating, raw, request.prompt_name)
         if self.complete_rating:
-            distribution = self._distribution(list(request.messages), raw.rstrip() + "\n")
-            return Judgment(_likeliest(distribution), raw, request.prompt_name, source="completed",
+            distribution = self._distribution(request, raw.rstrip() + "\n")
+            return Judgment(_likeliest(distribution, label), raw, request.prompt_name, source="completed",
                             distribution=distribution)
-        return Judgment(None, raw, request.prompt_name, "no [[rating]] in 1-10 found in judge output", source="none")
+        missing = "no CORRECT / WRONG label (or both)" if label else "no [[rating]] in 1-10"
+        return Judgment(None, raw, request.prompt_name, f"{missing} found in judge output", source="none")
 
     def _direct(self, request: JudgeRequest) -> Judgment:
         """No explanation: the probability-weighted rating after "Rating: [[" (G-Eval's reading). Its likeliest
         rating alone is too coarse: Qwen2.5-Coder-1.5B put 1 or 5 first for nearly every answer
-        (benchmarks/results/judge_agreement_qwen_direct)."""
-        distribution = self._distribution(list(request.messages), "")
-        return Judgment(_weighted(distribution), "", request.prompt_name, source="direct", distribution=distribution)
+        (benchmarks/results/judge_agreement_qwen_direct). A label: the likelier of CORRECT and WRONG after
+        ``{"label": "``, its probability kept (`Judgment.expected`)."""
+        distribution = self._distribution(request, "")
+        rating = _likeliest(distribution, True) if request.scale == LABEL_SCALE else _weighted(distribution)
+        return Judgment(rating, "", request.prompt_name, source="direct", distribution=distribution)
 
-    def _distribution(self, messages: list[dict], written: str) -> tuple[float, ...]:
-        """The judge's probabilities of rating 1..10 after the prompt, what it `written`, and "Rating: [["."""
+    def _distribution(self, request: JudgeRequest, written: str) -> tuple[float, ...]:
+        """The judge's probabilities of rating 1..10 after the prompt, what it `written`, and "Rating: [["; for a
+        label, of CORRECT and WRONG after ``{"label": "``."""
         import math
 
         from rhea.backends.chat_template import apply_chat_template
 
-        prompt = apply_chat_template(self.generator.tokenizer, messages) + written + "Rating: [["
-        scores, _ = self.generator.continuation_logprobs(prompt, [f"{k}]]" for k in range(1, 11)])
+        label = request.scale == LABEL_SCALE
+        cue = _LABEL_CUE if label else "Rating: [["
+        options = ['CORRECT"', 'WRONG"'] if label else [f"{k}]]" for k in range(1, 11)]
+        prompt = apply_chat_template(self.generator.tokenizer, list(request.messages)) + written + cue
+        scores, _ = self.generator.continuation_logprobs(prompt, options)
         top = max(scores)
         weights = [math.exp(s - top) for s in scores]
         total = sum(weights)
@@ -288,6 +383,9 @@ def _weighted(distribution: Sequence[float]) -> float:
     return round(sum((k + 1) * p for k, p in enumerate(distribution)), 4)
 
 
-def _likeliest(distribution: Sequence[float]) -> float:
-    """The rating 1-10 of highest probability (the lowest on a tie)."""
+def _likeliest(distribution: Sequence[float], label: bool = False) -> float:
+    """The rating 1-10 of highest probability (the lowest on a tie); for a label (CORRECT, WRONG), 1.0 when
+    CORRECT is the likelier (WRONG on a tie), else 0.0."""
+    if label:
+        return 1.0 if distribution[0] > distribution[1] else 0.0
     return float(1 + max(range(len(distribution)), key=distribution.__getitem__))

@@ -1,4 +1,5 @@
-"""`rhea judge`: rate a finished long-horizon (or long-mt-bench-plus) run's replies afterwards, with any judge.
+"""`rhea judge`: rate a finished run's replies afterwards, with any judge (long-horizon, long-mt-bench-plus,
+multi-session-qa).
 
 `rhea bench --suite long-horizon` can rate each question reply as it goes (``--judge-local`` /
 ``--judge-url``), but the judge then costs as much time as the answering model, on the same
@@ -6,8 +7,10 @@ machine, in the same sitting. ``--judge-local none`` writes the replies unrated;
 rates them later: every question reply of every policy in ``out/results.json`` gets the
 FastChat prompt the suite would have built (``single-v1`` or ``single-v1-multi-turn``, with
 the reference for math / reasoning / coding; `LongHorizonSuite.judge_request`), the second
-turn of a question judged with the first answer the same policy gave. Up to the judge's
-``batch_size`` prompts decode as one batch.
+turn of a question judged with the first answer the same policy gave. A multi-session-qa run's
+answers get LoCoMo's correctness judge instead (`MultiSessionQASuite.judge_request`: question, gold
+answer and reply, CORRECT or WRONG), its share judged correct the run's ``judge_correct``. Up to the
+judge's ``batch_size`` prompts decode as one batch.
 
 Resumable: each rating is appended to ``out/judge/ratings.jsonl`` (with the judge's text) as
 it is made, under the judge recorded in ``out/judge/config.json``; a second call with the same
@@ -47,20 +50,20 @@ JUDGE_DIR = "judge"
 RATINGS_FILE = "ratings.jsonl"
 SUITE = "long-horizon"
 #: The suites whose runs can be judged afterwards (each says which turn kinds it rates: ``judged_kinds``).
-SUITES = ("long-horizon", "long-mt-bench-plus")
+SUITES = ("long-horizon", "long-mt-bench-plus", "multi-session-qa")
 
 
 def read_run(out: str | Path) -> dict:
-    """``out/results.json`` (or ``results.json.gz``) of a finished long-horizon `rhea bench` run, checked (a `BenchError`
-    says what is wrong and how to go on); nothing is loaded or written."""
+    """``out/results.json`` (or ``results.json.gz``) of a finished `rhea bench` run of a judged suite (`SUITES`),
+    checked (a `BenchError` says what is wrong and how to go on); nothing is loaded or written."""
 
     if Path(out).is_file():
-        raise BenchError(f"{out} is a file; pass the --out folder of a finished `rhea bench --suite long-horizon` run "
-                         "(the folder holding results.json), not a file in it")
+        raise BenchError(f"{out} is a file; pass the --out folder of a finished `rhea bench` run of "
+                         f"{', '.join(SUITES)} (the folder holding results.json), not a file in it")
     path = results_file(out)
     if not path.is_file():
-        raise BenchError(f"{path} does not exist: pass the --out folder of a finished `rhea bench --suite "
-                         "long-horizon` run (the folder holding results.json or results.json.gz)")
+        raise BenchError(f"{path} does not exist: pass the --out folder of a finished `rhea bench` run of "
+                         f"{', '.join(SUITES)} (the folder holding results.json or results.json.gz)")
     try:
         results = read_results(path)
     except (ValueError, EOFError, OSError, RecursionError) as e:  # ValueError: not UTF-8, not JSON, a huge integer
@@ -70,7 +73,7 @@ def read_run(out: str | Path) -> dict:
         raise BenchError(f"{path} is not a `rhea bench` results file (format {RESULTS_FORMAT!r} expected)")
     suite = results.get("config", {}).get("suite")
     if suite not in SUITES:
-        raise BenchError(f"{path} holds a {suite!r} run; only {' and '.join(map(repr, SUITES))} replies are judged (the other "
+        raise BenchError(f"{path} holds a {suite!r} run; only {', '.join(map(repr, SUITES))} replies are judged (the other "
                          "suites score by rule: benchmarks/rescore.py re-scores them)")
     if not results.get("policies"):
         raise BenchError(f"{path} holds no policy's turns yet; finish the `rhea bench` run first")
@@ -138,7 +141,7 @@ def rate_into(path: Path, todo: list, judge, done: dict, on_batch=None) -> dict:
 
 def judge_run(out: str | Path, judge, *, rejudge: bool = False, progress: bool = True,
               log=None) -> dict:
-    """Rate every unrated question reply of the long-horizon run in `out` with `judge` (a
+    """Rate every unrated question reply of the run in `out` with `judge` (a
     `rhea.eval.judge.Judge`) and rewrite the run's results as judged; returns the results.
 
     A run already rated by this judge is left as it is; one rated by another judge (inline or by

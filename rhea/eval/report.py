@@ -177,6 +177,8 @@ def summary_rows(results: dict) -> list[dict]:
     """One dict per policy: the suite's headline metrics and the cost columns."""
     suite = results["config"]["suite"]
     table = []
+    # a multi-session-qa run judged for correctness (`rhea judge`, or a judge named to `rhea bench`)
+    correctness = any(d["aggregate"].get("judge_correct") is not None for d in results["policies"].values())
     for policy, data in results["policies"].items():
         agg, cost = data["aggregate"], data["cost"]
         row = {"policy": policy}
@@ -193,6 +195,8 @@ def summary_rows(results: dict) -> list[dict]:
         elif suite == "multi-session-qa":
             row.update({"F1": agg.get("f1"), "contains answer": agg.get("contains"),
                         "evidence in context": agg.get("evidence_in_context"), "evidence raw": agg.get("evidence_raw")})
+            if correctness:
+                row["judged correct"] = agg.get("judge_correct")
         elif suite == "mt-eval-recollection":
             row.update({"IAR (0-10)": agg.get("iar"), "IAR loose": agg.get("iar_loose"),
                         "non-answers": agg.get("non_answers")})

@@ -22,7 +22,7 @@ HEADLINE_METRICS = {
     "instruction-retention": ("iar", "iar_loose", "non_answer_rate", "revoked_still_followed"),
     "state-tracking": ("accuracy", "jga", "probe_jga", "stale_rate"),
     "long-horizon": ("recall_accuracy", "rule_accuracy", "judge_mean"),
-    "multi-session-qa": ("f1", "contains", "evidence_in_context"),
+    "multi-session-qa": ("f1", "contains", "judge_correct", "evidence_in_context"),
     "mt-eval-recollection": ("iar", "iar_loose"),
     "long-mt-bench-plus": ("retrospective_judge_mean", "judge_mean", "evidence_in_context"),
     "efficiency": (),
@@ -37,6 +37,7 @@ LABELS = {"iar": "IAR strict (0-10)", "iar_loose": "IAR loose (0-10)",
           "rule_accuracy": "rule accuracy", "judge_mean": "judge (1-10)",
           "context_tokens": "context tokens/turn", "latency_s": "latency s/turn", "held_mb": "MB held/turn",
           "f1": "token F1", "contains": "contains answer", "evidence_in_context": "evidence in context",
+          "judge_correct": "judged correct",
           "retrospective_judge_mean": "retrospective judge (1-10)"}
 BASELINE = "vanilla"
 

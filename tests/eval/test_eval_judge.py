@@ -179,3 +179,66 @@ def test_a_batch_of_judgments_equals_one_by_one_on_a_real_tiny_model():
     one = [Judge(HFGenerator(model), max_new_tokens=16).judge_many([r])[0] for r in requests]
     many = Judge(HFGenerator(model), max_new_tokens=16).judge_many(requests)
     assert [(v.raw, v.rating, v.source) for v in many] == [(v.raw, v.rating, v.source) for v in one]
+
+
+@pytest.mark.parametrize("text,label", [
+    ('The reply names Lisbon, as the gold does. {"label": "CORRECT"}', 1.0),
+    ('It names another city.\n```json\n{"label": "WRONG"}\n```', 0.0),
+    ('{"label": "correct"}', 1.0),  # the JSON label in any case
+    ('It says CORRECT at first... {"label": "WRONG"}', 0.0),  # the JSON the prompt asks for wins
+    ("Same topic, so CORRECT", 1.0),
+    ("Different date. WRONG", 0.0),
+    ("Not CORRECT but WRONG", None),  # both words and no JSON: mem0's prompt forbids it
+    ("The answer is correct.", None),  # a lower-case word in an explanation is not a label
+    ("", None),
+])
+def test_parse_label(text, label):
+    from rhea.eval.judge import parse_label
+
+    assert parse_label(text) == label
+
+
+def test_the_correctness_judge_sends_locomos_prompt_and_reads_its_label():
+    from rhea.eval.judge import CORRECTNESS_PROMPT, LABEL_SCALE, correctness_request
+
+    gen = ScriptedGenerator(['Both name Lisbon. {"label": "CORRECT"}', "It names Porto. WRONG", "Unsure."])
+    judge = Judge(gen, complete_rating=False)
+    verdicts = [judge.correctness("Which city did I fly to?", "Lisbon", "You flew to Lisbon."),
+                judge.correctness("Which city did I fly to?", "Lisbon", "Porto."),
+                judge.correctness("Which city did I fly to?", "Lisbon", "Hmm.")]
+    assert [(v.rating, v.prompt_name, v.source) for v in verdicts[:2]] == [
+        (1.0, "locomo-correctness", "parsed"), (0.0, "locomo-correctness", "parsed")]
+    assert verdicts[2].rating is None and "no CORRECT / WRONG label" in verdicts[2].error
+    # one user message, as mem0's evaluation sends it: the question, the gold answer and the reply, nothing else
+    (message,) = gen.calls[0]
+    assert message == {"role": "user", "content": CORRECTNESS_PROMPT.format(
+        question="Which city did I fly to?", gold_answer="Lisbon", generated_answer="You flew to Lisbon.")}
+    assert "be generous with your grading" in CORRECTNESS_PROMPT and 'the key as "label"' in CORRECTNESS_PROMPT
+    assert correctness_request("q", "g", "a").scale == LABEL_SCALE
+
+
+class _LabelModel(_RatingModel):
+    """A local-judge stand-in that writes no label and finds `best` ("CORRECT" or "WRONG") likelier."""
+
+    def continuation_logprobs(self, prompt, continuations, *, encode=None):
+        self.prompts.append(prompt)
+        return [0.0 if c.startswith(self.best) else -2.0 for c in continuations], 10
+
+
+def test_a_local_correctness_judge_completes_or_reads_its_label_from_probabilities():
+    model = _LabelModel(best="WRONG")
+    j = Judge(model).correctness("Q?", "gold", "answer")
+    assert (j.rating, j.source) == (0.0, "completed") and model.prompts[0].endswith('clear and correct.\n{"label": "')
+    assert j.expected < 0.5 and abs(sum(j.distribution) - 1) < 1e-9
+    direct = Judge(_LabelModel(best="CORRECT"), explain=False).correctness("Q?", "gold", "answer")
+    assert (direct.rating, direct.source, direct.raw) == (1.0, "direct", "") and 0.5 < direct.expected < 1.0
+
+
+def test_a_correctness_judgment_on_a_real_tiny_model():
+    from rhea.backends.llm import HFGenerator
+    from rhea.testing import tiny_rhea
+
+    judge = Judge(HFGenerator(tiny_rhea().eval()), max_new_tokens=16)
+    for verdict in (judge.correctness("Which city?", "Lisbon", "Lisbon"),
+                    Judge(judge.generator, explain=False).correctness("Which city?", "Lisbon", "Lisbon")):
+        assert verdict.rating in (0.0, 1.0) and 0.0 <= verdict.expected <= 1.0

@@ -229,3 +229,65 @@ def test_a_local_judge_names_its_dtype_and_older_records_without_one_still_match
     (out / "results.json").write_text(json.dumps(results))
     with pytest.raises(BenchError, match="another judge"):
         judge_run(out, Judge(HFGenerator(tiny_rhea().eval()), explain=False), progress=False)
+
+
+class LabelRater:
+    """A correctness judge model whose label depends only on the prompt (so order and batching cannot change it)."""
+
+    def __init__(self):
+        self.prompts = []
+
+    def generate(self, messages, *, max_new_tokens=256, temperature=0.0, stop=None) -> str:
+        (message,) = messages
+        self.prompts.append(message["content"])
+        return '{"label": "%s"}' % ("CORRECT" if sum(map(ord, message["content"])) % 2 else "WRONG")
+
+
+def test_a_multi_session_qa_run_is_judged_for_correctness_afterwards_as_inline(model, tmp_path):
+    """LoCoMo's correctness judge: each question's reply judged with the question and gold answer only; the share
+    judged correct is the run's `judge_correct`, with intervals; a run without a judge has none."""
+    from tests.eval.test_multi_session_qa import _native
+
+    common = dict(data=str(_native(tmp_path)), max_new_tokens=3, progress=False)
+    rater = LabelRater()
+    inline = run_suite(model, "multi-session-qa", ["vanilla", "recent-k"], out=tmp_path / "inline",
+                       suite_kwargs={"min_history_turns": 8, "judge": Judge(rater)}, **common)
+    plain = run_suite(model, "multi-session-qa", ["vanilla", "recent-k"], out=tmp_path / "plain",
+                      suite_kwargs={"min_history_turns": 8}, **common)
+    assert "judge_correct" not in plain["policies"]["vanilla"]["aggregate"]
+    assert "judged correct" not in (tmp_path / "plain" / "summary.md").read_text()
+    judged = judge_run(tmp_path / "plain", Judge(LabelRater(), batch_size=3), progress=False)
+    questions = [r for r in inline["policies"]["vanilla"]["turns"] if r["kind"] == "question"]
+    assert len(rater.prompts) == 2 * len(questions) and all(
+        "Gold answer: " in p and "Generated answer: " in p for p in rater.prompts)
+    assert not any("Fact 0-" in p for p in rater.prompts)  # the history is not shown to the judge
+    for policy in ("vanilla", "recent-k"):
+        a, b = inline["policies"][policy], judged["policies"][policy]
+        assert [r["judge_rating"] for r in a["turns"]] == [r["judge_rating"] for r in b["turns"]]
+        assert all(r["judge_prompt"] == "locomo-correctness" for r in b["turns"])
+        share = sum(r["judge_rating"] for r in b["turns"]) / len(b["turns"])
+        assert b["aggregate"]["judge_correct"] == a["aggregate"]["judge_correct"] == share
+        assert "judge_correct" in judged["statistics"]["policies"][policy]["intervals"]
+    assert "judged correct" in (tmp_path / "plain" / "summary.md").read_text()
+
+
+def test_bench_judges_multi_session_qa_only_with_a_named_judge(model, tmp_path, monkeypatch):
+    """`rhea bench` does not load the offline default judge for multi-session-qa (scored by rule); a named one judges."""
+    import rhea.eval.cli as eval_cli
+    import rhea.modeling.loading as loading
+    from rhea.cli import main
+    from tests.eval.test_multi_session_qa import _native
+
+    loaded = []
+    monkeypatch.setattr(loading, "load_rhea_model", lambda name, **kw: loaded.append(name) or model)
+    monkeypatch.setattr(eval_cli, "resolve_local_judge", lambda value, **kw: None if value == "none" else "tiny")
+    common = ["bench", "--suite", "multi-session-qa", "--data", str(_native(tmp_path)), "--min-history-turns", "8",
+              "--policies", "vanilla", "--max-new-tokens", "2", "--model", "bench-model", "--quiet"]
+    assert main([*common, "--out", str(tmp_path / "auto")]) == 0
+    saved = json.loads((tmp_path / "auto" / "results.json").read_text())
+    assert loaded == ["bench-model"] and "judge" not in saved["config"]["suite_kwargs"]
+    assert main([*common, "--judge-local", "tiny", "--judge-direct", "--out", str(tmp_path / "named")]) == 0
+    saved = json.loads((tmp_path / "named" / "results.json").read_text())
+    assert loaded == ["bench-model", "bench-model", "tiny"] and saved["config"]["suite_kwargs"]["judge"]
+    rows = saved["policies"]["vanilla"]["turns"]
+    assert rows and all(r["judge_source"] == "direct" and r["judge_rating"] in (0.0, 1.0) for r in rows)

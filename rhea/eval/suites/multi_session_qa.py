@@ -30,7 +30,10 @@ Scores per question, against the gold answer: SQuAD token F1 (``f1``), whether t
 normalised gold answer (``contains``), and, from the plan, whether the evidence turns were in the context
 (``evidence_in_context``: raw, latent or recalled; ``evidence_raw``: as text; over the questions that got
 a plan: a turn that failed, e.g. a prompt over the model's window, scores F1 0 and is counted in the run's
-``errors``), with the question's ``category`` for a breakdown.
+``errors``), with the question's ``category`` for a breakdown. With a `judge` (``rhea bench --judge-local MODEL`` /
+``--judge-url``, or `rhea judge` on the finished run), each reply is also judged blind for correctness with
+LoCoMo's judge (`rhea.eval.judge.correctness_request`: question, gold answer, reply; no policy name, no
+context): ``judge_correct``, the share judged CORRECT.
 
 Data (`rhea.eval.loaders.load_multi_session`): the project's format (sessions with optional dates,
 questions with gold answers and evidence turn ids), MemoChat's TopiOCQA conversations (turn-recall
@@ -64,6 +67,7 @@ from typing import Any, Sequence
 
 from rhea.context.conversation import Turn, session_header
 from rhea.eval import loaders
+from rhea.eval.judge import Judge, JudgeRequest, correctness_request
 from rhea.eval.loaders import MultiSessionConversation, Session, SessionQuestion, SessionTurn
 from rhea.eval.suites.base import Suite, SuiteConfigError, SuiteTurn, mean, normalize_answer, require_int
 
@@ -123,12 +127,15 @@ class MultiSessionQASuite(Suite):
     name = "multi-session-qa"
     default_turns = None  # every question of the episode's conversations
     score_fields = ("f1",)
+    #: the turn kinds whose replies the judge rates (`rhea judge` reads this too)
+    judged_kinds = ("question",)
 
     def __init__(self, *, data: Sequence[MultiSessionConversation] | None = None, n_episodes: int = 1,
                  min_history_turns: int | None = None,
                  haystack: str | Path | Sequence[MultiSessionConversation] | None = None,
-                 history_tokens: int | None = None, tokenizer: Any = None):
+                 history_tokens: int | None = None, tokenizer: Any = None, judge: Any = None):
         super().__init__(data=list(data) if data is not None else builtin_data(), n_episodes=n_episodes)
+        self.judge = judge if judge is None or isinstance(judge, Judge) else Judge(judge)
         if not self.data:
             raise SuiteConfigError("data has no conversations; pass at least one (see rhea.eval.loaders."
                                    "load_multi_session)")
@@ -277,10 +284,29 @@ class MultiSessionQASuite(Suite):
         return turns, meta
 
     def score_turn(self, turn: SuiteTurn, reply: str, *, history=()) -> dict:
-        if turn.kind != "question":
-            return {}
-        return {"f1": token_f1(reply, turn.expected), "contains": float(contains_answer(reply, turn.expected)),
-                "category": turn.meta["category"]}
+        return self.score_turns([(turn, reply, history)])[0]
+
+    def score_turns(self, items) -> list[dict]:
+        """F1, containment and category of each question reply of ``(turn, reply, history)``; with a judge, every
+        question reply among them is judged in one `Judge.judge_many` call."""
+        scores = [{} if turn.kind != "question" else
+                  {"f1": token_f1(reply, turn.expected), "contains": float(contains_answer(reply, turn.expected)),
+                   "category": turn.meta["category"]} for turn, reply, _ in items]
+        if self.judge is None:
+            return scores
+        asked = [(i, self.judge_request(turn, reply, history)) for i, (turn, reply, history) in enumerate(items)
+                 if turn.kind in self.judged_kinds]
+        verdicts = self.judge.judge_many([request for _, request in asked]) if asked else []
+        for (i, _), verdict in zip(asked, verdicts):
+            scores[i].update({"judge": "ok" if verdict.rating is not None else "error",
+                              "judge_rating": verdict.rating, "judge_prompt": verdict.prompt_name,
+                              "judge_error": verdict.error, "judge_source": verdict.source})
+        return scores
+
+    @staticmethod
+    def judge_request(turn: SuiteTurn, reply: str, history: Sequence[tuple[str, str]] = ()) -> JudgeRequest:
+        """LoCoMo's correctness judge on a question's reply: the question, its gold answer and the reply only."""
+        return correctness_request(turn.user, turn.expected, reply)
 
     def _aggregate(self, turn_scores: Sequence[dict]) -> dict:
         asked = [s for s in turn_scores if s.get("kind") == "question"]
@@ -290,8 +316,14 @@ class MultiSessionQASuite(Suite):
         summary = {"f1": mean(s.get("f1") for s in asked), "contains": mean(s.get("contains") for s in asked),
                    "evidence_in_context": mean(s.get("evidence_in_context") for s in asked),
                    "evidence_raw": mean(s.get("evidence_raw") for s in asked), "questions": len(asked)}
+        judged = [s for s in asked if s.get("judge") in ("ok", "error")]
+        if judged:  # a judged run: the share judged correct, over the replies the judge labelled
+            summary.update({"judge_correct": mean(s.get("judge_rating") for s in judged),
+                            "judge_errors": sum(s["judge"] == "error" for s in judged),
+                            "judge_completed": sum(s.get("judge_source") == "completed" for s in judged)})
         summary["by_category"] = {c: {"n": len(v), "f1": mean(s.get("f1") for s in v),
                                       "contains": mean(s.get("contains") for s in v),
-                                      "evidence_in_context": mean(s.get("evidence_in_context") for s in v)}
+                                      "evidence_in_context": mean(s.get("evidence_in_context") for s in v),
+                                      **({"judge_correct": mean(s.get("judge_rating") for s in v)} if judged else {})}
                                   for c, v in sorted(by_category.items())}
         return summary
