@@ -295,6 +295,27 @@ def test_native_bf16_answers_for_this_cpu():
     assert native_bf16("cpu") in (True, False)
 
 
+def test_native_bf16_on_x86_needs_the_bf16_instructions_not_just_avx512(tmp_path, monkeypatch):
+    """oneDNN says yes on an AVX-512 CPU without AVX512-BF16 (it emulates there, ~4x slower than fp32 on a
+    prefill): the CPU's flags decide; oneDNN only where no flags can be read."""
+    import torch
+
+    from rhea.modeling import zoo
+
+    def cpu(flags):
+        path = tmp_path / "cpuinfo"
+        path.write_text("processor\t: 0\n" + (f"flags\t\t: {flags}\n" if flags is not None else "Features\t: fp asimd\n"))
+        return str(path)
+
+    read = zoo._cpu_flags
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True, raising=False)
+    for flags, native in (("fpu avx2 avx512f avx512bw", False), ("avx512f avx512_bf16", True), ("amx_bf16 amx_tile", True),
+                          (None, True)):  # no x86 flags line (e.g. an ARM CPU): oneDNN's answer
+        monkeypatch.setattr(zoo, "_cpu_flags", lambda path=cpu(flags): read(path))
+        assert zoo.native_bf16("cpu") is native, flags
+    assert read(str(tmp_path / "absent")) is None
+
+
 def test_default_dtype_of_a_rhea_directory_follows_its_recorded_base(tmp_path, bf16_native):
     """`rhea calibrate --out DIR` on Qwen must reload in bfloat16, not silently in float32."""
     import torch
