@@ -362,6 +362,31 @@ class Judge:
         return tuple(w / total for w in weights)
 
 
+def judge_scores(judge: "Judge | None", scores: list[dict], asked: Sequence[tuple[int, JudgeRequest]]) -> list[dict]:
+    """`scores` with the verdict on each ``(i, request)`` of `asked` in ``scores[i]``, all asked in one
+    `Judge.judge_many` call (a batched run's K episodes: one batch for the judge too): ``judge`` ("ok", or
+    "error" with no rating), ``judge_rating``, ``judge_prompt``, ``judge_error``, ``judge_source``. With no judge,
+    each asked score says ``"judge": "skipped"`` and has no rating.
+
+    >>> from rhea.backends.llm import ScriptedGenerator
+    >>> scores = judge_scores(Judge(ScriptedGenerator(["[[6]]"])), [{}, {"f1": 1.0}], [(1, single_request("Q?", "A."))])
+    >>> scores[1]["judge_rating"], scores[0]
+    (6.0, {})
+    >>> judge_scores(None, [{}], [(0, single_request("Q?", "A."))])
+    [{'judge': 'skipped', 'judge_rating': None}]
+    """
+    if judge is None:
+        for i, _ in asked:
+            scores[i].update({"judge": "skipped", "judge_rating": None})
+        return scores
+    verdicts = judge.judge_many([request for _, request in asked]) if asked else []
+    for (i, _), verdict in zip(asked, verdicts):
+        scores[i].update({"judge": "ok" if verdict.rating is not None else "error", "judge_rating": verdict.rating,
+                          "judge_prompt": verdict.prompt_name, "judge_error": verdict.error,
+                          "judge_source": verdict.source})
+    return scores
+
+
 def same_judge(recorded, described: dict) -> bool:
     """Whether ratings recorded under the judge description `recorded` were made by the judge that
     `described` (`Judge.describe`) describes. A description without ``dtype`` (a local judge that did

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rhea.eval import loaders
-from rhea.eval.judge import (REFERENCE_CATEGORIES, Judge, JudgeRequest, multi_turn_request,
+from rhea.eval.judge import (REFERENCE_CATEGORIES, Judge, JudgeRequest, judge_scores, multi_turn_request,
                              single_request)
 from rhea.eval.suites.base import (Suite, SuiteConfigError, SuiteTurn, mean, require_int,
                                    value_matches)
@@ -103,16 +103,7 @@ class LongHorizonSuite(Suite):
         scores = [self._rule_scores(turn, reply) for turn, reply, _ in items]
         asked = [(i, self.judge_request(turn, reply, history)) for i, (turn, reply, history) in enumerate(items)
                  if turn.kind == "query"]
-        if self.judge is None:
-            for i, _ in asked:
-                scores[i].update({"judge": "skipped", "judge_rating": None})
-            return scores
-        verdicts = self.judge.judge_many([request for _, request in asked]) if asked else []
-        for (i, _), verdict in zip(asked, verdicts):
-            scores[i].update({"judge": "ok" if verdict.rating is not None else "error",
-                              "judge_rating": verdict.rating, "judge_prompt": verdict.prompt_name,
-                              "judge_error": verdict.error, "judge_source": verdict.source})
-        return scores
+        return judge_scores(self.judge, scores, asked)
 
     @staticmethod
     def _rule_scores(turn: SuiteTurn, reply: str) -> dict:

@@ -37,7 +37,7 @@ from typing import Sequence
 from rhea.backends.llm import TextGenerator
 from rhea.eval import loaders
 from rhea.eval.checkers.answer import non_answer
-from rhea.eval.judge import Judge, JudgeRequest, single_request
+from rhea.eval.judge import Judge, JudgeRequest, judge_scores, single_request
 from rhea.eval.loaders import MTBenchPlusConversation
 from rhea.eval.suites.base import SuiteConfigError, SuiteTurn, mean, require_int
 from rhea.eval.suites.builtin import CHAINED_QUESTIONS
@@ -129,16 +129,7 @@ class LongMTBenchPlusSuite(LongHorizonSuite):
             scores.append(score)
             if turn.kind in self.judged_kinds:
                 asked.append((i, self.judge_request(turn, reply, history)))
-        if self.judge is None:
-            for i, _ in asked:
-                scores[i].update({"judge": "skipped", "judge_rating": None})
-            return scores
-        verdicts = self.judge.judge_many([request for _, request in asked]) if asked else []
-        for (i, _), verdict in zip(asked, verdicts):
-            scores[i].update({"judge": "ok" if verdict.rating is not None else "error",
-                              "judge_rating": verdict.rating, "judge_prompt": verdict.prompt_name,
-                              "judge_error": verdict.error, "judge_source": verdict.source})
-        return scores
+        return judge_scores(self.judge, scores, asked)
 
     def judge_request(self, turn: SuiteTurn, reply: str, history: Sequence[tuple[str, str]]) -> JudgeRequest:
         """A query reply: `LongHorizonSuite.judge_request`. A retrospective answer: ``single-v1`` on the question

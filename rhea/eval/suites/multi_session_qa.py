@@ -67,7 +67,7 @@ from typing import Any, Sequence
 
 from rhea.context.conversation import Turn, session_header
 from rhea.eval import loaders
-from rhea.eval.judge import Judge, JudgeRequest, correctness_request
+from rhea.eval.judge import Judge, JudgeRequest, correctness_request, judge_scores
 from rhea.eval.loaders import MultiSessionConversation, Session, SessionQuestion, SessionTurn
 from rhea.eval.suites.base import Suite, SuiteConfigError, SuiteTurn, mean, normalize_answer, require_int
 
@@ -287,21 +287,14 @@ class MultiSessionQASuite(Suite):
         return self.score_turns([(turn, reply, history)])[0]
 
     def score_turns(self, items) -> list[dict]:
-        """F1, containment and category of each question reply of ``(turn, reply, history)``; with a judge, every
-        question reply among them is judged in one `Judge.judge_many` call."""
+        """F1, containment and category of each question reply of ``(turn, reply, history)``, and the judge's
+        verdicts (`judge_scores`: all in one call; "skipped" without a judge)."""
         scores = [{} if turn.kind != "question" else
                   {"f1": token_f1(reply, turn.expected), "contains": float(contains_answer(reply, turn.expected)),
                    "category": turn.meta["category"]} for turn, reply, _ in items]
-        if self.judge is None:
-            return scores
         asked = [(i, self.judge_request(turn, reply, history)) for i, (turn, reply, history) in enumerate(items)
                  if turn.kind in self.judged_kinds]
-        verdicts = self.judge.judge_many([request for _, request in asked]) if asked else []
-        for (i, _), verdict in zip(asked, verdicts):
-            scores[i].update({"judge": "ok" if verdict.rating is not None else "error",
-                              "judge_rating": verdict.rating, "judge_prompt": verdict.prompt_name,
-                              "judge_error": verdict.error, "judge_source": verdict.source})
-        return scores
+        return judge_scores(self.judge, scores, asked)
 
     @staticmethod
     def judge_request(turn: SuiteTurn, reply: str, history: Sequence[tuple[str, str]] = ()) -> JudgeRequest:
