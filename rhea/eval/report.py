@@ -254,6 +254,16 @@ def summary_markdown(results: dict) -> str:
             d["aggregate"].get("judge") == "skipped" for d in results["policies"].values()):
         lines += ["", "No judge was configured (--judge-url): quality ratings were skipped; the recall and "
                       "reference checks above still ran."]
+    checks = {p: d["aggregate"]["judge_check"] for p, d in results["policies"].items() if d["aggregate"].get("judge_check")}
+    if checks:
+        lines += ["", "Judge check (multi-session-qa: how far the correctness judge agrees with the rule scores where "
+                      "they leave no doubt):"]
+        def count(share, n):
+            return round(share * n) if share is not None else 0
+
+        lines += [f"- {p}: {count(c['exact_judged_correct'], c['exact'])} of {c['exact']} replies holding exactly the "
+                  f"gold's words judged correct; {count(c['disjoint_judged_wrong'], c['disjoint'])} of {c['disjoint']} "
+                  "sharing no word with it judged wrong" for p, c in checks.items()]
     warned = {p: [w for r in d["turns"] for w in _score_warnings(r)] for p, d in results["policies"].items()}
     if any(warned.values()):
         lines += ["", "Score warnings recorded by the policies (turns warned, last warning):"]

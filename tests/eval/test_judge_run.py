@@ -268,7 +268,11 @@ def test_a_multi_session_qa_run_is_judged_for_correctness_afterwards_as_inline(m
         share = sum(r["judge_rating"] for r in b["turns"]) / len(b["turns"])
         assert b["aggregate"]["judge_correct"] == a["aggregate"]["judge_correct"] == share
         assert "judge_correct" in judged["statistics"]["policies"][policy]["intervals"]
-    assert "judged correct" in (tmp_path / "plain" / "summary.md").read_text()
+    summary = (tmp_path / "plain" / "summary.md").read_text()
+    assert "judged correct" in summary and "Judge check" in summary
+    check = judged["policies"]["vanilla"]["aggregate"]["judge_check"]
+    rows = judged["policies"]["vanilla"]["turns"]
+    assert check["exact"] == sum(r["f1"] == 1.0 for r in rows) and check["disjoint"] == sum(r["f1"] == 0.0 for r in rows)
 
 
 def test_bench_judges_multi_session_qa_only_with_a_named_judge(model, tmp_path, monkeypatch):

@@ -33,7 +33,8 @@ a plan: a turn that failed, e.g. a prompt over the model's window, scores F1 0 a
 ``errors``), with the question's ``category`` for a breakdown. With a `judge` (``rhea bench --judge-local MODEL`` /
 ``--judge-url``, or `rhea judge` on the finished run), each reply is also judged blind for correctness with
 LoCoMo's judge (`rhea.eval.judge.correctness_request`: question, gold answer, reply; no policy name, no
-context): ``judge_correct``, the share judged CORRECT.
+context): ``judge_correct``, the share judged CORRECT, with `judge_check`: how often the judge calls an answer
+that is the gold's words exactly correct, and one sharing no word with it wrong.
 
 Data (`rhea.eval.loaders.load_multi_session`): the project's format (sessions with optional dates,
 questions with gold answers and evidence turn ids), MemoChat's TopiOCQA conversations (turn-recall
@@ -115,6 +116,22 @@ def builtin_data() -> list[MultiSessionConversation]:
         SessionQuestion("How many apple trees did I plant?", "three", ("garden:0",), "single-hop"),
         SessionQuestion("On what date did I plant the apple trees?", "2024-04-15", ("garden:0",), "date")),
         "builtin")]
+
+
+def judge_check(scores: Sequence[dict]) -> dict:
+    """How far a correctness judge agrees with the rule scores where they leave no doubt: of the judged replies
+    that hold exactly the gold answer's words (F1 1), the share judged correct (``exact_judged_correct``, of
+    ``exact``), and of those sharing no word with it (F1 0), the share judged wrong (``disjoint_judged_wrong``, of
+    ``disjoint``). A judge far below 1 on either is not measuring correctness.
+
+    >>> judge_check([{"f1": 1.0, "judge_rating": 1.0}, {"f1": 1.0, "judge_rating": 0.0}, {"f1": 0.0, "judge_rating": 0.0}])
+    {'exact': 2, 'exact_judged_correct': 0.5, 'disjoint': 1, 'disjoint_judged_wrong': 1.0}
+    """
+    rated = [s for s in scores if s.get("judge_rating") is not None and s.get("f1") is not None]
+    exact = [s["judge_rating"] for s in rated if s["f1"] == 1.0]
+    disjoint = [1.0 - s["judge_rating"] for s in rated if s["f1"] == 0.0]
+    return {"exact": len(exact), "exact_judged_correct": mean(exact),
+            "disjoint": len(disjoint), "disjoint_judged_wrong": mean(disjoint)}
 
 
 #: The history an episode reaches with a data file, in turns: the long regime (LoCoMo's conversations hold 300+).
@@ -313,7 +330,8 @@ class MultiSessionQASuite(Suite):
         if judged:  # a judged run: the share judged correct, over the replies the judge labelled
             summary.update({"judge_correct": mean(s.get("judge_rating") for s in judged),
                             "judge_errors": sum(s["judge"] == "error" for s in judged),
-                            "judge_completed": sum(s.get("judge_source") == "completed" for s in judged)})
+                            "judge_completed": sum(s.get("judge_source") == "completed" for s in judged),
+                            "judge_check": judge_check(judged)})
         summary["by_category"] = {c: {"n": len(v), "f1": mean(s.get("f1") for s in v),
                                       "contains": mean(s.get("contains") for s in v),
                                       "evidence_in_context": mean(s.get("evidence_in_context") for s in v),
