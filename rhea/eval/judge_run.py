@@ -131,6 +131,8 @@ def rate_into(path: Path, todo: list, judge, done: dict, on_batch=None) -> dict:
                 record = {"policy": key[0], "episode_id": key[1], "turn_index": key[2],
                           "rating": verdict.rating, "prompt": verdict.prompt_name, "source": verdict.source,
                           "error": verdict.error, "judgment": verdict.raw, "seconds": round(seconds, 3)}
+                if verdict.distribution is not None:  # a completed or direct verdict: its expected rating too
+                    record["expected"] = verdict.expected
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
                 done[key] = record
             f.flush()

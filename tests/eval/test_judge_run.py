@@ -164,6 +164,8 @@ def test_the_cli_judges_a_run_directly_with_a_local_model(runs, tmp_path, capsys
     rows = [r for r in saved["policies"]["vanilla"]["turns"] if r["kind"] == "query"]
     assert rows and all(r["judge_source"] == "direct" and 1 <= r["judge_rating"] <= 10 for r in rows)
     assert "judge (1-10)" in capsys.readouterr().out
+    ratings = [json.loads(line) for line in (out / JUDGE_DIR / RATINGS_FILE).read_text().splitlines()]
+    assert all(1 <= r["expected"] <= 10 for r in ratings)  # a direct verdict keeps its probability-weighted rating
     assert cli.main(["judge", str(out), "--judge-url", "http://x", "--judge-direct"]) == 1
     assert "--judge-direct reads the rating" in capsys.readouterr().err
 
