@@ -117,6 +117,7 @@ class RheaPolicy(ContextPolicy):
         replan_every: int | None = None,
         replan_top: int | None = None,
         replan_hidden: str | None = None,
+        replan_recall_max: int | None = None,
         embedder: Any = None,
         latent_bytes: int | None = DEFAULT_LATENT_BYTES,
         latent_dtype: str = "model",
@@ -158,6 +159,13 @@ class RheaPolicy(ContextPolicy):
         self.replan_top = pick(replan_top, "replan_top")
         self.replan_hidden = pick(replan_hidden, "replan_hidden")
         check_replan(self.replan_every, self.replan_top, self.replan_hidden)
+        if replan_recall_max is not None and (isinstance(replan_recall_max, bool) or not isinstance(replan_recall_max, int)
+                                              or replan_recall_max < 0):
+            raise RheaConfigError(f"replan_recall_max={replan_recall_max!r} must be an int >= 0 (the most recalled copies a "
+                                  "kept plan holds before a fresh plan) or None (no bound)")
+        #: the most recalled copies (`replan_hidden="recall"`) a kept plan holds; a query whose best turns would take
+        #: it past this gets a fresh plan instead, so the prompt stops growing by copies (None: no bound)
+        self.replan_recall_max = replan_recall_max
         #: the last fresh plan: {"at": turns it covered, "decisions", "system": IM block, "digest": those turns' text,
         #: "queries": queries answered with it since}
         self._plan: dict | None = None
@@ -210,6 +218,7 @@ class RheaPolicy(ContextPolicy):
                 "rrf_k": self.rrf_k, "dense_floor": r.dense_floor, "dense_high": r.dense_high, "tier_mode": r.mode,
                 "max_raw": r.max_raw, "max_latent": r.max_latent, "recent_raw": r.recent_raw, "latent_tier": self.latent_tier,
                 "replan_every": self.replan_every, "replan_top": self.replan_top, "replan_hidden": self.replan_hidden,
+                **({"replan_recall_max": self.replan_recall_max} if self.replan_recall_max is not None else {}),
                 **({"latent_bytes": self.latent_bytes} if self.latent_bytes != DEFAULT_LATENT_BYTES else {}),
                 **({"latent_dtype": self.latent_dtype} if self.latent_dtype != "model" else {}),
                 **({"recognizer": self.recognizer_name} if self.recognizer_name not in (None, "default") else {})}
@@ -221,6 +230,7 @@ class RheaPolicy(ContextPolicy):
                 "tier_mode": self.rule.mode, "max_raw": self.rule.max_raw, "max_latent": self.rule.max_latent,
                 "recent_raw": self.rule.recent_raw, "dense_floor": self.rule.dense_floor, "dense_high": self.rule.dense_high,
                 "replan_every": self.replan_every, "replan_top": self.replan_top, "replan_hidden": self.replan_hidden,
+                "replan_recall_max": self.replan_recall_max,
                 "latent_tier": self.latents_on, "latent_tier_reason": self.latent_tier_reason}
 
     @property
@@ -287,6 +297,7 @@ class RheaPolicy(ContextPolicy):
             records.append({"retrieval": self.retrieval_mode()})
             if self.replan_every > 1:
                 records.append({"replan": {"every": self.replan_every, "top": self.replan_top, "hidden": self.replan_hidden,
+                                           "recall_max": self.replan_recall_max,
                                            "planned_at": self._plan["at"], "fresh": why is not None, "why": why,
                                            "recalled": [d.turn for d in decisions if d.recalled]}})
             records.append(_score_summary(decisions, self.tau_low, self.tau_high, self.rule.mode))
@@ -384,7 +395,8 @@ class RheaPolicy(ContextPolicy):
         With ``replan_top`` m > 0 the query is still scored (milliseconds), and each of its m best turns that a
         fresh plan shows raw but the kept plan hides (`hidden_best`) is, under ``replan_hidden="recall"``, shown raw
         after the newest turn and stays there, as a copy at that place, until the next fresh plan (so the prompt
-        still only grows at its end), or, under ``"replan"``, the reason for a fresh plan now.
+        still only grows at its end), or, under ``"replan"``, the reason for a fresh plan now. With
+        ``replan_recall_max`` c, a query whose hidden best turns would bring the copies past c gets a fresh plan instead.
         """
         n, k, plan = len(conversation), self.replan_every, self._plan
         system = self.im.render() if self.use_im else ""
@@ -402,8 +414,12 @@ class RheaPolicy(ContextPolicy):
             hidden = [] if fresh is None else hidden_best(
                 [d.tier for d in kept], [d.tier for d in fresh],
                 torch.tensor([-float("inf") if d.score is None else d.score for d in fresh]), self.replan_top)
+            held = {t for t, _ in plan.get("recalled", ())}
             if hidden and self.replan_hidden == "replan":
                 why = f"one of the query's {self.replan_top} best turns is not raw under the plan of turn {at}"
+            elif self.replan_recall_max is not None and len(held | set(hidden)) > self.replan_recall_max:
+                why = (f"recalling the query's hidden best turns would take the plan of turn {at} past "
+                       f"replan_recall_max={self.replan_recall_max} recalled copies")
             else:
                 plan["queries"] = plan.get("queries", 0) + 1
                 label = f"kept from the plan at turn {at} (re-planned every {k} turns)"

@@ -346,3 +346,19 @@ def test_replan_hidden_recall_shows_the_hidden_turn_after_the_newest_and_keeps_i
     assert contents[-3:] == [TOPICS[2][0], TOPICS[2][1], QUERIES[2]]
     # the next fresh plan starts again without copies
     assert not any(d.recalled for d in recall[3].decisions.turns)
+
+
+def test_replan_recall_max_bounds_the_copies_a_kept_plan_holds(tiny_model):
+    """With at most one recalled copy, "bird" (whose turn the plan of "cat" hides, with the dog's copy already held)
+    gets a fresh plan instead of a second copy; the bound is a named option that a bad value refuses."""
+    bounded = _replay(get_policy("rhea", model=tiny_model, **{**STICKY, "replan_top": 1}, replan_every=3,
+                                 replan_recall_max=1))
+    replans = [next(r["replan"] for r in p.decisions.records if "replan" in r) for p in bounded]
+    assert (replans[1]["fresh"], replans[1]["recalled"], replans[1]["recall_max"]) == (False, [1], 1)
+    assert replans[2]["fresh"] and "past replan_recall_max=1 recalled copies" in replans[2]["why"]
+    assert not any(d.recalled for d in bounded[2].decisions.turns)
+    assert get_policy("rhea", model=tiny_model, replan_recall_max=4).config()["replan_recall_max"] == 4
+    assert "replan_recall_max" not in get_policy("rhea", model=tiny_model).config()  # unbounded by default
+    for bad in (-1, 1.5, True):
+        with pytest.raises(RheaConfigError, match="replan_recall_max"):
+            get_policy("rhea", model=tiny_model, replan_recall_max=bad)
