@@ -195,8 +195,8 @@ def _add_judge_arguments(parser, int_at_least) -> None:
                              "setting its agreement was measured with), 2048 for an endpoint (FastChat's)")
     parser.add_argument("--judge-direct", action="store_true",
                         help="a local judge rates without writing an explanation: the probability-weighted mean of its "
-                             "ratings 1-10 after FastChat's prompt and 'Rating: [[', one prefill per rating "
-                             "(docs/guides/evaluation.md gives its agreement)")
+                             "ratings 1-10 after FastChat's prompt and 'Rating: [[' (multi-session-qa: the likelier of "
+                             "CORRECT and WRONG), one prefill per rating (docs/guides/evaluation.md gives its agreement)")
 
 
 def _cmd_bench(args) -> int:
