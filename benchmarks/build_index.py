@@ -103,6 +103,11 @@ RUNS = (
         Source("vanilla", "bench_qwen_ep8_lh_baselines/long-horizon"),
         Source("rhea", "bench_qwen_ep8_step1181/long-horizon", defaults={"replan_every": 1}),
     )),
+    Run(f"{MODEL}/multi-session-qa/bf16-ep4", "multi-session-qa", "bfloat16", (
+        Source("vanilla", "multi_session_qa_qwen_topiocqa_300turns/vanilla"),
+        Source("rhea", "multi_session_qa_qwen_topiocqa_300turns/rhea"),
+        Source("bm25", "multi_session_qa_qwen_topiocqa_300turns/bm25"),
+    )),
     Run(f"{MODEL}/efficiency/fp32-ep1", "efficiency", "float32", (
         Source("vanilla", "bench_qwen_step1181/efficiency"),
         Source("rhea", "bench_qwen_step1181/efficiency-replan8", {"replan_every": 8}),

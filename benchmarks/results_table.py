@@ -27,7 +27,7 @@ README = ROOT / "README.md"
 START, END = "<!-- results-table:start -->", "<!-- results-table:end -->"
 #: The runs the headline table shows, in this order: the capable model, shipped adapters, current defaults.
 HEADLINE_RUNS = ("qwen2.5-coder-1.5b/instruction-retention/bf16-ep8", "qwen2.5-coder-1.5b/state-tracking/bf16-ep8",
-                 "qwen2.5-coder-1.5b/long-horizon/bf16-ep8", "qwen2.5-coder-1.5b/multi-session-qa/bf16-ep2",
+                 "qwen2.5-coder-1.5b/long-horizon/bf16-ep8", "qwen2.5-coder-1.5b/multi-session-qa/bf16-ep4",
                  "qwen2.5-coder-1.5b/efficiency/fp32-ep1")
 #: Per suite: the metric shown beside context tokens, its label and digits.
 QUALITY = {"instruction-retention": ("iar", "IAR (0-10)", 2), "state-tracking": ("accuracy", "key accuracy", 2),
