@@ -61,13 +61,14 @@ def load_retrieval_recall():
 
 
 def walk(texts: list[str], queries: list[str], scores_at, rule: TierRule, every: int, top: int,
-         hidden: str = "recall") -> list[dict]:
+         hidden: str = "recall", recall_max: int | None = None) -> list[dict]:
     """One step per query: ``queries[t]`` against ``texts[:t]`` for t = 1..len(queries)-1 (step 0 has no history).
 
     ``scores_at(t)`` gives the fused scores and the components of the query of step t over ``texts[:t]``.
     Returns, per step, the tiers in place, the turns shown as recalled copies and where (``copies``: ``[turn,
     after]``, a copy following turn ``after``, the newest turn when it was first recalled, until the next fresh
-    plan), and whether the plan was fresh, following `RheaPolicy._planned` (``hidden``: `RheaConfig.replan_hidden`).
+    plan), and whether the plan was fresh, following `RheaPolicy._planned` (``hidden``: `RheaConfig.replan_hidden`;
+    ``recall_max``: `RheaPolicy.replan_recall_max`, a fresh plan when the copies would exceed it).
     """
     plan_at, plan_tiers, out = None, None, []
     copies: dict[int, int] = {}
@@ -79,6 +80,8 @@ def walk(texts: list[str], queries: list[str], scores_at, rule: TierRule, every:
             kept = plan_tiers + ["raw"] * (t - plan_at)
             missing = hidden_best(kept, fresh, score, top)
             if missing and hidden == "replan":
+                kept = None
+            elif recall_max is not None and len(set(copies) | set(missing)) > recall_max:
                 kept = None
             else:
                 for turn in missing:
@@ -148,10 +151,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-per-source", type=int, default=0, help="questions per source (0 = all)")
     p.add_argument("--every", type=int, nargs="+", default=[1, 2, 4, 8], help="replan_every values")
     p.add_argument("--top", type=int, nargs="+", default=[0, 1, 3, 5, 10], help="replan_top values (with every > 1)")
+    p.add_argument("--recall-max", type=int, nargs="*", default=[],
+                   help="replan_recall_max values: each recall setting also runs with at most this many copies")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="benchmarks/results/replan")
     args = p.parse_args(argv)
-    bad = [v for v in args.every if v < 1] + [v for v in args.top if v < 0]
+    bad = [v for v in args.every if v < 1] + [v for v in args.top if v < 0] + [v for v in args.recall_max if v < 0]
     if bad or 1 not in args.every:
         p.error(f"--every needs 1 (the baseline) and values >= 1, --top values >= 0; got {args.every} / {args.top}")
     return args
@@ -170,9 +175,14 @@ def main(argv=None) -> None:
     from rhea.backends.retrieval import BM25Retriever
 
     embedder = MiniLMEmbedder()
-    settings = [(1, 0, "replan")] + [(k, m, h) for k in args.every if k > 1 for m in args.top
-                                     for h in (("replan", "recall") if m else ("replan",))]
-    name = lambda k, m, h: ("every turn" if k == 1 else f"every {k}, top {m}" + (", recall" if h == "recall" else ""))  # noqa: E731
+    settings = [(1, 0, "replan", None)] + [(k, m, h, None) for k in args.every if k > 1 for m in args.top
+                                           for h in (("replan", "recall") if m else ("replan",))]
+    settings += [(k, m, "recall", c) for k in args.every if k > 1 for m in args.top if m for c in args.recall_max]
+
+    def name(k, m, h, c=None):
+        if k == 1:
+            return "every turn"
+        return f"every {k}, top {m}" + (", recall" if h == "recall" else "") + (f" (at most {c})" if c is not None else "")
     layouts = {}
     for layout in ("contiguous", "returning"):
         episodes = rr.build_episodes(corpora, args.sessions, args.max_per_source, args.seed, layout)
@@ -192,10 +202,10 @@ def main(argv=None) -> None:
                 return cache[t]
 
             sizes = [len(x) for x in texts]
-            for k, m, h in settings:
-                steps = walk(texts, queries, scores_at, rule, k, m, h)
+            for k, m, h, c in settings:
+                steps = walk(texts, queries, scores_at, rule, k, m, h, c)
                 last, recalled = steps[-1]["tiers"], set(steps[-1]["recalled"])
-                row = per[name(k, m, h)]
+                row = per[name(k, m, h, c)]
                 row["kept"].append(any(last[j] == "raw" or j in recalled for j in ep.needed))
                 row["dropped"].append(all(last[j] == "drop" and j not in recalled for j in ep.needed))
                 row["fresh"].append(np.mean([s["fresh"] for s in steps]))
@@ -250,7 +260,7 @@ def plot(summary: dict, path: Path) -> None:
     for ax, (layout, lay) in zip(axes, summary["layouts"].items()):
         for key, e in lay["results"].items():
             x, y = e["reuse_share"], e["needed_kept_raw"]
-            mode = "every turn" if key == "every turn" else "recall" if key.endswith("recall") else \
+            mode = "every turn" if key == "every turn" else "recall" if "recall" in key else \
                 "kept whatever the query needs" if key.endswith("top 0") else "replan"
             color = {"every turn": "black", "recall": "tab:orange", "replan": "tab:blue",
                      "kept whatever the query needs": "tab:gray"}[mode]

@@ -76,3 +76,16 @@ def test_arguments_are_checked():
         RP.parse_args(["--data", "x", "--top", "-1"])
     with pytest.raises(SystemExit, match="not found"):
         RP.main(["--data", "/nonexistent-folder"])
+
+
+
+def test_the_walk_makes_a_fresh_plan_when_the_copies_would_pass_recall_max():
+    """As `RheaPolicy(replan_recall_max=c)`: a kept plan recalls until one more copy would pass c, then plans afresh."""
+    texts, queries = ["a", "b", "c", "d", "e", "f"], ["q0", "q1", "q2", "q3", "q4", "q5"]
+    wants_2 = _scores({1: 0, 2: 0, 3: 0, 4: 0, 5: 2})  # step 5 wants turn 2, dropped under step 4's plan
+    free = RP.walk(texts, queries, wants_2, RULE, 3, 1, "recall")
+    assert [s["fresh"] for s in free] == [True, False, False, True, False] and free[4]["recalled"] == [2]
+    assert RP.walk(texts, queries, wants_2, RULE, 3, 1, "recall", recall_max=1) == free  # one copy is within 1
+    bounded = RP.walk(texts, queries, wants_2, RULE, 3, 1, "recall", recall_max=0)
+    assert [s["fresh"] for s in bounded] == [True, False, False, True, True] and bounded[4]["recalled"] == []
+    assert bounded[4]["tiers"] == ["drop", "drop", "raw", "drop", "drop"]
