@@ -108,6 +108,15 @@ RUNS = (
         Source("rhea", "multi_session_qa_qwen_topiocqa_300turns/rhea"),
         Source("bm25", "multi_session_qa_qwen_topiocqa_300turns/bm25"),
     )),
+    Run(f"{MODEL}/multi-session-qa/haystack20k-fp32-ep1", "multi-session-qa", "float32", (
+        Source("vanilla", "multi_session_qa_qwen_topiocqa_haystack20k/vanilla"),
+        Source("rhea", "multi_session_qa_qwen_topiocqa_haystack20k/rhea"),
+        Source("bm25", "multi_session_qa_qwen_topiocqa_haystack20k/bm25"),
+    )),
+    Run(f"{MODEL}/multi-session-qa/haystack20k-fp32-ep1-recall-max10", "multi-session-qa", "float32", (
+        Source("vanilla", "multi_session_qa_qwen_topiocqa_haystack20k/vanilla"),
+        Source("rhea", "multi_session_qa_qwen_topiocqa_haystack20k/rhea_recall_max10", {"replan_recall_max": 10}),
+    )),
     Run(f"{MODEL}/efficiency/fp32-ep1", "efficiency", "float32", (
         Source("vanilla", "bench_qwen_step1181/efficiency"),
         Source("rhea", "bench_qwen_step1181/efficiency-replan8", {"replan_every": 8}),
