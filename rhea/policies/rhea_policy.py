@@ -414,10 +414,10 @@ class RheaPolicy(ContextPolicy):
             hidden = [] if fresh is None else hidden_best(
                 [d.tier for d in kept], [d.tier for d in fresh],
                 torch.tensor([-float("inf") if d.score is None else d.score for d in fresh]), self.replan_top)
-            held = {t for t, _ in plan.get("recalled", ())}
             if hidden and self.replan_hidden == "replan":
                 why = f"one of the query's {self.replan_top} best turns is not raw under the plan of turn {at}"
-            elif self.replan_recall_max is not None and len(held | set(hidden)) > self.replan_recall_max:
+            elif self.replan_recall_max is not None and len(
+                    {t for t, _ in plan.get("recalled", ())} | set(hidden)) > self.replan_recall_max:
                 why = (f"recalling the query's hidden best turns would take the plan of turn {at} past "
                        f"replan_recall_max={self.replan_recall_max} recalled copies")
             else:
