@@ -44,12 +44,15 @@ ADAPTERS = "rhea/data/adapters"
 @dataclass(frozen=True)
 class Source:
     """One policy of a run: the committed folder that holds its turns, the policy there, and the options it ran
-    with (those the folder's config records, plus any it took from the shipped defaults: `defaults`)."""
+    with: the policy options the folder's config records (`options`), the model settings its command line set
+    (`settings`, e.g. ``anchor_bias`` from ``rhea bench --anchor-bias``, recorded at the config's top level), and
+    any it took from the shipped defaults (`defaults`, checked against the shipped config of its commit)."""
 
     policy: str
     folder: str
     options: dict = field(default_factory=dict)
     defaults: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,12 @@ RUNS = (
         Source("rhea", _ir("bench_qwen_ep8_step1181") + "-latent-off", {"latent_tier": "off"},
                defaults={"replan_every": 1}),
     )),
+    *(Run(f"{MODEL}/instruction-retention/bf16-ep8-anchor-bias-{beta:g}", "instruction-retention", "bfloat16", (
+        Source("vanilla", _ir("bench_qwen_ep8_bf16")),
+        Source("rhea", f"anchor_bias_{MODEL}/instruction-retention_beta{beta:g}",
+               defaults={"replan_every": 8, **({"anchor_bias": 0.0} if beta == 0 else {})},
+               settings={} if beta == 0 else {"anchor_bias": beta}),
+    )) for beta in (0.0, 1.0, 4.0)),
     Run(f"{MODEL}/state-tracking/bf16-ep8", "state-tracking", "bfloat16", (
         Source("vanilla", "bench_qwen_ep8_bf16/state-tracking"),
         Source("rhea", "bench_qwen_ep8_step1181/state-tracking-replan8", {"replan_every": 8}),
@@ -126,6 +135,10 @@ RUNS = (
         Source("rhea", "bench_qwen_step1181/efficiency", defaults={"replan_every": 1}),
     )),
 )
+
+
+#: The model settings a `rhea bench` command line can set, recorded at the top level of a run's config.
+MODEL_SETTINGS = ("anchor_bias",)
 
 
 class BuildError(ResultsIndexError):
@@ -218,6 +231,11 @@ def build(results_dir: Path, runs=RUNS) -> list[Row]:
             if recorded != source.options:
                 raise BuildError(f"{run.run_id}: {source.folder}:{source.policy} ran with options {recorded}, "
                                  f"declared {source.options}")
+            for name in MODEL_SETTINGS:
+                ran = results["config"].get(name)
+                if ran != source.settings.get(name):
+                    raise BuildError(f"{run.run_id}: {source.folder} ran with {name}={ran!r}, declared "
+                                     f"{source.settings.get(name)!r}")
             commit, date = added_in(folder)
             for option, value in source.defaults.items():
                 shipped = _shipped_default(commit, MODEL, option)
@@ -227,7 +245,7 @@ def build(results_dir: Path, runs=RUNS) -> list[Row]:
             adapters, sha = adapters_at(commit, MODEL) if results["config"].get("adapters_trained") else (None, None)
             devices = [e.get("device") for e in entry.get("environments") or [] if e.get("device")]
             meta[source.policy] = dict(
-                options={**source.defaults, **source.options}, adapters=adapters, adapters_sha256=sha,
+                options={**source.defaults, **source.options, **source.settings}, adapters=adapters, adapters_sha256=sha,
                 device=devices[-1] if devices else (results.get("environment") or {}).get("device"),
                 source=f"benchmarks/results/{source.folder}", commit=commit, date=date)
         stats = statistics(merged, baseline=run.baseline)

@@ -88,3 +88,7 @@ def test_build_index_refuses_a_policy_declared_with_other_options():
         build.Source("vanilla", "bench_qwen_step1181/efficiency"),))
     with pytest.raises(build.BuildError, match="not bfloat16 alone"):
         build.build(ROOT / "benchmarks" / "results", [other_dtype])
+    other_setting = build.Run("x/instruction-retention/bf16-ep8-anchor-bias-4", "instruction-retention", "bfloat16", (
+        build.Source("rhea", "anchor_bias_qwen2.5-coder-1.5b/instruction-retention_beta1", settings={"anchor_bias": 4.0}),))
+    with pytest.raises(build.BuildError, match=r"ran with anchor_bias=1\.0, declared 4\.0"):
+        build.build(ROOT / "benchmarks" / "results", [other_setting])
