@@ -47,6 +47,8 @@ SLOT_PATTERNS: dict[str, str] = {
 _COMPILED_SLOTS = {name: re.compile(p, re.IGNORECASE) for name, p in SLOT_PATTERNS.items()}
 
 HEADER = "Follow these instructions in every response. If two conflict, follow the later one."
+#: What opens the reminder `InstructionalMemory.reminder` writes after the current message.
+REMINDER_HEADER = "(Standing instructions: follow them in this reply."
 
 #: A revocation that also says what to do now: "... instead", "..., and call me Alex".
 _REPLACEMENT = re.compile(
@@ -346,6 +348,19 @@ class InstructionalMemory:
         if not self._entries:
             return ""
         return "\n".join([HEADER] + [f"- {e.text}" for e in self._entries])
+
+    def reminder(self) -> str:
+        """The standing instructions restated for the end of the current message ("" when there are none): the
+        same verbatim texts as `render`, closest to where the reply begins.
+
+        >>> im = InstructionalMemory(); _ = im.add("Always answer in haiku.", 0)
+        >>> print(im.reminder())
+        (Standing instructions: follow them in this reply.
+        - Always answer in haiku.)
+        """
+        if not self._entries:
+            return ""
+        return "\n".join([REMINDER_HEADER] + [f"- {e.text}" for e in self._entries]) + ")"
 
     def to_dict(self) -> dict:
         return {

@@ -63,6 +63,7 @@ def assemble_plan(
     latents: dict[int, Latent] | None = None,
     records: Sequence[dict] = (),
     tokenizer: Any = None,
+    reminder: str = "",
 ) -> ContextPlan:
     """Build the plan: [system] + kept turns in chronological order + recalled turns + [user: query].
 
@@ -77,7 +78,8 @@ def assemble_plan(
     message with that header wherever it is shown away from its place: the first turn shown, the first
     of its session, the first after dropped turns, and every recalled turn, so a question about when
     something was said can be answered from a turn shown out of order.
-    `extra_system` (e.g. a summary) follows the instructions inside the system block.
+    `extra_system` (e.g. a summary) follows the instructions inside the system block. A `reminder` (e.g.
+    `InstructionalMemory.reminder`) follows the query in its message, after a blank line.
     Ledger token counts cover message text only (chat-template markup excluded), the same
     way for the plan and for the full history, so the two compare.
     """
@@ -137,9 +139,10 @@ def assemble_plan(
             text_tokens += count_tokens(turn.user, tokenizer)
             latent_slots += latents[index].n_slots
         recalled_after(index)
-    messages.append({"role": "user", "content": query})
+    message = f"{query}\n\n{reminder}" if reminder and reminder.strip() else query
+    messages.append({"role": "user", "content": message})
     sources.append(None)
-    text_tokens += count_tokens(query, tokenizer)
+    text_tokens += count_tokens(message, tokenizer)
 
     ledger = TokenLedger(
         text_tokens=text_tokens,

@@ -74,6 +74,10 @@ class RheaPolicy(ContextPolicy):
     "float32", "bfloat16", "float16" (bfloat16 on a float32 model halves what Rhea holds, rounding what the
     generate pass reads). Scores are computed in float32 whatever is stored.
 
+    ``instruction_reminder``: also restate the standing instructions after the current message
+    (`InstructionalMemory.reminder`), nearest the reply, besides the system block (off by default; its tokens
+    are counted in the budget and the ledger).
+
     ``recognizer``: "default" (rules, then the MiniLM head), "minilm", "ngram", None (rules
     only), "prompt" (rules, then the paper's YES/NO prompt on this policy's own model, adapters
     off: worth it on a capable model, ~2 s a message that no rule decides on a 1.5B model on one
@@ -121,6 +125,7 @@ class RheaPolicy(ContextPolicy):
         embedder: Any = None,
         latent_bytes: int | None = DEFAULT_LATENT_BYTES,
         latent_dtype: str = "model",
+        instruction_reminder: bool = False,
     ):
         super().__init__(tokenizer=tokenizer if tokenizer is not None else getattr(model, "tokenizer", None))
         if not hasattr(model, "compress"):
@@ -183,6 +188,10 @@ class RheaPolicy(ContextPolicy):
             recognizer = InstructionRecognizer(recognizer) if self.use_im else None
         self.recognizer = recognizer
         self.im = InstructionalMemory()
+        if not isinstance(instruction_reminder, bool):
+            raise RheaConfigError(f"instruction_reminder={instruction_reminder!r} must be True (restate the standing "
+                                  "instructions after the current message) or False")
+        self.instruction_reminder = instruction_reminder
         if not isinstance(latent_dtype, str) or latent_dtype not in LATENT_DTYPES:
             raise RheaConfigError(f"latent_dtype={latent_dtype!r} must be one of {sorted(LATENT_DTYPES)} (\"model\": "
                                   "the model's own dtype)")
@@ -221,6 +230,7 @@ class RheaPolicy(ContextPolicy):
                 **({"replan_recall_max": self.replan_recall_max} if self.replan_recall_max is not None else {}),
                 **({"latent_bytes": self.latent_bytes} if self.latent_bytes != DEFAULT_LATENT_BYTES else {}),
                 **({"latent_dtype": self.latent_dtype} if self.latent_dtype != "model" else {}),
+                **({"instruction_reminder": True} if self.instruction_reminder else {}),
                 **({"recognizer": self.recognizer_name} if self.recognizer_name not in (None, "default") else {})}
 
     def retrieval_mode(self) -> dict:
@@ -322,7 +332,12 @@ class RheaPolicy(ContextPolicy):
         return assemble_plan(
             self.name, conversation, query, decisions,
             system_source=self.im if self.use_im else None, latents=latents, records=records, tokenizer=self.tokenizer,
+            reminder=self._reminder(),
         )
+
+    def _reminder(self) -> str:
+        """The standing instructions restated after the message (`instruction_reminder`), or ""."""
+        return self.im.reminder() if self.use_im and self.instruction_reminder else ""
 
     def _ensure_latents(self, conversation: Conversation, decisions: list[TurnDecision]) -> list[int]:
         """Compress (one batch, once each) the replies `decisions` place in the latent tier; the turns compressed now."""
@@ -351,7 +366,9 @@ class RheaPolicy(ContextPolicy):
         to cut."""
         budget, per = self.token_budget, self.token_budget.per_message
         system = self.im.render() if self.use_im else ""
-        room = (budget.prompt_tokens - budget.template_overhead - self._tokens(query)
+        reminder = self._reminder()
+        message = f"{query}\n\n{reminder}" if reminder else query
+        room = (budget.prompt_tokens - budget.template_overhead - self._tokens(message)
                 - (self._tokens(system) + per if system else 0))
         rows = _LatentRows(self, conversation) if self.latents_on else {}
         recent = len(conversation) - self.rule.recent_raw  # the last recent_raw turns: raw whatever they score
@@ -509,6 +526,10 @@ class RheaPolicy(ContextPolicy):
     # ---------------------------------------------------------------- state
     def reset(self) -> None:
         self.im = InstructionalMemory()
+        if not isinstance(instruction_reminder, bool):
+            raise RheaConfigError(f"instruction_reminder={instruction_reminder!r} must be True (restate the standing "
+                                  "instructions after the current message) or False")
+        self.instruction_reminder = instruction_reminder
         self.episodic = EpisodicMemory(self.model.compress_replies, center=self.episodic.center, centering=self.episodic.centering,
                                        score_view=self.episodic.score_view, store_dtype=self._store_dtype)
         self._bound_latents()

@@ -318,3 +318,29 @@ def test_replan_every_counts_queries_so_an_unchanged_history_gets_a_fresh_plan(m
         plan = policy.build(conv, "what color is the cat ?")
         whys.append(next(r["replan"]["why"] for r in plan.decisions.records if "replan" in r))
     assert whys == ["first plan", None, None, "3 queries since the plan", None, None, "3 queries since the plan"]
+
+
+def test_the_instruction_reminder_follows_the_message_and_fits_the_window(model):
+    """`instruction_reminder=True` restates the standing instruction after each message (the block stays in the
+    system message), its tokens inside the budget: long turns still render within the window, and the turn
+    stored is the message as the user wrote it."""
+    chat = ChatSession(model, policy="rhea", max_new_tokens=8,
+                       policy_kwargs={"scorer": "bm25", "instruction_reminder": True})
+    limit = chat.token_budget.prompt_tokens
+    rule = "From now on, always answer in French."
+    for i in range(5):
+        message = (rule + " " if i == 0 else "") + f"my number is {i} . " + words(150, i)
+        staged = chat.begin_turn(message)
+        plan = staged.plan
+        assert plan.messages[-1]["content"] == message + "\n\n" + chat.policy.im.reminder()
+        assert rule in plan.messages[-1]["content"].split("\n\n", 1)[1] and rule in plan.system_text
+        assert render(plan, model.tokenizer).input_ids.shape[1] <= limit
+        gen = generate_from_plan(model, plan, max_new_tokens=8, adapter=chat._adapter_for(plan))
+        chat.end_turn(staged, Generation(words(450, 50 + i), gen.prompt_tokens, gen.latent_slots, gen.new_tokens))
+    assert chat.conversation[0].user.startswith(rule) and "Standing instructions" not in chat.conversation[0].user
+    assert chat.policy.config()["instruction_reminder"] is True
+    off = ChatSession(model, policy="rhea", max_new_tokens=8, policy_kwargs={"scorer": "bm25"})
+    plan = off.begin_turn(rule + " what now ?").plan
+    assert plan.messages[-1]["content"] == rule + " what now ?" and "instruction_reminder" not in off.policy.config()
+    with pytest.raises(RheaConfigError, match="instruction_reminder"):
+        ChatSession(model, policy="rhea", policy_kwargs={"instruction_reminder": "yes"})
