@@ -526,10 +526,6 @@ class RheaPolicy(ContextPolicy):
     # ---------------------------------------------------------------- state
     def reset(self) -> None:
         self.im = InstructionalMemory()
-        if not isinstance(instruction_reminder, bool):
-            raise RheaConfigError(f"instruction_reminder={instruction_reminder!r} must be True (restate the standing "
-                                  "instructions after the current message) or False")
-        self.instruction_reminder = instruction_reminder
         self.episodic = EpisodicMemory(self.model.compress_replies, center=self.episodic.center, centering=self.episodic.centering,
                                        score_view=self.episodic.score_view, store_dtype=self._store_dtype)
         self._bound_latents()

@@ -339,6 +339,8 @@ def test_the_instruction_reminder_follows_the_message_and_fits_the_window(model)
         chat.end_turn(staged, Generation(words(450, 50 + i), gen.prompt_tokens, gen.latent_slots, gen.new_tokens))
     assert chat.conversation[0].user.startswith(rule) and "Standing instructions" not in chat.conversation[0].user
     assert chat.policy.config()["instruction_reminder"] is True
+    chat.policy.reset()  # a reset forgets the rules, keeps the option
+    assert chat.policy.instruction_reminder and not chat.policy.im.reminder()
     off = ChatSession(model, policy="rhea", max_new_tokens=8, policy_kwargs={"scorer": "bm25"})
     plan = off.begin_turn(rule + " what now ?").plan
     assert plan.messages[-1]["content"] == rule + " what now ?" and "instruction_reminder" not in off.policy.config()
