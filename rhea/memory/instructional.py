@@ -184,7 +184,10 @@ class InstructionalMemory:
         return len(self._entries)
 
     def add(self, text: str, turn: int, *, source_message: str | None = None, scope: str = "standing") -> InstructionEntry:
-        """Store `text`; replace entries whose slots it fully covers. Returns the entry kept.
+        """Store `text`; replace entries of earlier turns whose slots it fully covers. Returns the entry kept.
+
+        Instructions given in one message are kept together whatever slots they share ("... must be less than 4
+        sentences. Keep all your responses under 200 words." holds two length rules, both meant).
 
         source_message: the whole user message `text` came from (default: `text` itself).
         """
@@ -204,11 +207,14 @@ class InstructionalMemory:
         kept = []
         for old in self._entries:
             shared = set(old.slots) & set(entry.slots)
-            if shared and set(old.slots) <= set(entry.slots):
+            if shared and old.turn == turn:
+                self._log("conflict-kept", old.id, old.text, turn,
+                          f"shares {sorted(shared)} with {text!r}, given in the same message; kept both", by_id=entry.id)
+            elif shared and set(old.slots) <= set(entry.slots):
                 self._log("replace", old.id, old.text, turn,
                           f"slot(s) {sorted(shared)} now set by turn {turn}: {text!r} replaces {old.text!r}", by_id=entry.id)
                 continue
-            if shared:
+            elif shared:
                 self._log("conflict-kept", old.id, old.text, turn,
                           f"overlaps {text!r} on {sorted(shared)} but also sets {sorted(set(old.slots) - shared)}; "
                           "kept both, the later one is listed last and wins", by_id=entry.id)

@@ -534,7 +534,12 @@ def match_one_off(text: str, *, structural: bool = True) -> str | None:
 _CONTINUES = re.compile(
     _LEAD + r"(?:use|keep|make|be|don'?t|do not|never|always|only|speak|talk|write|respond|answer|reply|include|avoid|"
     r"stay|remain|maintain|refer|call|address|sign|start|begin|end|finish|put|add|mention|stick|limit|format|wrap|"
-    r"no\s+\w+|each|every|all|if|when|whenever|that means|this (?:means|applies|includes|rule))\b", re.IGNORECASE)
+    r"no\s+\w+|each|every|all|if|when|whenever|that means|this (?:means|applies|includes|rule)|"
+    r"your (?:[\w-]+ ){0,3}(?:answers?|responses?|repl(?:y|ies)|outputs?|messages?)|you (?:can|may|should|must|need to|have to))\b",
+    re.IGNORECASE)
+#: A line of a list ("* This is point 1.", "- one", "2) two"): kept after a kept sentence that announces it with a
+#: colon, or after a kept list line, as the rule's own example.
+_LIST_ITEM = re.compile(r"^\s*(?:[*\-\u2022]|\d+[.)])\s+")
 
 
 def looks_like_revocation(text: str) -> bool:
@@ -1018,7 +1023,9 @@ class InstructionRecognizer:
         A sentence carries the rule when a rule of stage 1 fires on it alone (at turn 0 also a
         bare first-message constraint), or, with a stage 2, when stage 2 scores it at or above
         the threshold. A sentence that is not a question and follows a kept one is kept too when
-        it opens like an instruction ("Speak like him as much as possible."). Context, questions
+        it opens like an instruction ("Speak like him as much as possible.", "Your two responses should be
+        separated by ******."), and so are the list lines a kept sentence announces with a colon (its example
+        bullets). Context, questions
         and the task are left out: "Eurovision is ... Do you think ...? Please mention the color
         blue at the start of every answer." keeps only its last sentence. When no sentence
         carries the rule alone (the cue spans sentences), the whole message is the rule.
@@ -1037,10 +1044,16 @@ class InstructionRecognizer:
             cued = bool(match_rules(bare)) or (turn == 0 and match_first_message(bare) is not None)
             if not cued and keep and keep[-1] == i - 1 and not bare.endswith("?") and _CONTINUES.search(strip_quotes(bare)):
                 cued = True
+            if not cued and keep and keep[-1] == i - 1 and _LIST_ITEM.match(bare):
+                before = sentences[i - 1].strip()
+                cued = before.endswith(":") or bool(_LIST_ITEM.match(before))
             if not cued and self.classifier is not None and not bare.endswith("?") and len(bare.split()) >= 3:
                 cued = self._probability(bare) >= self.threshold
             if cued:
                 keep.append(i)
         if not keep:
             return text.strip()
-        return " ".join(sentences[i].strip() for i in keep)
+        out = sentences[keep[0]].strip()
+        for i in keep[1:]:  # list lines stay on lines of their own
+            out += ("\n" if _LIST_ITEM.match(sentences[i]) else " ") + sentences[i].strip()
+        return out

@@ -205,6 +205,34 @@ def test_the_block_keeps_only_the_rule_sentences():
         RecognizerDecision(False, "none", "default", rule="x")
 
 
+def test_a_message_of_several_rules_keeps_all_of_them_with_their_examples():
+    """MT-Eval's global instructions: a rule, how to write it (a sentence about "your responses", a colon and its
+    example bullets), and a length rule on the same slot. Every part reaches the block; a later turn's rule on the
+    same slot still replaces an earlier one."""
+    msg = ("All your responses in the upcoming conversation must contain exactly 3 bullet points. Use the markdown "
+           "bullet points such as:\n* This is point 1.\n* This is point 2.\n Keep all your responses under 200 words.")
+    im = InstructionalMemory()
+    im.update(msg, RULES(msg, 0), turn=0)
+    block = im.render()
+    for part in ("exactly 3 bullet points", "such as:\n* This is point 1.\n* This is point 2.", "under 200 words"):
+        assert part in block
+    msg = "All your responses in the upcoming conversation must be less than 4 sentences. Keep all your responses under 200 words."
+    im = InstructionalMemory()
+    im.update(msg, RULES(msg, 0), turn=0)
+    assert [e.text for e in im.entries] == ["All your responses in the upcoming conversation must be less than 4 sentences.",
+                                            "Keep all your responses under 200 words."]
+    assert any(h.action == "conflict-kept" and "same message" in h.reason for h in im.history)
+    later = "From now on, keep your answers under 50 words."
+    im.update(later, RULES(later, 3), turn=3)
+    assert "under 200 words" not in im.render() and later in im.render()
+    msg = ("All your responses in the upcoming conversation must have two different responses. Your two different "
+           "responses should be separated by 6 asterisk symbols: ******. Keep all your responses under 200 words.")
+    assert "separated by 6 asterisk symbols" in RULES(msg, 0).rule
+    # a list after a sentence that announces none stays out, as the task it is
+    msg = "Please answer in French from now on. Here is my shopping list. * eggs * milk"
+    assert RULES(msg, 0).rule == "Please answer in French from now on."
+
+
 def test_rule_sentences_scored_by_stage_two():
     # a classifier that only likes sentences about French: it picks the rule sentence out
     rec = InstructionRecognizer(lambda t: 0.9 if "French" in t else 0.1)
