@@ -126,6 +126,10 @@ RUNS = (
         Source("vanilla", "multi_session_qa_qwen_topiocqa_haystack20k/vanilla"),
         Source("rhea", "multi_session_qa_qwen_topiocqa_haystack20k/rhea_recall_max10", {"replan_recall_max": 10}),
     )),
+    Run(f"{MODEL}/mt-eval-recollection/fp32-ep14", "mt-eval-recollection", "float32", (
+        Source("vanilla", "mt_eval_recollection_qwen_fp32/vanilla"),
+        Source("rhea", "mt_eval_recollection_qwen_fp32/rhea"),
+    )),
     Run(f"{MODEL}/efficiency/fp32-ep1", "efficiency", "float32", (
         Source("vanilla", "bench_qwen_step1181/efficiency"),
         Source("rhea", "bench_qwen_step1181/efficiency-replan8", {"replan_every": 8}),

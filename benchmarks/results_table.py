@@ -28,11 +28,11 @@ START, END = "<!-- results-table:start -->", "<!-- results-table:end -->"
 #: The runs the headline table shows, in this order: the capable model, shipped adapters, current defaults.
 HEADLINE_RUNS = ("qwen2.5-coder-1.5b/instruction-retention/bf16-ep8", "qwen2.5-coder-1.5b/state-tracking/bf16-ep8",
                  "qwen2.5-coder-1.5b/long-horizon/bf16-ep8", "qwen2.5-coder-1.5b/multi-session-qa/bf16-ep4",
-                 "qwen2.5-coder-1.5b/efficiency/fp32-ep1")
+                 "qwen2.5-coder-1.5b/mt-eval-recollection/fp32-ep14", "qwen2.5-coder-1.5b/efficiency/fp32-ep1")
 #: Per suite: the metric shown beside context tokens, its label and digits.
 QUALITY = {"instruction-retention": ("iar", "IAR (0-10)", 2), "state-tracking": ("accuracy", "key accuracy", 2),
            "long-horizon": ("judge_mean", "judge (1-10)", 2), "multi-session-qa": ("f1", "token F1", 3),
-           "efficiency": ("latency_s", "latency (s/turn)", 1)}
+           "mt-eval-recollection": ("iar", "IAR (0-10)", 2), "efficiency": ("latency_s", "latency (s/turn)", 1)}
 TOKENS = ("context_tokens", 0)
 BASELINE = "vanilla"
 

@@ -29,8 +29,7 @@ from rhea.eval.results_index import ResultsIndexError, Row, read_index  # noqa: 
 
 INDEX = ROOT / "benchmarks" / "results" / "index.jsonl"
 #: Per suite: the quality metric, its label and digits (the README table's, and the suites it does not show).
-QUALITY = {**README_QUALITY, "mt-eval-recollection": ("iar", "IAR (0-10)", 2),
-           "long-mt-bench-plus": ("retrospective_judge_mean", "retrospective judge (1-10)", 2)}
+QUALITY = {**README_QUALITY, "long-mt-bench-plus": ("retrospective_judge_mean", "retrospective judge (1-10)", 2)}
 #: Suites whose quality metric is better when lower.
 LOWER_IS_BETTER = {"efficiency"}
 #: The families a user chooses between, in table order: (family, policies by name or name prefix ending in "-").
