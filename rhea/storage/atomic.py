@@ -18,6 +18,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import stat
 import shutil
 import tempfile
 import threading
@@ -195,21 +196,33 @@ def replace_directory(path: str | os.PathLike, fill: Callable[[Path], None], *, 
     the other files: a save goes to a new, empty or earlier-saved directory).
     """
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise StorageError(f"cannot save a directory to {path}: a file is in the way; pass another path, or "
-                           "remove that file")
+
+    def check_not_a_file() -> None:
+        try:  # one stat: a concurrent save may rename the directory away between two checks
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(mode):
+            raise StorageError(f"cannot save a directory to {path}: a file is in the way; pass another path, or "
+                               "remove that file")
 
     def check_contents() -> None:
-        if names is None or not path.is_dir():
+        if names is None:
             return
-        other = sorted(p.name for p in path.iterdir() if p.name not in names)
+        try:
+            listing = list(path.iterdir())
+        except (FileNotFoundError, NotADirectoryError):  # not there (or renamed away by a concurrent save)
+            return
+        other = sorted(p.name for p in listing if p.name not in names)
         if other:
             shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
             raise StorageError(f"{path} holds other files ({shown}), which a save would replace; pass a new or "
                                "empty directory, or one an earlier save wrote")
 
+    check_not_a_file()
     check_contents()
     with locked(path, wait=wait):
+        check_not_a_file()
         check_contents()
         try:
             _recover(path)
