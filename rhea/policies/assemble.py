@@ -39,6 +39,11 @@ def resolve_system(source: SystemSource) -> tuple[str, list[str]]:
     return text, [text] if text.strip() else []
 
 
+def with_reminder(query: str, reminder: str) -> str:
+    """The current user message as the plan shows it: `query`, then `reminder` after a blank line when there is one."""
+    return f"{query}\n\n{reminder}" if reminder and reminder.strip() else query
+
+
 def count_tokens(text: str, tokenizer: Any = None) -> int:
     """Tokens in `text`: exact with a tokenizer, else a words-and-punctuation approximation.
 
@@ -139,7 +144,7 @@ def assemble_plan(
             text_tokens += count_tokens(turn.user, tokenizer)
             latent_slots += latents[index].n_slots
         recalled_after(index)
-    message = f"{query}\n\n{reminder}" if reminder and reminder.strip() else query
+    message = with_reminder(query, reminder)
     messages.append({"role": "user", "content": message})
     sources.append(None)
     text_tokens += count_tokens(message, tokenizer)

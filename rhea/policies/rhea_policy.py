@@ -34,7 +34,7 @@ from rhea.memory.recognizer import PROMPTED_RECOGNIZER, InstructionRecognizer, p
 from rhea.memory.scoring import (COMPONENTS, FUSIONS, TierRule, assign_tiers, components_of, default_embedder,
                                  describe_thresholds, floor_mask, fuse, hidden_best, latent_tier_active, rank_order)
 from rhea.modeling.config import check_replan, check_thresholds
-from rhea.policies.assemble import assemble_plan, count_tokens
+from rhea.policies.assemble import assemble_plan, count_tokens, with_reminder
 from rhea.policies.base import ContextPolicy
 from rhea.policies.registry import register_policy
 
@@ -366,8 +366,7 @@ class RheaPolicy(ContextPolicy):
         to cut."""
         budget, per = self.token_budget, self.token_budget.per_message
         system = self.im.render() if self.use_im else ""
-        reminder = self._reminder()
-        message = f"{query}\n\n{reminder}" if reminder else query
+        message = with_reminder(query, self._reminder())
         room = (budget.prompt_tokens - budget.template_overhead - self._tokens(message)
                 - (self._tokens(system) + per if system else 0))
         rows = _LatentRows(self, conversation) if self.latents_on else {}
