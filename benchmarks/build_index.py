@@ -129,6 +129,8 @@ RUNS = (
     Run(f"{MODEL}/mt-eval-recollection/fp32-ep14", "mt-eval-recollection", "float32", (
         Source("vanilla", "mt_eval_recollection_qwen_fp32/vanilla"),
         Source("rhea", "mt_eval_recollection_qwen_fp32/rhea"),
+        Source("bm25", "mt_eval_recollection_qwen_fp32/bm25"),
+        Source("recent-k", "mt_eval_recollection_qwen_fp32/recent-k"),
     )),
     Run(f"{MODEL}/efficiency/fp32-ep1", "efficiency", "float32", (
         Source("vanilla", "bench_qwen_step1181/efficiency"),
